@@ -1,0 +1,62 @@
+# gpulet: the two commands a user needs are `make demo` and `make test`.
+# Both install the Debian 12 packages they need (apt-get; sudo when not root), configure and
+# build in build/, then run.
+
+BUILD      ?= build
+BUILD_SAN  ?= build-san
+JOBS       ?= $(shell nproc)
+CMAKE_ARGS ?=
+
+DEB_PACKAGES := build-essential cmake ninja-build pkg-config git \
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
+  libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libcpp-httplib-dev \
+  libcurl4-openssl-dev libssl-dev libgtest-dev libgmock-dev libbenchmark-dev \
+  clang libclang-rt-14-dev prometheus slurmctld slurmd slurm-client munge \
+  kubernetes-client procps python3 iproute2
+
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: deps build build-san demo test test-unit test-sanitize bench clean format
+
+# Installs only what is missing, so a second run costs one dpkg query.
+deps:
+	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages: $$missing"; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+$(BUILD)/build.ninja: | deps
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_ARGS)
+
+build: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS)
+
+$(BUILD_SAN)/build.ninja: | deps
+	cmake -S . -B $(BUILD_SAN) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DGPULET_SANITIZE=ON $(CMAKE_ARGS)
+
+build-san: deps $(BUILD_SAN)/build.ninja
+	cmake --build $(BUILD_SAN) -j $(JOBS)
+
+demo: build
+	./scripts/demo.sh $(BUILD)
+
+test-unit: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+# The sanitizer build runs the unit and fault tests (label "sanitize").
+test-sanitize: build-san
+	cd $(BUILD_SAN) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --output-on-failure -j $(JOBS) -L sanitize --timeout 600
+
+test: test-unit test-sanitize
+
+bench: build
+	./bench/run.sh $(BUILD)
+
+format:
+	clang-format -i $$(git ls-files '*.cc' '*.h')
+
+clean:
+	rm -rf $(BUILD) $(BUILD_SAN)

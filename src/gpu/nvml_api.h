@@ -1,0 +1,224 @@
+// Our own declarations of the parts of the NVML C API that gpulet uses, written from the public
+// API reference (types, enum values, struct layouts). Nothing here links against NVML: the
+// functions are resolved at run time by gpu::Nvml (dlopen), and the simulated driver in
+// testing/sim exports the same symbols with the same signatures.
+//
+// Contract: every struct below must keep the exact layout of the driver's, since the driver
+// writes into memory we own.
+#pragma once
+
+#include <cstdint>
+
+extern "C" {
+
+typedef int nvmlReturn_t;
+typedef struct nvmlDevice_st* nvmlDevice_t;
+typedef struct nvmlEventSet_st* nvmlEventSet_t;
+
+enum : nvmlReturn_t {
+  NVML_SUCCESS = 0,
+  NVML_ERROR_UNINITIALIZED = 1,
+  NVML_ERROR_INVALID_ARGUMENT = 2,
+  NVML_ERROR_NOT_SUPPORTED = 3,
+  NVML_ERROR_NO_PERMISSION = 4,
+  NVML_ERROR_ALREADY_INITIALIZED = 5,
+  NVML_ERROR_NOT_FOUND = 6,
+  NVML_ERROR_INSUFFICIENT_SIZE = 7,
+  NVML_ERROR_INSUFFICIENT_POWER = 8,
+  NVML_ERROR_DRIVER_NOT_LOADED = 9,
+  NVML_ERROR_TIMEOUT = 10,
+  NVML_ERROR_IRQ_ISSUE = 11,
+  NVML_ERROR_LIBRARY_NOT_FOUND = 12,
+  NVML_ERROR_FUNCTION_NOT_FOUND = 13,
+  NVML_ERROR_CORRUPTED_INFOROM = 14,
+  NVML_ERROR_GPU_IS_LOST = 15,
+  NVML_ERROR_RESET_REQUIRED = 16,
+  NVML_ERROR_OPERATING_SYSTEM = 17,
+  NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18,
+  NVML_ERROR_IN_USE = 19,
+  NVML_ERROR_MEMORY = 20,
+  NVML_ERROR_NO_DATA = 21,
+  NVML_ERROR_VGPU_ECC_NOT_SUPPORTED = 22,
+  NVML_ERROR_INSUFFICIENT_RESOURCES = 23,
+  NVML_ERROR_FREQ_NOT_SUPPORTED = 24,
+  NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
+  NVML_ERROR_DEPRECATED = 26,
+  NVML_ERROR_NOT_READY = 27,
+  NVML_ERROR_GPU_NOT_FOUND = 28,
+  NVML_ERROR_INVALID_STATE = 29,
+  NVML_ERROR_UNKNOWN = 999,
+};
+
+// Buffer sizes the API documents for string getters.
+enum : unsigned int {
+  NVML_DEVICE_UUID_V2_BUFFER_SIZE = 96,
+  NVML_DEVICE_NAME_V2_BUFFER_SIZE = 96,
+  NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE = 80,
+  NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE = 32,
+  NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE = 16,
+  NVML_NVLINK_MAX_LINKS = 18,
+};
+
+typedef struct {
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+} nvmlMemory_t;
+
+typedef struct {
+  char busIdLegacy[16];  // NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE
+  unsigned int domain;
+  unsigned int bus;
+  unsigned int device;
+  unsigned int pciDeviceId;
+  unsigned int pciSubSystemId;
+  char busId[32];  // NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE, "0000:18:00.0"
+} nvmlPciInfo_t;
+
+typedef struct {
+  unsigned int gpu;     // percent of time a kernel ran
+  unsigned int memory;  // percent of time device memory was read or written
+} nvmlUtilization_t;
+
+typedef struct {
+  unsigned int multiprocessorCount;
+  unsigned int sharedCopyEngineCount;
+  unsigned int sharedDecoderCount;
+  unsigned int sharedEncoderCount;
+  unsigned int sharedJpegCount;
+  unsigned int sharedOfaCount;
+  unsigned int gpuInstanceSliceCount;
+  unsigned int computeInstanceSliceCount;
+  unsigned long long memorySizeMB;
+} nvmlDeviceAttributes_t;
+
+typedef struct {
+  nvmlDevice_t device;
+  unsigned long long eventType;
+  unsigned long long eventData;  // the XID for XidCriticalError events
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+} nvmlEventData_t;
+
+typedef unsigned int nvmlDeviceArchitecture_t;
+enum : unsigned int {
+  NVML_DEVICE_ARCH_KEPLER = 2,
+  NVML_DEVICE_ARCH_MAXWELL = 3,
+  NVML_DEVICE_ARCH_PASCAL = 4,
+  NVML_DEVICE_ARCH_VOLTA = 5,
+  NVML_DEVICE_ARCH_TURING = 6,
+  NVML_DEVICE_ARCH_AMPERE = 7,
+  NVML_DEVICE_ARCH_ADA = 8,
+  NVML_DEVICE_ARCH_HOPPER = 9,
+  NVML_DEVICE_ARCH_BLACKWELL = 10,
+};
+
+typedef enum {
+  NVML_TOPOLOGY_INTERNAL = 0,
+  NVML_TOPOLOGY_SINGLE = 10,
+  NVML_TOPOLOGY_MULTIPLE = 20,
+  NVML_TOPOLOGY_HOSTBRIDGE = 30,
+  NVML_TOPOLOGY_NODE = 40,
+  NVML_TOPOLOGY_SYSTEM = 50,
+} nvmlGpuTopologyLevel_t;
+
+typedef enum { NVML_FEATURE_DISABLED = 0, NVML_FEATURE_ENABLED = 1 } nvmlEnableState_t;
+
+typedef enum { NVML_TEMPERATURE_GPU = 0 } nvmlTemperatureSensors_t;
+
+typedef enum {
+  NVML_CLOCK_GRAPHICS = 0,
+  NVML_CLOCK_SM = 1,
+  NVML_CLOCK_MEM = 2,
+  NVML_CLOCK_VIDEO = 3,
+} nvmlClockType_t;
+
+typedef enum {
+  NVML_MEMORY_ERROR_TYPE_CORRECTED = 0,
+  NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1,
+} nvmlMemoryErrorType_t;
+
+typedef enum { NVML_VOLATILE_ECC = 0, NVML_AGGREGATE_ECC = 1 } nvmlEccCounterType_t;
+
+typedef enum {
+  NVML_COMPUTEMODE_DEFAULT = 0,
+  NVML_COMPUTEMODE_EXCLUSIVE_THREAD = 1,
+  NVML_COMPUTEMODE_PROHIBITED = 2,
+  NVML_COMPUTEMODE_EXCLUSIVE_PROCESS = 3,
+} nvmlComputeMode_t;
+
+// Event type bits (nvmlDeviceRegisterEvents).
+enum : unsigned long long {
+  nvmlEventTypeSingleBitEccError = 0x1ULL,
+  nvmlEventTypeDoubleBitEccError = 0x2ULL,
+  nvmlEventTypePState = 0x4ULL,
+  nvmlEventTypeXidCriticalError = 0x8ULL,
+  nvmlEventTypeClock = 0x10ULL,
+  nvmlEventTypeMigConfigChange = 0x100ULL,
+};
+
+enum : unsigned int { NVML_DEVICE_MIG_DISABLE = 0, NVML_DEVICE_MIG_ENABLE = 1 };
+
+}  // extern "C"
+
+// The functions gpulet resolves, as X(name, return type, parameter list). Required ones fail the
+// load when absent; optional ones are left null and their features report "not supported".
+#define GPULET_NVML_REQUIRED_FUNCTIONS(X)                                                      \
+  X(nvmlInit_v2, nvmlReturn_t, (void))                                                         \
+  X(nvmlShutdown, nvmlReturn_t, (void))                                                        \
+  X(nvmlErrorString, const char*, (nvmlReturn_t result))                                       \
+  X(nvmlSystemGetDriverVersion, nvmlReturn_t, (char* version, unsigned int length))            \
+  X(nvmlDeviceGetCount_v2, nvmlReturn_t, (unsigned int* count))                                \
+  X(nvmlDeviceGetHandleByIndex_v2, nvmlReturn_t, (unsigned int index, nvmlDevice_t* device))   \
+  X(nvmlDeviceGetUUID, nvmlReturn_t, (nvmlDevice_t device, char* uuid, unsigned int length))   \
+  X(nvmlDeviceGetName, nvmlReturn_t, (nvmlDevice_t device, char* name, unsigned int length))   \
+  X(nvmlDeviceGetMemoryInfo, nvmlReturn_t, (nvmlDevice_t device, nvmlMemory_t * memory))       \
+  X(nvmlDeviceGetPciInfo_v3, nvmlReturn_t, (nvmlDevice_t device, nvmlPciInfo_t * pci))         \
+  X(nvmlDeviceGetMinorNumber, nvmlReturn_t, (nvmlDevice_t device, unsigned int* minor))        \
+  X(nvmlDeviceGetCudaComputeCapability, nvmlReturn_t,                                          \
+    (nvmlDevice_t device, int* major, int* minor))                                             \
+  X(nvmlEventSetCreate, nvmlReturn_t, (nvmlEventSet_t * set))                                  \
+  X(nvmlDeviceRegisterEvents, nvmlReturn_t,                                                    \
+    (nvmlDevice_t device, unsigned long long eventTypes, nvmlEventSet_t set))                  \
+  X(nvmlEventSetWait_v2, nvmlReturn_t,                                                         \
+    (nvmlEventSet_t set, nvmlEventData_t * data, unsigned int timeoutms))                      \
+  X(nvmlEventSetFree, nvmlReturn_t, (nvmlEventSet_t set))
+
+#define GPULET_NVML_OPTIONAL_FUNCTIONS(X)                                                      \
+  X(nvmlSystemGetCudaDriverVersion_v2, nvmlReturn_t, (int* version))                           \
+  X(nvmlDeviceGetArchitecture, nvmlReturn_t,                                                   \
+    (nvmlDevice_t device, nvmlDeviceArchitecture_t * arch))                                    \
+  X(nvmlDeviceGetMigMode, nvmlReturn_t,                                                        \
+    (nvmlDevice_t device, unsigned int* current, unsigned int* pending))                       \
+  X(nvmlDeviceGetMaxMigDeviceCount, nvmlReturn_t, (nvmlDevice_t device, unsigned int* count))  \
+  X(nvmlDeviceGetMigDeviceHandleByIndex, nvmlReturn_t,                                         \
+    (nvmlDevice_t device, unsigned int index, nvmlDevice_t* mig))                              \
+  X(nvmlDeviceGetGpuInstanceId, nvmlReturn_t, (nvmlDevice_t device, unsigned int* id))         \
+  X(nvmlDeviceGetComputeInstanceId, nvmlReturn_t, (nvmlDevice_t device, unsigned int* id))     \
+  X(nvmlDeviceGetAttributes_v2, nvmlReturn_t,                                                  \
+    (nvmlDevice_t device, nvmlDeviceAttributes_t * attributes))                                \
+  X(nvmlDeviceGetTopologyCommonAncestor, nvmlReturn_t,                                         \
+    (nvmlDevice_t a, nvmlDevice_t b, nvmlGpuTopologyLevel_t * level))                          \
+  X(nvmlDeviceGetNvLinkState, nvmlReturn_t,                                                    \
+    (nvmlDevice_t device, unsigned int link, nvmlEnableState_t * active))                      \
+  X(nvmlDeviceGetNvLinkRemotePciInfo_v2, nvmlReturn_t,                                         \
+    (nvmlDevice_t device, unsigned int link, nvmlPciInfo_t * pci))                             \
+  X(nvmlDeviceGetTemperature, nvmlReturn_t,                                                    \
+    (nvmlDevice_t device, nvmlTemperatureSensors_t sensor, unsigned int* temp))                \
+  X(nvmlDeviceGetUtilizationRates, nvmlReturn_t,                                               \
+    (nvmlDevice_t device, nvmlUtilization_t * utilization))                                    \
+  X(nvmlDeviceGetPowerUsage, nvmlReturn_t, (nvmlDevice_t device, unsigned int* milliwatts))    \
+  X(nvmlDeviceGetTotalEnergyConsumption, nvmlReturn_t,                                         \
+    (nvmlDevice_t device, unsigned long long* millijoules))                                    \
+  X(nvmlDeviceGetClockInfo, nvmlReturn_t,                                                      \
+    (nvmlDevice_t device, nvmlClockType_t type, unsigned int* mhz))                            \
+  X(nvmlDeviceGetTotalEccErrors, nvmlReturn_t,                                                 \
+    (nvmlDevice_t device, nvmlMemoryErrorType_t errorType, nvmlEccCounterType_t counterType,   \
+     unsigned long long* count))                                                               \
+  X(nvmlDeviceGetComputeMode, nvmlReturn_t, (nvmlDevice_t device, nvmlComputeMode_t * mode))   \
+  X(nvmlDeviceSetComputeMode, nvmlReturn_t, (nvmlDevice_t device, nvmlComputeMode_t mode))     \
+  X(nvmlDeviceGetPcieReplayCounter, nvmlReturn_t, (nvmlDevice_t device, unsigned int* value))
+
+#define GPULET_NVML_ALL_FUNCTIONS(X) \
+  GPULET_NVML_REQUIRED_FUNCTIONS(X)  \
+  GPULET_NVML_OPTIONAL_FUNCTIONS(X)
