@@ -1,0 +1,36 @@
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "sim/simulation.h"
+
+namespace gpulet::cli {
+
+int ReportError(const Status& status) {
+  std::fprintf(stderr, "gpulet: error: %s\n", status.message().c_str());
+  return status.exit_code();
+}
+
+Result<NodeContext> OpenNode(const GlobalOptions& global) {
+  NodeContext ctx;
+  std::string library = global.nvml_library;
+  if (!global.simulate.empty()) {
+    Result<sim::SimulatedNode> node = sim::PrepareSimulation(global.simulate, global.sim_state);
+    if (!node.ok()) return node.status();
+    ctx.simulated = true;
+    ctx.fixture_path = node->fixture_path;
+    ctx.sim_state_dir = node->state_dir;
+    ctx.discover.sysfs_root = node->sysfs_root;
+    ctx.discover.procfs_root = node->procfs_root;
+    if (library.empty()) library = node->library_path;
+  }
+  if (library.empty()) library = gpu::DefaultNvmlLibraryPath();
+  Result<std::shared_ptr<gpu::Nvml>> nvml = gpu::Nvml::Load(library);
+  if (!nvml.ok()) return nvml.status();
+  ctx.nvml = std::move(nvml).value();
+  spdlog::debug("event=nvml_loaded library={} simulated={}", library, ctx.simulated);
+  return ctx;
+}
+
+}  // namespace gpulet::cli
