@@ -1,0 +1,150 @@
+// gpulet's configuration file, in the NVIDIA k8s-device-plugin v1 format so users bring their
+// files unchanged:
+//
+//   version: v1
+//   flags: {migStrategy, failOnInitError, nvidiaDriverRoot, nvidiaDevRoot,
+//           plugin: {passDeviceSpecs, deviceListStrategy, deviceIDStrategy, containerDriverRoot, …}}
+//   sharing: {timeSlicing: {renameByDefault, failRequestsGreaterThanOne,
+//                           resources: [{name, rename, devices, replicas}]},
+//             mps: {same schema}}
+//
+// Contract:
+// - Parsing is strict: unknown keys (anywhere), wrong types, invalid enum values, duplicate keys,
+//   unknown versions and malformed YAML are errors. Quoted scalars are strings: `replicas: "4"` is
+//   rejected, as Go's decoder rejects it in NVIDIA's plugin.
+// - Every error is kInvalidInput with the message `FILE:LINE: dotted.field.path: problem`
+//   (LINE is 1-based), e.g. `config.yaml:14: sharing.timeSlicing.resources[0].replicas: must be
+//   >= 2, got 1`.
+// - Every flag is optional: absent means "not set in the file", so callers can apply the
+//   precedence CLI > environment > file > built-in default (see Overlay). A YAML null counts as
+//   absent.
+// - A missing `version` is read as v1 (NVIDIA's plugin does the same).
+// - What needs the inventory (does device "7" exist? is a GPU in two resources?) is checked by the
+//   sharing planner, which reports it with the SourceLocation kept on each resource and device.
+// - Never throws.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace gpulet::config {
+
+// Where a value came from, for errors raised after parsing (by the planner).
+struct SourceLocation {
+  std::string file;   // as passed to ParseConfig
+  int line = 0;       // 1-based; 0 when unknown
+  std::string field;  // dotted path, e.g. "sharing.timeSlicing.resources[0].devices[2]"
+
+  // "FILE:LINE: FIELD" (the prefix every config error carries).
+  std::string ToString() const;
+};
+
+// kInvalidInput, "FILE:LINE: FIELD: problem".
+Status InvalidAt(const SourceLocation& where, const std::string& problem);
+
+enum class MigStrategy { kNone, kSingle, kMixed };
+enum class DeviceListStrategy { kEnvvar, kVolumeMounts, kCdiAnnotations, kCdiCri };
+enum class DeviceIdStrategy { kUuid, kIndex };
+
+// Names as written in files, flags and environment variables: "none", "volume-mounts", "uuid", …
+const char* MigStrategyName(MigStrategy s);
+const char* DeviceListStrategyName(DeviceListStrategy s);
+const char* DeviceIdStrategyName(DeviceIdStrategy s);
+
+// Parsers for flag and environment values (kInvalidInput, message: `invalid value "x" (want
+// none|single|mixed)`; the caller prefixes the flag or variable name).
+Result<MigStrategy> ParseMigStrategy(std::string_view text);
+Result<DeviceIdStrategy> ParseDeviceIdStrategy(std::string_view text);
+// One name or a comma-separated list ("envvar,cdi-annotations"); duplicates and empty lists are
+// errors.
+Result<std::vector<DeviceListStrategy>> ParseDeviceListStrategies(std::string_view text);
+
+struct PluginFlags {
+  std::optional<bool> pass_device_specs;
+  std::optional<std::vector<DeviceListStrategy>> device_list_strategy;  // non-empty, no duplicates
+  std::optional<DeviceIdStrategy> device_id_strategy;
+  std::optional<std::string> container_driver_root;
+  // Accepted for compatibility with NVIDIA's files.
+  std::optional<std::string> mps_root;
+  std::optional<std::string> cdi_annotation_prefix;
+  std::optional<std::string> nvidia_ctk_path;
+};
+
+struct Flags {
+  std::optional<MigStrategy> mig_strategy;
+  std::optional<bool> fail_on_init_error;
+  std::optional<std::string> nvidia_driver_root;
+  std::optional<std::string> nvidia_dev_root;
+  PluginFlags plugin;
+  // NVIDIA's `flags.gfd` section (GPU feature discovery) is accepted and validated for key names
+  // and types so shared files load, but gpulet does not use it.
+  bool has_gfd_section = false;
+};
+
+// Returns `base` with every field that is set in `over` replaced by `over`'s value. For the
+// precedence chain: Overlay(Overlay(file, env), cli).
+Flags Overlay(Flags base, const Flags& over);
+
+// One entry of a `devices:` list as written: an index ("0"), a MIG index ("0:1"), a GPU UUID
+// ("GPU-…") or a MIG UUID ("MIG-…"). Integers in the file are stored in decimal.
+struct DeviceRef {
+  enum class Kind { kIndex, kMigIndex, kGpuUuid, kMigUuid };
+  Kind kind = Kind::kIndex;
+  std::string id;
+  SourceLocation where;
+};
+
+// `devices: all` | `devices: N` (the first N GPUs, N >= 1) | `devices: [refs…]` (non-empty, no
+// duplicates). Absent `devices` means all.
+struct DeviceSelection {
+  enum class Kind { kAll, kCount, kList };
+  Kind kind = Kind::kAll;
+  int count = 0;                // kCount only
+  std::vector<DeviceRef> list;  // kList only
+};
+
+struct ReplicatedResource {
+  std::string name;    // full resource name, "nvidia.com/gpu" (a bare "gpu" in the file is prefixed)
+  std::string rename;  // full name as written ("nvidia.com/gpu-shared"); empty when not set
+  // The name the replicas are advertised under: rename, else "<name>.shared" when the section's
+  // renameByDefault is true, else name.
+  std::string advertised_name;
+  DeviceSelection devices;
+  int replicas = 0;  // >= 2
+  SourceLocation where;  // of the list entry, "sharing.timeSlicing.resources[0]"
+};
+
+// sharing.timeSlicing or sharing.mps.
+struct ReplicaSharing {
+  bool rename_by_default = false;
+  // Unset means the strategy's default (false for time-slicing, true for MPS).
+  std::optional<bool> fail_requests_greater_than_one;
+  std::vector<ReplicatedResource> resources;  // non-empty
+  SourceLocation where;
+};
+
+struct Sharing {
+  // At most one of the two is set.
+  std::optional<ReplicaSharing> time_slicing;
+  std::optional<ReplicaSharing> mps;
+};
+
+struct Config {
+  std::string version = "v1";
+  std::string source;  // the filename errors name
+  Flags flags;
+  Sharing sharing;
+};
+
+// Parses and validates `yaml_text`; `filename` is used only in error messages. An empty document
+// is an error. Inputs over 1 MiB are rejected.
+Result<Config> ParseConfig(std::string_view yaml_text, const std::string& filename);
+
+// Reads `path` (kNotFound when missing or unreadable) and parses it, naming `path` in errors.
+Result<Config> LoadConfigFile(const std::string& path);
+
+}  // namespace gpulet::config
