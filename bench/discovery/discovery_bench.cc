@@ -4,6 +4,7 @@
 //   cold:       a fresh `gpulet info --output json` process each time (dlopen, fixture parse,
 //               init, discovery, JSON), the figure a user sees.
 // Prints a markdown table; bench/discovery/run.sh puts it into docs/benchmarks.md.
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
 
