@@ -120,7 +120,7 @@ class HealthTracker {
   HealthTracker(const Inventory& inventory, HealthPolicy policy, const Clock& clock,
                 HealthBoard& board);
 
-  enum class EventKind { kXid, kDoubleBitEcc, kSingleBitEcc, kWaitError };
+  enum class EventKind { kXid, kDoubleBitEcc, kSingleBitEcc };
   // An NVML event on physical GPU `gpu_index`; gi/ci name a MIG device when both are set and
   // match one (NVML reports 0xFFFFFFFF for "not a MIG event").
   void OnEvent(unsigned gpu_index, EventKind kind, uint64_t data,
