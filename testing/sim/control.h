@@ -1,0 +1,99 @@
+// The control state of a simulated node: what `gpulet sim` changed (overrides, lost GPUs, extra
+// ECC errors, compute modes) and the events it queued. It lives in <state_dir>/control.json and
+// is shared by every process using the node:
+//   - writers do read-modify-write under flock(<state_dir>/control.lock) and replace the file
+//     with rename(), so a reader never sees half a file and never needs the lock;
+//   - readers notice a change by the file's identity (inode, mtime, size) changing, or by
+//     inotify on the state directory (event waits).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+
+#include <sys/stat.h>
+
+#include "common/status.h"
+
+namespace gpulet::sim {
+
+// gpuInstanceId / computeInstanceId of an event not tied to a MIG device.
+inline constexpr unsigned kNoInstance = 0xFFFFFFFFu;
+
+struct GpuOverrides {
+  std::optional<unsigned> temperature_c;
+  std::optional<unsigned> gpu_util;  // percent
+  std::optional<unsigned> mem_util;  // percent
+  std::optional<unsigned> power_w;
+  std::optional<uint64_t> memory_used_mib;
+  std::optional<int> compute_mode;   // nvmlComputeMode_t
+  bool lost = false;
+  uint64_t ecc_single_bit = 0;  // added to the simulated corrected-error counters
+  uint64_t ecc_double_bit = 0;  // added to the uncorrected-error counters
+};
+
+struct SimEvent {
+  uint64_t seq = 0;  // increases by one per queued event, never reused
+  unsigned gpu = 0;
+  uint64_t type = 0;  // nvmlEventType* bit
+  uint64_t data = 0;  // the XID for XidCriticalError
+  unsigned gpu_instance = kNoInstance;
+  unsigned compute_instance = kNoInstance;
+};
+
+struct ControlState {
+  uint64_t next_seq = 1;
+  std::map<unsigned, GpuOverrides> gpus;
+  std::deque<SimEvent> events;  // the newest kMaxEvents
+
+  static constexpr size_t kMaxEvents = 4096;
+
+  const GpuOverrides* Find(unsigned gpu) const {
+    auto it = gpus.find(gpu);
+    return it == gpus.end() ? nullptr : &it->second;
+  }
+  // Appends an event with the next sequence number, dropping the oldest beyond kMaxEvents.
+  void Queue(SimEvent event);
+};
+
+std::string ControlStateToJson(const ControlState& state, int indent = -1);
+// Errors: kInvalidInput naming `source` and the field.
+Result<ControlState> ControlStateFromJson(const std::string& text, const std::string& source);
+
+class ControlFile {
+ public:
+  explicit ControlFile(std::string state_dir);
+
+  const std::string& state_dir() const { return dir_; }
+  std::string path() const { return dir_ + "/control.json"; }
+
+  // The current state; a missing file is the empty state.
+  Result<ControlState> Read() const;
+  // Read-modify-write under the lock; the new file replaces the old atomically.
+  Result<ControlState> Update(const std::function<void(ControlState&)>& change) const;
+
+ private:
+  std::string dir_;
+};
+
+// Cheap change detection for a reader that polls: Changed() is one stat().
+class ControlFileWatch {
+ public:
+  explicit ControlFileWatch(std::string path) : path_(std::move(path)) {}
+  // True when the file appeared, disappeared or was replaced since the last call (the first call
+  // is true).
+  bool Changed();
+
+ private:
+  std::string path_;
+  bool first_ = true;
+  bool existed_ = false;
+  ino_t ino_ = 0;
+  int64_t mtime_ns_ = 0;
+  off_t size_ = 0;
+};
+
+}  // namespace gpulet::sim

@@ -1,0 +1,101 @@
+// A simulated node, read from a fixture file (YAML). The fixture states facts a real driver would
+// report (names, memory, PCI addresses, NVLink wiring, MIG geometry); everything else the
+// simulated library returns is derived from it deterministically.
+//
+// Schema (every key optional unless marked; unknown keys are errors):
+//   name: dgx-h100                    default: the file's stem; seeds generated UUIDs
+//   driver_version: 550.54.15         required
+//   cuda_version: 12040               required (12040 = CUDA 12.4)
+//   seed: 1                           telemetry seed
+//   init_error: DRIVER_NOT_LOADED     nvmlInit_v2 fails with NVML_ERROR_<this>
+//   numa_nodes: [{cpus: "0-55,112-167"}, …]   index = NUMA node id
+//   mig_profiles: {1g.5gb: {slices: 1, memory_mb: 4864, sms: 14}, …}
+//   defaults: {<any per-GPU key>}     applied to every GPU before its own keys
+//   count: 64                         generate N GPUs (bus ids, NUMA and switches spread evenly)
+//   gpus: [{<per-GPU keys>}, …]       one entry per GPU, in index order (required unless count)
+//   nvlink: {all_pairs: 18} | {pairs: [[0, 1, 12], …]}
+// Per-GPU keys: name, uuid, bus_id ("0000:18:00.0"), minor, memory_mib, compute_capability
+//   ("9.0"), architecture, sm_count, pci_device_id, pci_subsystem_id, numa, pcie_switch,
+//   power_limit_w, idle_power_w, max_sm_clock_mhz, mem_clock_mhz, mig_capable,
+//   mig: [{profile: 3g.20gb, gi: 2, ci: 0, placement: 4, uuid: …}, …] (non-empty = MIG enabled).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace gpulet::sim {
+
+struct MigProfile {
+  unsigned slices = 0;     // GPU instance slices (1..7)
+  uint64_t memory_mb = 0;  // nvmlDeviceAttributes_t.memorySizeMB
+  unsigned sms = 0;        // multiprocessorCount
+};
+
+struct MigDeviceSpec {
+  std::string profile;  // "3g.20gb"
+  unsigned gi = 0;      // GPU instance id
+  unsigned ci = 0;      // compute instance id
+  unsigned placement = 0;
+  std::string uuid;     // "MIG-…"
+  MigProfile facts;
+};
+
+struct GpuSpec {
+  unsigned index = 0;
+  std::string name;
+  std::string uuid;  // "GPU-…"
+  unsigned domain = 0, bus = 0, device = 0, function = 0;
+  unsigned minor = 0;
+  uint64_t memory_mib = 0;
+  int cc_major = 0, cc_minor = 0;
+  std::string architecture;  // "hopper", "ampere", "ada", …
+  unsigned sm_count = 0;
+  unsigned pci_device_id = 0, pci_subsystem_id = 0;
+  int numa = -1;         // -1: unknown
+  int pcie_switch = -1;  // GPUs with the same switch id share a PCIe switch; -1: none
+  unsigned power_limit_w = 300, idle_power_w = 60;
+  unsigned max_sm_clock_mhz = 1980, mem_clock_mhz = 2619;
+  bool mig_capable = false;
+  std::vector<MigDeviceSpec> mig;  // non-empty: MIG mode enabled
+
+  bool mig_enabled() const { return !mig.empty(); }
+  // "00000000:18:00.0": NVML's busId form (8-hex-digit domain, upper-case).
+  std::string NvmlBusId() const;
+  // "0000:18:00.0": the legacy/sysfs form (4-hex-digit domain, lower-case).
+  std::string SysfsBusId() const;
+};
+
+struct Fixture {
+  std::string path;  // as loaded
+  std::string name;
+  std::string driver_version;
+  int cuda_version = 0;
+  uint64_t seed = 0;
+  std::optional<int> init_error;  // an nvmlReturn_t
+  std::vector<std::string> numa_cpus;  // index: NUMA node id
+  std::map<std::string, MigProfile> mig_profiles;
+  std::vector<GpuSpec> gpus;
+  // nvlinks[a][b]: NVLinks between GPUs a and b (symmetric).
+  std::vector<std::vector<unsigned>> nvlinks;
+
+  // Link-ordered peers of `gpu`: the peer each NVLink index leads to (size = total links).
+  std::vector<unsigned> NvlinkPeers(unsigned gpu) const;
+  // "12.4" from 12040.
+  std::string CudaVersionString() const;
+};
+
+// Reads and validates a fixture. Errors: kNotFound (no such file), kInvalidInput
+// "<file>:<line>: <field>: <problem>".
+Result<Fixture> LoadFixture(const std::string& path);
+// Same, from text; `file` names it in errors.
+Result<Fixture> ParseFixture(const std::string& text, const std::string& file);
+
+// NVML return code for a name like "DRIVER_NOT_LOADED" or "NVML_ERROR_DRIVER_NOT_LOADED".
+std::optional<int> NvmlReturnFromName(const std::string& name);
+
+}  // namespace gpulet::sim
