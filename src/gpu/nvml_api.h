@@ -217,7 +217,16 @@ enum : unsigned int { NVML_DEVICE_MIG_DISABLE = 0, NVML_DEVICE_MIG_ENABLE = 1 };
      unsigned long long* count))                                                               \
   X(nvmlDeviceGetComputeMode, nvmlReturn_t, (nvmlDevice_t device, nvmlComputeMode_t * mode))   \
   X(nvmlDeviceSetComputeMode, nvmlReturn_t, (nvmlDevice_t device, nvmlComputeMode_t mode))     \
-  X(nvmlDeviceGetPcieReplayCounter, nvmlReturn_t, (nvmlDevice_t device, unsigned int* value))
+  X(nvmlDeviceGetPcieReplayCounter, nvmlReturn_t, (nvmlDevice_t device, unsigned int* value))  \
+  X(nvmlDeviceGetEncoderUtilization, nvmlReturn_t,                                             \
+    (nvmlDevice_t device, unsigned int* utilization, unsigned int* sampling_period_us))        \
+  X(nvmlDeviceGetDecoderUtilization, nvmlReturn_t,                                             \
+    (nvmlDevice_t device, unsigned int* utilization, unsigned int* sampling_period_us))        \
+  X(nvmlDeviceGetRemappedRows, nvmlReturn_t,                                                   \
+    (nvmlDevice_t device, unsigned int* corr_rows, unsigned int* unc_rows,                     \
+     unsigned int* is_pending, unsigned int* failure_occurred))                                \
+  X(nvmlDeviceGetCurrentClocksThrottleReasons, nvmlReturn_t,                                   \
+    (nvmlDevice_t device, unsigned long long* reasons))
 
 #define GPULET_NVML_ALL_FUNCTIONS(X) \
   GPULET_NVML_REQUIRED_FUNCTIONS(X)  \

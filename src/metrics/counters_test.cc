@@ -1,0 +1,114 @@
+#include "metrics/counters.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+namespace gpulet::metrics {
+namespace {
+
+std::string UpstreamCounters() {
+  // shared/ sits beside the checkout, locally and in CI.
+  return std::string(GPULET_SOURCE_DIR) + "/../shared/upstream/dcgm-exporter/default-counters.csv";
+}
+
+TEST(Counters, UpstreamDefaultCountersLoadUnchanged) {
+  if (!std::filesystem::exists(UpstreamCounters())) GTEST_SKIP() << "no " << UpstreamCounters();
+  auto set = LoadCounters(UpstreamCounters());
+  ASSERT_TRUE(set.ok()) << set.status().message();
+  std::vector<std::string> names;
+  for (const Counter& c : set->metrics) names.push_back(c.field);
+  // Every readable row of the upstream file, in file order.
+  std::vector<std::string> want = {
+      "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_GPU_TEMP",
+      "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+      "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL",
+      "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL", "DCGM_FI_DEV_XID_ERRORS",
+      "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+      "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_FAILURE"};
+  EXPECT_EQ(names, want);
+  ASSERT_EQ(set->labels.size(), 1u);
+  EXPECT_EQ(set->labels[0].field, "DCGM_FI_DRIVER_VERSION");
+  // "DCGM_FI_DEV_DEC_UTIL ," in the upstream file: the name is trimmed.
+  EXPECT_EQ(set->metrics[9].help, "Decoder utilization (in %).");
+  EXPECT_EQ(set->metrics[4].type, PromType::kCounter);
+  // Rows gpulet cannot read are skipped, each named once with its line.
+  std::vector<std::string> skipped_fields;
+  for (const auto& s : set->skipped) skipped_fields.push_back(s);
+  ASSERT_FALSE(skipped_fields.empty());
+  bool memory_temp = false;
+  for (const auto& s : skipped_fields) {
+    if (s.find(":10: DCGM_FI_DEV_MEMORY_TEMP:") != std::string::npos) memory_temp = true;
+  }
+  EXPECT_TRUE(memory_temp) << skipped_fields[0];
+}
+
+TEST(Counters, CommentsBlankLinesAndQuotedHelp) {
+  auto set = ParseCounters(
+      "# comment\n\n  \nDCGM_FI_DEV_GPU_TEMP,gauge,\"Temp, in C\"\r\n"
+      "DCGM_FI_DRIVER_VERSION, label, Driver\n",
+      "c.csv");
+  ASSERT_TRUE(set.ok()) << set.status().message();
+  ASSERT_EQ(set->metrics.size(), 1u);
+  EXPECT_EQ(set->metrics[0].help, "Temp, in C");
+  EXPECT_EQ(set->metrics[0].line, 4);
+  EXPECT_EQ(set->labels.size(), 1u);
+}
+
+struct BadCase {
+  const char* text;
+  const char* want;
+};
+
+TEST(Counters, ErrorsNameFileAndLine) {
+  const BadCase cases[] = {
+      {"# x\nDCGM_FI_DEV_GPU_TEMPP, gauge, typo\n", "c.csv:2: DCGM_FI_DEV_GPU_TEMPP: unknown DCGM field"},
+      {"DCGM_FI_DEV_GPU_TEMP, gauge\n", "c.csv:1: malformed row: want 3 columns"},
+      {"DCGM_FI_DEV_GPU_TEMP, gauge, a, b\n", "c.csv:1: malformed row: want 3 columns"},
+      {"DCGM_FI_DEV_GPU_TEMP, histogram, x\n", "c.csv:1: DCGM_FI_DEV_GPU_TEMP: unknown type \"histogram\""},
+      {"DCGM_FI_DEV_GPU_TEMP, gauge, \"x\n", "c.csv:1: malformed row: unterminated quote"},
+      {"DCGM_FI_DEV_GPU_TEMP, gauge, x\n\nDCGM_FI_DEV_GPU_TEMP, gauge, y\n",
+       "c.csv:3: DCGM_FI_DEV_GPU_TEMP: duplicate of line 1"},
+      {"DCGM_FI_DEV_GPU_TEMP, label, x\n", "c.csv:1: DCGM_FI_DEV_GPU_TEMP: numeric field cannot be a label"},
+      {"DCGM_FI_DRIVER_VERSION, gauge, x\n", "c.csv:1: DCGM_FI_DRIVER_VERSION: string field must be a label"},
+      {", gauge, x\n", "c.csv:1: empty field name"},
+  };
+  for (const BadCase& c : cases) {
+    auto set = ParseCounters(c.text, "c.csv");
+    ASSERT_FALSE(set.ok()) << c.text;
+    EXPECT_EQ(set.status().code(), ErrorCode::kInvalidInput);
+    EXPECT_NE(set.status().message().find(c.want), std::string::npos)
+        << "got: " << set.status().message() << "\nwant: " << c.want;
+  }
+}
+
+TEST(Counters, MissingFileIsNotFound) {
+  auto set = LoadCounters("/nonexistent/counters.csv");
+  ASSERT_FALSE(set.ok());
+  EXPECT_EQ(set.status().code(), ErrorCode::kNotFound);
+}
+
+TEST(Counters, DefaultsCoverTheAlertRuleFields) {
+  CounterSet set = DefaultCounters();
+  EXPECT_EQ(set.skipped.size(), 0u);
+  std::set<std::string> names;
+  for (const Counter& c : set.metrics) names.insert(c.field);
+  for (const char* f : {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_GPU_TEMP",
+                        "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+                        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"}) {
+    EXPECT_TRUE(names.count(f)) << f;
+  }
+}
+
+TEST(Fields, EverySupportedFieldHasAUniqueName) {
+  std::set<std::string_view> names;
+  for (const FieldInfo& f : SupportedFields()) {
+    EXPECT_TRUE(names.insert(f.name).second) << f.name;
+    EXPECT_FALSE(IsKnownUnsupportedField(f.name)) << f.name << " is in both lists";
+  }
+}
+
+}  // namespace
+}  // namespace gpulet::metrics

@@ -1,0 +1,48 @@
+// Renders a Snapshot in the Prometheus text format 0.0.4 or OpenMetrics 1.0, with dcgm-exporter's
+// names and label order:
+//   gpu, UUID, pci_bus_id, device, modelName, [GPU_I_PROFILE, GPU_I_ID], Hostname,
+//   <label rows of the counters file, by name>, <attributes, by name: container, err_code,
+//   err_msg, namespace, pod>
+// (dcgm-exporter's template writes its label map and then its attribute map, each in key order;
+// the pod labels and XID err_code/err_msg are attributes.)
+//
+// Besides the counters file's families, every rendering carries gpulet_gpu_up (1/0 per physical
+// GPU): a lost GPU's DCGM series disappear, the other GPUs' stay, and gpulet_gpu_up says which.
+//
+// OpenMetrics requires counter samples to end in _total, which would rename DCGM's counters
+// (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION → …_total) and break existing queries; so in OpenMetrics
+// those families are typed `unknown`, which keeps every series name identical in both formats.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "metrics/snapshot.h"
+
+namespace gpulet::metrics {
+
+enum class Format { kText004, kOpenMetrics };
+
+inline constexpr std::string_view kText004ContentType = "text/plain; version=0.0.4; charset=utf-8";
+inline constexpr std::string_view kOpenMetricsContentType =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+struct RenderOptions {
+  Format format = Format::kText004;
+  // With several pods on one GPU: true = one series per pod (default), false = one series whose
+  // container/namespace/pod values are the pods' values joined by ",".
+  bool series_per_pod = true;
+};
+
+std::string Render(const Snapshot& snapshot, const PodMap& pods, const RenderOptions& options);
+
+// Label value escaping (both formats): backslash, double quote, line feed.
+std::string EscapeLabelValue(std::string_view v);
+// HELP text escaping: backslash and line feed (0.0.4), plus double quote in OpenMetrics.
+std::string EscapeHelp(std::string_view v, Format format);
+// "%f" for doubles (as dcgm-exporter), decimal integers otherwise.
+std::string FormatValue(const Value& v);
+// The description NVIDIA's XID catalogue gives an XID code ("Unknown Error" when not listed).
+std::string_view XidMessage(int64_t code);
+
+}  // namespace gpulet::metrics

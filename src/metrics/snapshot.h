@@ -1,0 +1,75 @@
+// One collection of every configured field for every GPU (or MIG GPU instance): an immutable
+// value produced by the collector thread and rendered by scrapes. Nothing in it refers back to
+// NVML, so a snapshot outlives the session that produced it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "metrics/counters.h"
+
+namespace gpulet::metrics {
+
+struct Value {
+  bool is_double = false;
+  int64_t i = 0;
+  double d = 0;
+  static Value Int(int64_t v) { return {false, v, 0}; }
+  static Value Double(double v) { return {true, 0, v}; }
+};
+
+// Identifies the thing a series describes: a whole GPU (gpu_instance_id < 0) or one MIG GPU
+// instance of it. Pod attribution maps device IDs to these keys.
+struct EntityKey {
+  unsigned gpu = 0;
+  int gpu_instance_id = -1;
+  auto operator<=>(const EntityKey&) const = default;
+};
+
+// The identity labels dcgm-exporter puts on every series of a physical GPU.
+struct GpuIdentity {
+  unsigned index = 0;
+  std::string uuid;
+  std::string pci_bus_id;
+  std::string model;
+};
+
+struct EntitySample {
+  EntityKey key;
+  GpuIdentity gpu;
+  std::string mig_profile;  // non-empty for MIG GPU instances ("1g.10gb")
+  // Parallel to counters->metrics; empty optional = not available (unsupported, not on MIG).
+  std::vector<std::optional<Value>> values;
+  // Parallel to counters->labels.
+  std::vector<std::string> labels;
+};
+
+struct GpuHealth {
+  GpuIdentity gpu;
+  bool up = true;      // false: NVML reported the GPU lost during this collection
+  std::string reason;  // why it is down
+};
+
+struct Snapshot {
+  std::shared_ptr<const CounterSet> counters;
+  std::string hostname;
+  std::vector<EntitySample> entities;  // lost GPUs contribute none
+  std::vector<GpuHealth> gpus;         // every GPU of the inventory, in index order
+  int64_t collected_at_ms = 0;         // wall clock, for logs and /health
+};
+
+struct PodRef {
+  std::string namespace_;
+  std::string pod;
+  std::string container;
+  bool operator==(const PodRef&) const = default;
+};
+
+// Which containers hold each entity. A GPU shared by time-slicing or MPS has several.
+using PodMap = std::map<EntityKey, std::vector<PodRef>>;
+
+}  // namespace gpulet::metrics
