@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -264,7 +265,7 @@ class Parser {
         "mem_clock_mhz", "mig_capable",  "mig"};
 
     // Order matters: numa_nodes and mig_profiles before the GPUs that refer to them.
-    YAML::Node defaults, gpus, count, nvlink;
+    std::optional<YAML::Node> defaults_n, gpus_n, count_n, nvlink_n;
     bool have_driver = false, have_cuda = false;
     ForEachKey(root, "",
                {"name", "driver_version", "cuda_version", "seed", "init_error", "numa_nodes",
@@ -331,17 +332,23 @@ class Parser {
                      f.mig_profiles[pname] = p;
                    }
                  } else if (key == "defaults") {
-                   defaults = v;
+                   defaults_n.emplace(v);
                  } else if (key == "count") {
-                   count = v;
+                   count_n.emplace(v);
                  } else if (key == "gpus") {
-                   gpus = v;
+                   gpus_n.emplace(v);
                  } else if (key == "nvlink") {
-                   nvlink = v;
+                   nvlink_n.emplace(v);
                  }
                });
     if (!have_driver) Fail(root, "driver_version", "required");
     if (!have_cuda) Fail(root, "cuda_version", "required");
+    // Absent sections stay undefined (a default-constructed YAML::Node is a defined null).
+    const YAML::Node undefined = static_cast<const YAML::Node&>(root)["__gpulet_absent__"];
+    const YAML::Node defaults = defaults_n.value_or(undefined);
+    const YAML::Node gpus = gpus_n.value_or(undefined);
+    const YAML::Node count = count_n.value_or(undefined);
+    const YAML::Node nvlink = nvlink_n.value_or(undefined);
 
     GpuSpec base;
     bool base_bus = false;
