@@ -1,0 +1,285 @@
+// deploy/: renders each overlay with `kubectl kustomize` and checks the DaemonSet, RBAC, metrics
+// objects and named configs; checks the Dockerfile's build-context COPY sources exist.
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../cli/run_command.h"
+#include "config/config.h"
+
+namespace gpulet::testing {
+namespace {
+
+const std::string kSource = GPULET_SOURCE_DIR;
+
+std::string Kubectl() {
+  const char* k = std::getenv("GPULET_KUBECTL");
+  return k != nullptr && *k != '\0' ? k : "kubectl";
+}
+
+std::vector<YAML::Node> Render(const std::string& overlay) {
+  // stderr dropped: newer kustomize warns about the v2-compatible fields the overlays use.
+  CommandResult r =
+      RunCommand(Kubectl() + " kustomize " + kSource + "/deploy/overlays/" + overlay + " 2>/dev/null");
+  EXPECT_EQ(r.exit_code, 0) << "kubectl kustomize deploy/overlays/" << overlay << ":\n" << r.output;
+  if (r.exit_code != 0) return {};
+  return YAML::LoadAll(r.output);
+}
+
+YAML::Node Find(const std::vector<YAML::Node>& docs, const std::string& kind,
+                const std::string& name) {
+  for (const YAML::Node& d : docs) {
+    if (d["kind"].as<std::string>() == kind && d["metadata"]["name"].as<std::string>() == name) {
+      return d;
+    }
+  }
+  return YAML::Node();
+}
+
+YAML::Node Named(const YAML::Node& list, const std::string& name) {
+  for (const YAML::Node& item : list) {
+    if (item["name"].as<std::string>() == name) return item;
+  }
+  return YAML::Node();
+}
+
+std::set<std::string> Strings(const YAML::Node& list) {
+  std::set<std::string> out;
+  for (const YAML::Node& s : list) out.insert(s.as<std::string>());
+  return out;
+}
+
+class OverlayTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OverlayTest, RendersALeastPrivilegeDaemonSetOnGpuNodesOnly) {
+  const std::vector<YAML::Node> docs = Render(GetParam());
+  ASSERT_FALSE(docs.empty());
+  YAML::Node ds = Find(docs, "DaemonSet", "gpulet");
+  ASSERT_TRUE(ds) << "no DaemonSet gpulet";
+  EXPECT_EQ(ds["metadata"]["namespace"].as<std::string>(), "gpulet-system");
+  const YAML::Node pod = ds["spec"]["template"]["spec"];
+  EXPECT_EQ(pod["serviceAccountName"].as<std::string>(), "gpulet");
+  EXPECT_FALSE(pod["hostNetwork"].IsDefined() && pod["hostNetwork"].as<bool>());
+
+  // GPU nodes only.
+  const YAML::Node terms =
+      pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+         ["nodeSelectorTerms"];
+  ASSERT_TRUE(terms.IsSequence());
+  EXPECT_EQ(terms[0]["matchExpressions"][0]["key"].as<std::string>(), "nvidia.com/gpu.present");
+
+  const YAML::Node node = Named(pod["containers"], "gpulet");
+  ASSERT_TRUE(node);
+  EXPECT_EQ(node["image"].as<std::string>(), "ghcr.io/gpulet/gpulet:0.1.0");
+  EXPECT_EQ(node["args"][0].as<std::string>(), "node");
+  const std::set<std::string> args = Strings(node["args"]);
+  EXPECT_TRUE(args.count("--config=/run/gpulet/config/config.yaml"));
+
+  // Every container and init container: no escalation, all capabilities dropped, read-only root,
+  // requests and limits.
+  std::vector<YAML::Node> all;
+  for (const YAML::Node& c : pod["containers"]) all.push_back(c);
+  for (const YAML::Node& c : pod["initContainers"]) all.push_back(c);
+  ASSERT_EQ(all.size(), 3u);
+  for (const YAML::Node& c : all) {
+    const std::string name = c["name"].as<std::string>();
+    const YAML::Node sc = c["securityContext"];
+    EXPECT_FALSE(sc["allowPrivilegeEscalation"].as<bool>()) << name;
+    EXPECT_TRUE(sc["readOnlyRootFilesystem"].as<bool>()) << name;
+    EXPECT_FALSE(sc["privileged"].IsDefined() && sc["privileged"].as<bool>()) << name;
+    EXPECT_EQ(Strings(sc["capabilities"]["drop"]), std::set<std::string>{"ALL"}) << name;
+    for (const char* kind : {"requests", "limits"}) {
+      EXPECT_TRUE(c["resources"][kind]["cpu"].IsDefined()) << name << " " << kind;
+      EXPECT_TRUE(c["resources"][kind]["memory"].IsDefined()) << name << " " << kind;
+    }
+    if (name != "gpulet") {
+      EXPECT_TRUE(sc["runAsNonRoot"].as<bool>()) << name;
+      EXPECT_FALSE(sc["capabilities"]["add"].IsDefined()) << name;
+    }
+  }
+  // Only MPS needs a capability (compute mode), and only that one.
+  const YAML::Node added = node["securityContext"]["capabilities"]["add"];
+  if (GetParam() == "mps") {
+    EXPECT_EQ(Strings(added), std::set<std::string>{"SYS_ADMIN"});
+  } else {
+    EXPECT_FALSE(added.IsDefined()) << GetParam();
+  }
+
+  // Probes on /health at the metrics port.
+  for (const char* probe : {"livenessProbe", "readinessProbe"}) {
+    EXPECT_EQ(node[probe]["httpGet"]["path"].as<std::string>(), "/health") << probe;
+    EXPECT_EQ(node[probe]["httpGet"]["port"].as<std::string>(), "metrics") << probe;
+  }
+  EXPECT_EQ(Named(node["ports"], "metrics")["containerPort"].as<int>(), 9400);
+
+  // Host paths, each mounted into the node container where gpulet expects it.
+  std::map<std::string, std::string> host_path_of_volume;
+  for (const YAML::Node& v : pod["volumes"]) {
+    if (v["hostPath"]) host_path_of_volume[v["name"].as<std::string>()] = v["hostPath"]["path"].as<std::string>();
+  }
+  std::map<std::string, std::pair<std::string, bool>> mounted;  // host path -> (mountPath, ro)
+  for (const YAML::Node& m : node["volumeMounts"]) {
+    auto it = host_path_of_volume.find(m["name"].as<std::string>());
+    if (it == host_path_of_volume.end()) continue;
+    mounted[it->second] = {m["mountPath"].as<std::string>(),
+                           m["readOnly"].IsDefined() && m["readOnly"].as<bool>()};
+  }
+  EXPECT_EQ(mounted["/var/lib/kubelet/device-plugins"],
+            std::make_pair(std::string("/var/lib/kubelet/device-plugins"), false));
+  EXPECT_EQ(mounted["/var/lib/kubelet/pod-resources"],
+            std::make_pair(std::string("/var/lib/kubelet/pod-resources"), true));
+  EXPECT_EQ(mounted["/run/nvidia/mps"].first, "/run/nvidia/mps");
+  EXPECT_EQ(mounted["/dev"], std::make_pair(std::string("/host/dev"), true));
+  EXPECT_EQ(mounted["/etc/cdi"], std::make_pair(std::string("/host/etc/cdi"), true));
+  if (GetParam() == "mig-mixed") {
+    EXPECT_TRUE(mounted["/proc/driver/nvidia/capabilities"].second);
+  }
+  if (GetParam() == "mps") {
+    EXPECT_EQ(mounted["/run/nvidia/mps/shm"].first, "/dev/shm");
+  }
+
+  // The config label and the overlay's default config, in both config-sync containers.
+  for (const YAML::Node& c : all) {
+    if (c["name"].as<std::string>() == "gpulet") continue;
+    EXPECT_EQ(c["args"][0].as<std::string>(), "config-sync");
+    EXPECT_TRUE(Strings(c["args"]).count("--label=nvidia.com/device-plugin.config"));
+    EXPECT_TRUE(Strings(c["args"]).count("--output=/run/gpulet/config/config.yaml"));
+    EXPECT_EQ(Named(c["env"], "GPULET_DEFAULT_CONFIG")["value"].as<std::string>(), GetParam());
+  }
+  EXPECT_TRUE(Strings(Named(pod["initContainers"], "config-init")["args"]).count("--once"));
+
+  // The default config exists in the ConfigMap.
+  YAML::Node cm = Find(docs, "ConfigMap", "gpulet-config");
+  ASSERT_TRUE(cm);
+  EXPECT_TRUE(cm["data"][GetParam()].IsDefined()) << GetParam();
+}
+
+TEST_P(OverlayTest, RbacGrantsOnlyWhatGpuletReadsAndWrites) {
+  const std::vector<YAML::Node> docs = Render(GetParam());
+  ASSERT_FALSE(docs.empty());
+  YAML::Node cr = Find(docs, "ClusterRole", "gpulet-node");
+  ASSERT_TRUE(cr);
+  ASSERT_EQ(cr["rules"].size(), 1u);
+  EXPECT_EQ(Strings(cr["rules"][0]["resources"]), std::set<std::string>{"nodes"});
+  EXPECT_EQ(Strings(cr["rules"][0]["verbs"]),
+            (std::set<std::string>{"get", "list", "watch", "patch"}));
+  YAML::Node role = Find(docs, "Role", "gpulet-config");
+  ASSERT_TRUE(role);
+  EXPECT_EQ(role["metadata"]["namespace"].as<std::string>(), "gpulet-system");
+  ASSERT_EQ(role["rules"].size(), 1u);
+  EXPECT_EQ(Strings(role["rules"][0]["resources"]), std::set<std::string>{"configmaps"});
+  EXPECT_EQ(Strings(role["rules"][0]["verbs"]), (std::set<std::string>{"get", "watch"}));
+  for (const YAML::Node& d : docs) {
+    if (d["roleRef"]) {
+      EXPECT_EQ(d["roleRef"]["name"].as<std::string>().rfind("gpulet-", 0), 0u);
+    }
+  }
+  YAML::Node crb = Find(docs, "ClusterRoleBinding", "gpulet-node");
+  ASSERT_TRUE(crb);
+  EXPECT_EQ(crb["subjects"][0]["name"].as<std::string>(), "gpulet");
+  EXPECT_EQ(crb["subjects"][0]["namespace"].as<std::string>(), "gpulet-system");
+}
+
+TEST_P(OverlayTest, MetricsServiceMonitorAndRulesSelectTheDaemonSet) {
+  const std::vector<YAML::Node> docs = Render(GetParam());
+  ASSERT_FALSE(docs.empty());
+  YAML::Node svc = Find(docs, "Service", "gpulet-metrics");
+  YAML::Node sm = Find(docs, "ServiceMonitor", "gpulet");
+  YAML::Node ds = Find(docs, "DaemonSet", "gpulet");
+  ASSERT_TRUE(svc && sm && ds);
+  const YAML::Node pod_labels = ds["spec"]["template"]["metadata"]["labels"];
+  for (const auto& kv : svc["spec"]["selector"]) {
+    EXPECT_EQ(pod_labels[kv.first.as<std::string>()].as<std::string>(), kv.second.as<std::string>());
+  }
+  EXPECT_EQ(Named(svc["spec"]["ports"], "metrics")["port"].as<int>(), 9400);
+  for (const auto& kv : sm["spec"]["selector"]["matchLabels"]) {
+    EXPECT_EQ(svc["metadata"]["labels"][kv.first.as<std::string>()].as<std::string>(),
+              kv.second.as<std::string>());
+  }
+  EXPECT_EQ(sm["spec"]["endpoints"][0]["port"].as<std::string>(), "metrics");
+  EXPECT_TRUE(Find(docs, "PrometheusRule", "gpulet"));
+  EXPECT_TRUE(Find(docs, "Namespace", "gpulet-system"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Overlays, OverlayTest,
+                         ::testing::Values("time-slicing", "mig-mixed", "mps"),
+                         [](const ::testing::TestParamInfo<std::string>& p) {
+                           std::string n = p.param;
+                           for (char& c : n) {
+                             if (c == '-') c = '_';
+                           }
+                           return n;
+                         });
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(ConfigMap, EveryNamedConfigParsesAsANvidiaV1Config) {
+  YAML::Node cm = YAML::LoadFile(kSource + "/deploy/base/configmap.yaml");
+  ASSERT_GE(cm["data"].size(), 4u);
+  for (const auto& kv : cm["data"]) {
+    const std::string name = kv.first.as<std::string>();
+    Result<config::Config> c = config::ParseConfig(kv.second.as<std::string>(), "configmap:" + name);
+    EXPECT_TRUE(c.ok()) << name << ": " << c.status().message();
+  }
+}
+
+TEST(PrometheusRule, GroupsEqualTheExportersRuleFile) {
+  const std::string rules_path = kSource + "/deploy/prometheus/gpulet-rules.yaml";
+  ASSERT_TRUE(std::filesystem::exists(rules_path)) << rules_path;
+  YAML::Node rules = YAML::LoadFile(rules_path);
+  YAML::Node wrapped = YAML::LoadFile(kSource + "/deploy/base/prometheusrule.yaml");
+  ASSERT_GT(rules["groups"].size(), 0u);
+  // Compare through the canonical emitter so formatting differences do not matter.
+  YAML::Emitter a, b;
+  a << rules["groups"];
+  b << wrapped["spec"]["groups"];
+  EXPECT_EQ(std::string(a.c_str()), std::string(b.c_str()))
+      << "deploy/base/prometheusrule.yaml spec.groups differs from " << rules_path;
+}
+
+TEST(Dockerfile, EveryPathCopiedFromTheBuildContextExists) {
+  std::istringstream in(ReadFile(kSource + "/deploy/Dockerfile"));
+  std::string line;
+  int copies = 0;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string word;
+    words >> word;
+    if (word != "COPY") continue;
+    std::vector<std::string> parts;
+    bool from_stage = false;
+    while (words >> word) {
+      if (word.rfind("--from=", 0) == 0) from_stage = true;
+      if (word.rfind("--", 0) == 0) continue;
+      parts.push_back(word);
+    }
+    ASSERT_GE(parts.size(), 2u) << line;
+    if (from_stage) continue;
+    parts.pop_back();  // destination
+    for (const std::string& src : parts) {
+      ++copies;
+      EXPECT_TRUE(std::filesystem::exists(kSource + "/" + src)) << "COPY source missing: " << src;
+    }
+  }
+  EXPECT_GE(copies, 4);
+  EXPECT_NE(ReadFile(kSource + "/deploy/Dockerfile").find("FROM debian:12"), std::string::npos);
+  // The build context must not ship build trees.
+  const std::string ignore = ReadFile(kSource + "/.dockerignore");
+  EXPECT_NE(ignore.find("build-*"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpulet::testing
