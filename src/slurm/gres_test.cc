@@ -1,0 +1,377 @@
+#include "slurm/gres.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+namespace gpulet::slurm {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string l;
+  while (std::getline(in, l)) out.push_back(l);
+  return out;
+}
+
+std::vector<std::string> ConfigLines(const std::string& text) {
+  std::vector<std::string> out;
+  for (const std::string& l : Lines(text)) {
+    if (!l.empty() && l[0] != '#') out.push_back(l);
+  }
+  return out;
+}
+
+gpu::Inventory Node(unsigned n, const std::string& name) {
+  gpu::Inventory inv;
+  inv.driver_version = "550.54.15";
+  for (unsigned i = 0; i < n; ++i) {
+    gpu::Gpu g;
+    g.index = i;
+    g.minor = i;
+    g.name = name;
+    g.uuid = "GPU-" + std::to_string(i);
+    g.pci_bus_id = "00000000:1" + std::to_string(i) + ":00.0";
+    inv.gpus.push_back(g);
+  }
+  inv.links.assign(n, std::vector<gpu::Link>(n));
+  return inv;
+}
+
+// 8 x H100 SXM, two NUMA nodes of 56 cores with hyperthreads, NVSwitch (18 links each pair).
+gpu::Inventory DgxH100() {
+  gpu::Inventory inv = Node(8, "NVIDIA H100 80GB HBM3");
+  for (gpu::Gpu& g : inv.gpus) {
+    g.numa_node = g.index < 4 ? 0 : 1;
+    g.cpu_affinity = g.index < 4 ? "0-55,112-167" : "56-111,168-223";
+  }
+  for (unsigned i = 0; i < 8; ++i) {
+    for (unsigned j = 0; j < 8; ++j) inv.links[i][j].nvlinks = i == j ? 0 : 18;
+  }
+  return inv;
+}
+
+// A100 with GPU 0 in MIG mode (two 3g.20gb devices), GPU 1 whole; NVLink between them.
+gpu::Inventory DgxA100Mig() {
+  gpu::Inventory inv = Node(2, "NVIDIA A100-SXM4-40GB");
+  inv.links[0][1].nvlinks = inv.links[1][0].nvlinks = 12;
+  gpu::Gpu& g = inv.gpus[0];
+  g.mig_capable = g.mig_enabled = true;
+  g.cpu_affinity = "0-31";
+  for (unsigned m = 0; m < 2; ++m) {
+    gpu::MigDevice d;
+    d.parent_index = 0;
+    d.mig_index = m;
+    d.uuid = "MIG-" + std::to_string(m);
+    d.profile = "3g.20gb";
+    d.gi_cap_path = "/dev/nvidia-caps/nvidia-cap" + std::to_string(21 + 9 * m);
+    d.ci_cap_path = "/dev/nvidia-caps/nvidia-cap" + std::to_string(22 + 9 * m);
+    g.mig_devices.push_back(d);
+  }
+  inv.gpus[1].mig_capable = true;
+  return inv;
+}
+
+GresOptions Opts(const std::string& node) {
+  GresOptions o;
+  o.node_name = node;
+  o.generator = "gpulet test";
+  o.source = "fixture unit";
+  return o;
+}
+
+TEST(GpuType, FromProductNames) {
+  EXPECT_EQ(GpuTypeFromName("NVIDIA H100 80GB HBM3"), "h100");
+  EXPECT_EQ(GpuTypeFromName("NVIDIA H100 PCIe"), "h100");
+  EXPECT_EQ(GpuTypeFromName("NVIDIA H200"), "h200");
+  EXPECT_EQ(GpuTypeFromName("NVIDIA A100-SXM4-80GB"), "a100");
+  EXPECT_EQ(GpuTypeFromName("NVIDIA L4"), "l4");
+  EXPECT_EQ(GpuTypeFromName("NVIDIA L40S"), "l40s");
+  EXPECT_EQ(GpuTypeFromName("Tesla V100-SXM2-16GB"), "v100");
+  EXPECT_EQ(GpuTypeFromName("NVIDIA A10G"), "a10g");
+  EXPECT_EQ(GpuTypeFromName("NVIDIA RTX A6000"), "a6000");
+  EXPECT_EQ(GpuTypeFromName("NVIDIA GH200 480GB"), "gh200");
+  // No model token: sanitised, never empty.
+  EXPECT_EQ(GpuTypeFromName("NVIDIA GeForce RTX 4090"), "geforce_rtx_4090");
+  EXPECT_EQ(GpuTypeFromName("Quadro RTX 8000 (rev. 2)"), "quadro_rtx_8000_rev_2");
+  EXPECT_EQ(GpuTypeFromName("NVIDIA"), "gpu");
+  EXPECT_EQ(GpuTypeFromName(""), "gpu");
+}
+
+TEST(NodeName, Validation) {
+  for (const char* ok : {"n1", "gpu-node-01", "dgx01.cluster.local", "A1"}) {
+    EXPECT_TRUE(IsValidNodeName(ok)) << ok;
+  }
+  for (const char* bad : {"", "-n1", "n1-", "node_1", "n[1-2]", "a b", "n1,n2", "n1.", ".n1",
+                          "n=1"}) {
+    EXPECT_FALSE(IsValidNodeName(bad)) << bad;
+  }
+  EXPECT_FALSE(IsValidNodeName(std::string(64, 'a')));
+  Result<NodeGres> r = PlanNodeGres(DgxH100(), Opts("node_1"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), ErrorCode::kUsage);
+  EXPECT_THAT(r.status().message(), HasSubstr("node_1"));
+}
+
+TEST(Gres, DgxH100WholeGpusWithCoresAndLinks) {
+  GresOptions o = Opts("dgx01");
+  o.cpus = 224;
+  o.threads_per_core = 2;
+  o.real_memory_mib = 2063937;
+  gpu::Inventory inv = DgxH100();
+  Result<NodeGres> g = PlanNodeGres(inv, o);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  std::vector<std::string> lines = ConfigLines(RenderGresConf(inv, *g, o));
+  ASSERT_EQ(lines.size(), 9u);
+  EXPECT_EQ(lines[0], "AutoDetect=off");
+  EXPECT_EQ(lines[1],
+            "NodeName=dgx01 Name=gpu Type=h100 File=/dev/nvidia0 Cores=0-55 "
+            "Links=-1,18,18,18,18,18,18,18");
+  EXPECT_EQ(lines[8],
+            "NodeName=dgx01 Name=gpu Type=h100 File=/dev/nvidia7 Cores=56-111 "
+            "Links=18,18,18,18,18,18,18,-1");
+  EXPECT_EQ(RenderSlurmConf(*g, o),
+            "GresTypes=gpu\nNodeName=dgx01 CPUs=224 ThreadsPerCore=2 RealMemory=2063937 "
+            "Gres=gpu:h100:8\n");
+  std::string text = RenderGresConf(inv, *g, o);
+  EXPECT_THAT(text, HasSubstr("generated by gpulet test from fixture unit"));
+  EXPECT_THAT(text, HasSubstr("8 x NVIDIA H100 80GB HBM3"));
+}
+
+TEST(Gres, WithoutThreadInfoCoresAreTheCpuIds) {
+  gpu::Inventory inv = DgxH100();
+  Result<NodeGres> g = PlanNodeGres(inv, Opts("dgx01"));
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(*g->records[0].cores, "0-55,112-167");
+  EXPECT_EQ(RenderSlurmConf(*g, Opts("dgx01")), "GresTypes=gpu\nNodeName=dgx01 Gres=gpu:h100:8\n");
+}
+
+TEST(Gres, DevRootAndTypeOverride) {
+  GresOptions o = Opts("n1");
+  o.dev_root = "/tmp/fake/";
+  o.type_override = "hopper80";
+  gpu::Inventory inv = DgxH100();
+  Result<NodeGres> g = PlanNodeGres(inv, o);
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->records[3].files, std::vector<std::string>{"/tmp/fake/dev/nvidia3"});
+  EXPECT_EQ(g->records[3].type, "hopper80");
+  EXPECT_EQ(NodeGresValue(*g), "gpu:hopper80:8");
+  o.type_override = "bad:type";
+  EXPECT_EQ(PlanNodeGres(inv, o).status().code(), ErrorCode::kUsage);
+}
+
+TEST(Gres, MigDevicesUseMultipleFiles) {
+  GresOptions o = Opts("a100-1");
+  gpu::Inventory inv = DgxA100Mig();
+  Result<NodeGres> g = PlanNodeGres(inv, o);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  std::string text = RenderGresConf(inv, *g, o);
+  EXPECT_THAT(ConfigLines(text),
+              ElementsAre("AutoDetect=off",
+                          "NodeName=a100-1 Name=gpu Type=a100_3g.20gb "
+                          "MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap21,"
+                          "/dev/nvidia-caps/nvidia-cap22 Cores=0-31",
+                          "NodeName=a100-1 Name=gpu Type=a100_3g.20gb "
+                          "MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap30,"
+                          "/dev/nvidia-caps/nvidia-cap31 Cores=0-31",
+                          "NodeName=a100-1 Name=gpu Type=a100 File=/dev/nvidia1"));
+  // NVLink exists but a MIG GPU breaks the index correspondence: no Links, and a warning says so.
+  EXPECT_THAT(text, HasSubstr("# warning: Links= omitted"));
+  EXPECT_EQ(NodeGresValue(*g), "gpu:a100_3g.20gb:2,gpu:a100:1");
+}
+
+TEST(Gres, MigProfileNamesAreSanitised) {
+  gpu::Inventory inv = DgxA100Mig();
+  inv.gpus[0].mig_devices[0].profile = "1g.10gb+me";
+  Result<NodeGres> g = PlanNodeGres(inv, Opts("n1"));
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->records[0].type, "a100_1g.10gb_me");
+}
+
+TEST(Gres, MigWithoutCapsIsAnError) {
+  gpu::Inventory inv = DgxA100Mig();
+  inv.gpus[0].mig_devices[1].ci_cap_path.clear();
+  Result<NodeGres> g = PlanNodeGres(inv, Opts("n1"));
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), ErrorCode::kInvalidInput);
+  EXPECT_THAT(g.status().message(), HasSubstr("GPU 0"));
+  EXPECT_THAT(g.status().message(), HasSubstr("MIG device 1"));
+}
+
+TEST(Gres, BadCpuAffinityNamesTheGpu) {
+  gpu::Inventory inv = DgxH100();
+  inv.gpus[5].cpu_affinity = "0-x";
+  Result<NodeGres> g = PlanNodeGres(inv, Opts("n1"));
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(g.status().message(), HasSubstr("GPU 5"));
+}
+
+TEST(Gres, L4PcieWithShardsAndMps) {
+  gpu::Inventory inv = Node(2, "NVIDIA L4");
+  inv.links[0][1].pcie = inv.links[1][0].pcie = gpu::PcieRelation::kHostBridge;
+  GresOptions o = Opts("l4-node");
+  o.shards = 4;
+  o.mps = true;
+  o.cpus = 16;
+  o.real_memory_mib = 64000;
+  Result<NodeGres> g = PlanNodeGres(inv, o);
+  ASSERT_TRUE(g.ok());
+  std::string text = RenderGresConf(inv, *g, o);
+  EXPECT_THAT(ConfigLines(text),
+              ElementsAre("AutoDetect=off", "NodeName=l4-node Name=gpu Type=l4 File=/dev/nvidia0",
+                          "NodeName=l4-node Name=gpu Type=l4 File=/dev/nvidia1",
+                          "NodeName=l4-node Name=shard Count=4 File=/dev/nvidia0",
+                          "NodeName=l4-node Name=mps Count=100 File=/dev/nvidia0",
+                          "NodeName=l4-node Name=shard Count=4 File=/dev/nvidia1",
+                          "NodeName=l4-node Name=mps Count=100 File=/dev/nvidia1"));
+  EXPECT_EQ(RenderSlurmConf(*g, o),
+            "GresTypes=gpu,mps,shard\nNodeName=l4-node CPUs=16 RealMemory=64000 "
+            "Gres=gpu:l4:2,shard:8,mps:200\n");
+  EXPECT_THAT(text, HasSubstr("# warning: shard and mps on one node"));
+}
+
+TEST(Gres, NoGpus) {
+  gpu::Inventory inv;
+  Result<NodeGres> g = PlanNodeGres(inv, Opts("cpu1"));
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(RenderSlurmConf(*g, Opts("cpu1")), "GresTypes=gpu\nNodeName=cpu1\n");
+  EXPECT_THAT(RenderGresConf(inv, *g, Opts("cpu1")), HasSubstr("no GPUs found"));
+}
+
+// ---- --check ----
+
+struct CheckCase {
+  gpu::Inventory inv;
+  GresOptions opts;
+  NodeGres gres;
+  std::string text;
+};
+
+CheckCase MakeCase(gpu::Inventory inv, GresOptions o) {
+  Result<NodeGres> g = PlanNodeGres(inv, o);
+  EXPECT_TRUE(g.ok());
+  std::string text = RenderGresConf(inv, *g, o);
+  return {std::move(inv), std::move(o), std::move(g).value(), std::move(text)};
+}
+
+std::vector<std::string> Check(const CheckCase& c, const std::string& text) {
+  Result<ParsedGresConf> parsed = ParseGresConf(text, "gres.conf", c.opts.node_name);
+  EXPECT_TRUE(parsed.ok()) << parsed.status().message();
+  if (!parsed.ok()) return {"parse failed"};
+  return CompareGres(c.gres, *parsed, "gres.conf");
+}
+
+TEST(GresCheck, GeneratedFilesMatch) {
+  GresOptions shards = Opts("dgx01");
+  shards.shards = 2;
+  shards.cpus = 224;
+  shards.threads_per_core = 2;
+  for (const CheckCase& c : {MakeCase(DgxH100(), shards), MakeCase(DgxA100Mig(), Opts("a1")),
+                             MakeCase(Node(2, "NVIDIA L4"), Opts("l4"))}) {
+    EXPECT_THAT(Check(c, c.text), ElementsAre());
+  }
+}
+
+TEST(GresCheck, NamesEachMismatch) {
+  GresOptions o = Opts("dgx01");
+  o.cpus = 224;
+  o.threads_per_core = 2;
+  CheckCase c = MakeCase(DgxH100(), o);
+  std::vector<std::string> lines = Lines(c.text);
+  // Find the line numbers of GPU 2 and GPU 5 (1-based).
+  size_t l2 = 0, l5 = 0, l7 = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].find("/dev/nvidia2 ") != std::string::npos) l2 = i;
+    if (lines[i].find("/dev/nvidia5 ") != std::string::npos) l5 = i;
+    if (lines[i].find("/dev/nvidia7 ") != std::string::npos) l7 = i;
+  }
+  ASSERT_TRUE(l2 && l5 && l7);
+  lines[l2] = "NodeName=dgx01 Name=gpu Type=a100 File=/dev/nvidia2 Cores=0-55 "
+              "Links=18,18,-1,18,18,18,18,18";
+  lines[l5] = "NodeName=dgx01 Name=gpu Type=h100 File=/dev/nvidia5 Cores=0-55";
+  lines.erase(lines.begin() + static_cast<long>(l7));
+  lines.push_back("NodeName=dgx01 Name=gpu Type=h100 File=/dev/nvidia9");
+  lines.push_back("NodeName=other Name=gpu Type=h100 File=/dev/nvidia11");  // another node's
+  std::string text;
+  for (const std::string& l : lines) text += l + "\n";
+  std::string n2 = "gres.conf:" + std::to_string(l2 + 1) + ": ";
+  std::string n5 = "gres.conf:" + std::to_string(l5 + 1) + ": ";
+  std::string n9 = "gres.conf:" + std::to_string(lines.size() - 1) + ": ";
+  EXPECT_THAT(Check(c, text),
+              ElementsAre(n2 + "Name=gpu Type=a100 File=/dev/nvidia2: Type is a100, hardware has h100",
+                          n5 + "Name=gpu Type=h100 File=/dev/nvidia5: Cores is 0-55, hardware has 56-111",
+                          n5 + "Name=gpu Type=h100 File=/dev/nvidia5: Links missing, hardware has "
+                               "18,18,18,18,18,-1,18,18",
+                          n9 + "Name=gpu Type=h100 File=/dev/nvidia9: no such device on this node",
+                          "missing: Name=gpu Type=h100 File=/dev/nvidia7"));
+}
+
+TEST(GresCheck, AutoDetectDuplicatesAndUnrequestedShares) {
+  CheckCase c = MakeCase(Node(2, "NVIDIA L4"), Opts("l4"));
+  std::string text =
+      "AutoDetect=nvml\n"
+      "Name=gpu Type=l4 File=/dev/nvidia[0-1]\n"      // no NodeName: applies to every node
+      "NodeName=l[3-4] Name=gpu Type=l4 File=/dev/nvidia1\n"  // l3, l4: applies
+      "Name=shard Count=8 File=/dev/nvidia[0-1]\n";
+  EXPECT_THAT(Check(c, text),
+              ElementsAre("gres.conf:1: AutoDetect=nvml: must be off (Debian's Slurm 22.05 has "
+                          "no NVML plugin; the lines below describe the devices)",
+                          "gres.conf:3: Name=gpu Type=l4 File=/dev/nvidia1: listed twice (first "
+                          "at line 2)",
+                          "gres.conf:4: Name=shard File=/dev/nvidia0: not expected (pass --shards "
+                          "N to check shard lines)",
+                          "gres.conf:4: Name=shard File=/dev/nvidia1: not expected (pass --shards "
+                          "N to check shard lines)"));
+}
+
+TEST(GresCheck, ShardCountSpreadOverFiles) {
+  GresOptions o = Opts("l4");
+  o.shards = 4;
+  CheckCase c = MakeCase(Node(2, "NVIDIA L4"), o);
+  std::string text =
+      "AutoDetect=off\nName=gpu Type=l4 File=/dev/nvidia[0-1]\n"
+      "Name=shard Count=6 File=/dev/nvidia[0-1]\n";
+  EXPECT_THAT(Check(c, text),
+              ElementsAre("gres.conf:3: Name=shard File=/dev/nvidia0: Count is 3, expected 4",
+                          "gres.conf:3: Name=shard File=/dev/nvidia1: Count is 3, expected 4"));
+}
+
+TEST(GresCheck, ParseErrorsNameFileLineAndField) {
+  struct Bad {
+    std::string text, want;
+  } cases[] = {
+      {"AutoDetect=off\nName=gpu File\n", "g.conf:2: File: expected Key=Value"},
+      {"Name=gpu Cores=a-b File=/dev/nvidia0\n", "g.conf:1: Cores: \"a-b\" is not a core id list"},
+      {"Type=h100 File=/dev/nvidia0\n", "g.conf:1: Name: missing"},
+      {"Name=gpu Links=1,x File=/dev/nvidia0\n", "g.conf:1: Links:"},
+      {"NodeName=n[1-\n", "g.conf:1: NodeName: bad host list"},
+      {"Name=shard Count=lots File=/dev/nvidia0\n", "g.conf:1: Count:"},
+      {"Name=gpu File=/dev/nvidia0 File=/dev/nvidia1\n", "g.conf:1: File: given twice"},
+  };
+  for (const Bad& b : cases) {
+    Result<ParsedGresConf> r = ParseGresConf(b.text, "g.conf", "n1");
+    ASSERT_FALSE(r.ok()) << b.text;
+    EXPECT_EQ(r.status().code(), ErrorCode::kInvalidInput);
+    EXPECT_THAT(r.status().message(), HasSubstr(b.want)) << b.text;
+  }
+}
+
+TEST(GresCheck, ContinuationLinesAndComments) {
+  Result<ParsedGresConf> r = ParseGresConf(
+      "# header\nName=gpu Type=h100 \\\n  File=/dev/nvidia0 # trailing\n\nName=gpu Type=h100 "
+      "File=/dev/nvidia1\n",
+      "g.conf", "n1");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->records.size(), 2u);
+  EXPECT_EQ(r->records[0].line, 2);
+  EXPECT_EQ(r->records[0].files, std::vector<std::string>{"/dev/nvidia0"});
+  EXPECT_EQ(r->records[1].line, 5);
+}
+
+}  // namespace
+}  // namespace gpulet::slurm
