@@ -1,0 +1,127 @@
+#include "deviceplugin/allocate.h"
+
+#include <algorithm>
+#include <set>
+
+namespace gpulet::deviceplugin {
+namespace {
+
+std::string Join(const std::vector<std::string>& parts, const char* sep) {
+  std::string out;
+  for (const std::string& p : parts) {
+    if (!out.empty()) out += sep;
+    out += p;
+  }
+  return out;
+}
+
+std::string HostPath(const std::string& root, const std::string& path) {
+  if (root.empty() || root == "/") return path;
+  std::string r = root;
+  while (r.size() > 1 && r.back() == '/') r.pop_back();
+  return r + path;
+}
+
+bool Has(const AllocateOptions& o, config::DeviceListStrategy s) {
+  return std::find(o.device_list_strategies.begin(), o.device_list_strategies.end(), s) !=
+         o.device_list_strategies.end();
+}
+
+const gpu::Gpu* GpuByIndex(const gpu::Inventory& inv, unsigned index) {
+  for (const gpu::Gpu& g : inv.gpus) {
+    if (g.index == index) return &g;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+Result<v1beta1::ContainerAllocateResponse> BuildContainerAllocateResponse(
+    const sharing::Resource& resource, const gpu::Inventory& inventory,
+    const AllocateOptions& options, const std::vector<std::string>& device_ids,
+    const std::string& unique) {
+  if (device_ids.empty()) {
+    return Status(ErrorCode::kInvalidInput, "allocate request for " + resource.name + " names no devices");
+  }
+  std::vector<const sharing::AdvertisedDevice*> devices;
+  std::set<std::string> seen;
+  for (const std::string& id : device_ids) {
+    const sharing::AdvertisedDevice* d = resource.Find(id);
+    if (!d) {
+      return Status(ErrorCode::kInvalidInput,
+                    "unknown device ID \"" + id + "\" for resource " + resource.name);
+    }
+    if (!seen.insert(id).second) {
+      return Status(ErrorCode::kInvalidInput,
+                    "device ID \"" + id + "\" requested twice for resource " + resource.name);
+    }
+    devices.push_back(d);
+  }
+  if (resource.fail_requests_greater_than_one && resource.replicas > 1 && devices.size() > 1) {
+    return Status(ErrorCode::kInvalidInput,
+                  "resource " + resource.name + " is shared (" + std::to_string(resource.replicas) +
+                      " replicas) and accepts requests for one device only, got " +
+                      std::to_string(devices.size()));
+  }
+
+  // What the container is told, de-duplicated (replicas of one GPU name it once), request order.
+  std::vector<std::string> visible;
+  std::set<std::string> visible_seen;
+  for (const sharing::AdvertisedDevice* d : devices) {
+    const std::string& v =
+        options.device_id_strategy == config::DeviceIdStrategy::kIndex ? d->index : d->uuid;
+    if (visible_seen.insert(v).second) visible.push_back(v);
+  }
+
+  v1beta1::ContainerAllocateResponse r;
+  if (Has(options, config::DeviceListStrategy::kEnvvar)) {
+    (*r.mutable_envs())["NVIDIA_VISIBLE_DEVICES"] = Join(visible, ",");
+  }
+  if (Has(options, config::DeviceListStrategy::kVolumeMounts)) {
+    // The toolkit reads the device list from the mount points' names.
+    (*r.mutable_envs())["NVIDIA_VISIBLE_DEVICES"] = kVolumeMountsRoot;
+    for (const std::string& v : visible) {
+      v1beta1::Mount* m = r.add_mounts();
+      m->set_container_path(std::string(kVolumeMountsRoot) + "/" + v);
+      m->set_host_path(kVolumeMountsHostPath);
+      m->set_read_only(true);
+    }
+  }
+  std::vector<std::string> cdi_names;
+  for (const std::string& v : visible) cdi_names.push_back(options.cdi_kind + "=" + v);
+  if (Has(options, config::DeviceListStrategy::kCdiAnnotations)) {
+    (*r.mutable_annotations())[options.cdi_annotation_prefix + "gpulet_" + unique] =
+        Join(cdi_names, ",");
+  }
+  if (Has(options, config::DeviceListStrategy::kCdiCri)) {
+    for (const std::string& n : cdi_names) r.add_cdi_devices()->set_name(n);
+  }
+
+  if (options.pass_device_specs) {
+    std::vector<std::string> paths = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+                                      "/dev/nvidia-modeset"};
+    for (const sharing::AdvertisedDevice* d : devices) {
+      const gpu::Gpu* g = GpuByIndex(inventory, d->gpu_index);
+      if (!g) continue;
+      paths.push_back(g->device_path());
+      if (d->mig_index) {
+        for (const gpu::MigDevice& m : g->mig_devices) {
+          if (m.mig_index != *d->mig_index) continue;
+          if (!m.gi_cap_path.empty()) paths.push_back(m.gi_cap_path);
+          if (!m.ci_cap_path.empty()) paths.push_back(m.ci_cap_path);
+        }
+      }
+    }
+    std::set<std::string> path_seen;
+    for (const std::string& p : paths) {
+      if (!path_seen.insert(p).second) continue;
+      v1beta1::DeviceSpec* spec = r.add_devices();
+      spec->set_container_path(p);
+      spec->set_host_path(HostPath(options.nvidia_dev_root, p));
+      spec->set_permissions("rw");
+    }
+  }
+  return r;
+}
+
+}  // namespace gpulet::deviceplugin

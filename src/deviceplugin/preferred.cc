@@ -1,0 +1,203 @@
+#include "deviceplugin/preferred.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace gpulet::deviceplugin {
+namespace {
+
+// Closeness of two GPUs over PCIe; higher is closer.
+int PcieCloseness(gpu::PcieRelation r) {
+  switch (r) {
+    case gpu::PcieRelation::kSameBoard: return 5;
+    case gpu::PcieRelation::kSameSwitch: return 4;
+    case gpu::PcieRelation::kHostBridge: return 3;
+    case gpu::PcieRelation::kSameCpu: return 2;
+    case gpu::PcieRelation::kCrossCpu: return 1;
+    case gpu::PcieRelation::kUnknown: return 0;
+  }
+  return 0;
+}
+
+struct Score {
+  long nvlinks = 0;
+  long pcie = 0;
+  auto operator<=>(const Score&) const = default;
+  Score operator+(const Score& o) const { return {nvlinks + o.nvlinks, pcie + o.pcie}; }
+};
+
+// Pairwise scores between the candidates (positions into the resource's device list).
+class Affinity {
+ public:
+  Affinity(const sharing::Resource& resource, const gpu::Inventory& inv,
+           const std::vector<size_t>& positions)
+      : n_(positions.size()), score_(n_ * n_) {
+    for (size_t a = 0; a < n_; ++a) {
+      for (size_t b = a + 1; b < n_; ++b) {
+        unsigned ga = resource.devices[positions[a]].gpu_index;
+        unsigned gb = resource.devices[positions[b]].gpu_index;
+        Score s;
+        // Two IDs on one GPU (replicas, MIG devices) share no link: spreading is preferred.
+        if (ga != gb && ga < inv.links.size() && gb < inv.links[ga].size()) {
+          const gpu::Link& l = inv.links[ga][gb];
+          s = {static_cast<long>(l.nvlinks), PcieCloseness(l.pcie)};
+        }
+        score_[a * n_ + b] = score_[b * n_ + a] = s;
+      }
+    }
+  }
+  const Score& operator()(size_t a, size_t b) const { return score_[a * n_ + b]; }
+  Score Of(const std::vector<size_t>& set) const {
+    Score total;
+    for (size_t i = 0; i < set.size(); ++i) {
+      for (size_t j = i + 1; j < set.size(); ++j) total = total + (*this)(set[i], set[j]);
+    }
+    return total;
+  }
+
+ private:
+  size_t n_;
+  std::vector<Score> score_;
+};
+
+// Better: higher score, then lexicographically smaller (sorted) member list.
+bool Better(const Score& s, std::vector<size_t> set, const Score& best_s,
+            const std::vector<size_t>& best_sorted) {
+  if (best_sorted.empty()) return true;
+  if (s != best_s) return s > best_s;
+  std::sort(set.begin(), set.end());
+  return set < best_sorted;
+}
+
+uint64_t Combinations(size_t n, size_t k, uint64_t cap) {
+  if (k > n) return 0;
+  k = std::min(k, n - k);
+  uint64_t c = 1;
+  for (size_t i = 1; i <= k; ++i) {
+    c = c * (n - k + i) / i;
+    if (c > cap) return cap + 1;
+  }
+  return c;
+}
+
+constexpr uint64_t kExhaustiveLimit = 5000;
+
+}  // namespace
+
+Result<std::vector<std::string>> PreferredAllocation(const sharing::Resource& resource,
+                                                     const gpu::Inventory& inventory,
+                                                     const std::vector<std::string>& available,
+                                                     const std::vector<std::string>& must_include,
+                                                     int size) {
+  std::map<std::string, size_t> position;
+  for (size_t i = 0; i < resource.devices.size(); ++i) position[resource.devices[i].id] = i;
+
+  std::set<size_t> must_set;
+  for (const std::string& id : must_include) {
+    auto it = position.find(id);
+    if (it == position.end()) {
+      return Status(ErrorCode::kInvalidInput, "must-include device ID \"" + id +
+                                                  "\" is not a device of " + resource.name);
+    }
+    if (!must_set.insert(it->second).second) {
+      return Status(ErrorCode::kInvalidInput, "must-include device ID \"" + id + "\" is listed twice");
+    }
+  }
+  std::set<size_t> free_set;
+  for (const std::string& id : available) {
+    auto it = position.find(id);
+    if (it == position.end()) continue;  // stale view: not ours to fail on
+    if (!must_set.count(it->second)) free_set.insert(it->second);
+  }
+  if (size < 0 || static_cast<size_t>(size) < must_set.size()) {
+    return Status(ErrorCode::kInvalidInput,
+                  "allocation size " + std::to_string(size) + " is smaller than the " +
+                      std::to_string(must_set.size()) + " must-include devices");
+  }
+  const size_t want = static_cast<size_t>(size);
+  if (must_set.size() + free_set.size() < want) {
+    return Status(ErrorCode::kInvalidInput,
+                  "allocation size " + std::to_string(size) + " exceeds the " +
+                      std::to_string(must_set.size() + free_set.size()) + " available devices of " +
+                      resource.name);
+  }
+
+  // Local numbering: must-include first, then the free candidates in plan order.
+  std::vector<size_t> positions(must_set.begin(), must_set.end());
+  const size_t n_must = positions.size();
+  positions.insert(positions.end(), free_set.begin(), free_set.end());
+  const size_t n = positions.size();
+  const size_t k = want - n_must;
+  Affinity affinity(resource, inventory, positions);
+
+  std::vector<size_t> base(n_must);
+  for (size_t i = 0; i < n_must; ++i) base[i] = i;
+  std::vector<size_t> best;  // local indices, sorted
+  Score best_score;
+
+  if (k == 0) {
+    best = base;
+  } else if (Combinations(n - n_must, k, kExhaustiveLimit) <= kExhaustiveLimit) {
+    // Lexicographic enumeration of k-subsets of the free candidates.
+    std::vector<size_t> pick(k);
+    for (size_t i = 0; i < k; ++i) pick[i] = n_must + i;
+    while (true) {
+      std::vector<size_t> set = base;
+      set.insert(set.end(), pick.begin(), pick.end());
+      Score s = affinity.Of(set);
+      if (Better(s, set, best_score, best)) {
+        best_score = s;
+        std::sort(set.begin(), set.end());
+        best = std::move(set);
+      }
+      size_t i = k;
+      while (i > 0 && pick[i - 1] == n - k + (i - 1)) --i;
+      if (i == 0) break;
+      ++pick[i - 1];
+      for (size_t j = i; j < k; ++j) pick[j] = pick[j - 1] + 1;
+    }
+  } else {
+    // Greedy growth from each free candidate as seed, with incremental gains.
+    std::vector<Score> gain(n);
+    std::vector<char> in(n);
+    for (size_t seed = n_must; seed < n; ++seed) {
+      std::fill(gain.begin(), gain.end(), Score{});
+      std::fill(in.begin(), in.end(), 0);
+      std::vector<size_t> set;
+      Score total;
+      auto add = [&](size_t m) {
+        total = total + gain[m];
+        in[m] = 1;
+        set.push_back(m);
+        for (size_t c = 0; c < n; ++c) {
+          if (!in[c]) gain[c] = gain[c] + affinity(c, m);
+        }
+      };
+      for (size_t m : base) add(m);
+      add(seed);
+      while (set.size() < want) {
+        size_t pick = n;
+        for (size_t c = n_must; c < n; ++c) {
+          if (in[c]) continue;
+          if (pick == n || gain[c] > gain[pick]) pick = c;
+        }
+        add(pick);
+      }
+      if (Better(total, set, best_score, best)) {
+        best_score = total;
+        std::sort(set.begin(), set.end());
+        best = std::move(set);
+      }
+    }
+  }
+
+  std::vector<size_t> chosen;
+  for (size_t local : best) chosen.push_back(positions[local]);
+  std::sort(chosen.begin(), chosen.end());
+  std::vector<std::string> ids;
+  for (size_t p : chosen) ids.push_back(resource.devices[p].id);
+  return ids;
+}
+
+}  // namespace gpulet::deviceplugin
