@@ -1,5 +1,7 @@
 #include "config/config.h"
 
+#include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -92,6 +94,40 @@ int NodeLine(const YAML::Node& node, int fallback) {
   return mark.is_null() || mark.line < 0 ? fallback : mark.line + 1;
 }
 
+// Sees whether a document has anything but a null root, and where it starts.
+class DocumentProbe : public YAML::EventHandler {
+ public:
+  bool has_content = false;
+  int line = 1;
+
+  void OnDocumentStart(const YAML::Mark& mark) override { Note(mark, false); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { Note(mark, false); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { Note(mark, true); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    Note(mark, true);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    Note(mark, true);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    Note(mark, true);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void Note(const YAML::Mark& mark, bool content) {
+    if (content && !has_content) {
+      has_content = true;
+      line = mark.line >= 0 ? mark.line + 1 : 1;
+    }
+  }
+};
+
 class Parser {
  public:
   explicit Parser(std::string file) : file_(std::move(file)) {}
@@ -142,8 +178,9 @@ class Parser {
                   std::initializer_list<std::string_view> allowed, const KeyFn& fn) {
     if (!map.IsMap()) Fail(Loc(map, path, line), "must be a mapping, got " + Describe(map));
     std::set<std::string> seen;
-    for (auto it = map.begin(); it != map.end(); ++it) {
-      const YAML::Node& key = it->first;
+    // Range-for keeps each yielded key/value pair alive; `it->first` would dangle.
+    for (const auto& kv : map) {
+      const YAML::Node& key = kv.first;
       const int key_line = Line(key, line);
       if (!key.IsScalar()) {
         Fail(SourceLocation{file_, key_line, path.empty() ? "<root>" : path},
@@ -156,7 +193,7 @@ class Parser {
              "unknown key (known: " + Join(allowed, ", ") + ")");
       }
       if (!seen.insert(name).second) Fail(SourceLocation{file_, key_line, child}, "duplicate key");
-      fn(name, it->second, child, Line(it->second, key_line));
+      fn(name, kv.second, child, Line(kv.second, key_line));
     }
   }
 
@@ -380,7 +417,10 @@ class Parser {
                    r.name = ResourceName(value, child, l);
                    have_name = true;
                  } else if (key == "rename") {
-                   if (!value.IsNull()) r.rename = ResourceName(value, child, l);
+                   if (!value.IsNull()) {
+                     r.rename = ResourceName(value, child, l);
+                     r.rename_where = Loc(value, child, l);
+                   }
                  } else if (key == "devices") {
                    r.devices = Devices(value, child, l);
                  } else if (key == "replicas") {
@@ -442,6 +482,7 @@ class Parser {
 
   DeviceSelection Devices(const YAML::Node& node, const std::string& path, int line) {
     DeviceSelection sel;
+    sel.where = Loc(node, path, line);
     if (node.IsNull()) return sel;
     if (node.IsScalar()) {
       if (node.Scalar() == "all") return sel;
@@ -486,7 +527,10 @@ class Parser {
   void CheckClashes(const std::vector<ReplicatedResource>& rs) {
     for (size_t i = 0; i < rs.size(); ++i) {
       const ReplicatedResource& a = rs[i];
-      const SourceLocation rename_loc{file_, a.where.line, a.where.field + ".rename"};
+      // A clash from renameByDefault has no rename line: name the entry's.
+      const SourceLocation rename_loc =
+          a.rename.empty() ? SourceLocation{file_, a.where.line, a.where.field + ".name"}
+                           : a.rename_where;
       if (!a.rename.empty() && a.rename != a.name) {
         if (IsStandardName(a.rename)) {
           Fail(rename_loc, Quote(a.rename) + " clashes with a resource gpulet advertises itself");
@@ -513,7 +557,9 @@ class Parser {
 
   void CheckOverlap(const ReplicatedResource& a, const ReplicatedResource& b) {
     using K = DeviceSelection::Kind;
-    const SourceLocation devices_loc{file_, a.where.line, a.where.field + ".devices"};
+    const SourceLocation devices_loc =
+        a.devices.where.line > 0 ? a.devices.where
+                                 : SourceLocation{file_, a.where.line, a.where.field + ".devices"};
     if (a.devices.kind != K::kList || b.devices.kind != K::kList) {
       Fail(devices_loc, "overlaps the devices of " + b.where.field + " (same resource " +
                             Quote(a.name) + "; list disjoint devices)");
@@ -635,14 +681,26 @@ Result<Config> ParseConfig(std::string_view yaml_text, const std::string& filena
                                                 std::to_string(yaml_text.size()) + " bytes)");
   }
   try {
-    std::vector<YAML::Node> docs = YAML::LoadAll(std::string(yaml_text));
-    if (docs.size() > 1) {
-      return InvalidAt(SourceLocation{filename, NodeLine(docs[1], 1), ""},
-                       "more than one YAML document");
+    // YAML::Load, not LoadAll: LoadAll in yaml-cpp 0.7 loops forever on inputs such as ","
+    // (yaml-cpp #1040). A second, bounded pass detects a second document.
+    const std::string text(yaml_text);
+    const YAML::Node root = YAML::Load(text);
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    DocumentProbe probe;
+    parser.HandleNextDocument(probe);
+    probe = DocumentProbe();
+    if (parser.HandleNextDocument(probe) && probe.has_content) {
+      return InvalidAt(SourceLocation{filename, probe.line, ""}, "more than one YAML document");
     }
-    return Parser(filename).Parse(docs.empty() ? YAML::Node() : docs[0]);
+    return Parser(filename).Parse(root);
   } catch (const ParseError& e) {
     return e.status;
+  } catch (const YAML::DeepRecursion& e) {
+    const int line = e.mark.is_null() || e.mark.line < 0 ? 1 : e.mark.line + 1;
+    return Status(ErrorCode::kInvalidInput, filename + ":" + std::to_string(line) +
+                                                ": invalid YAML: nested more than " +
+                                                std::to_string(e.depth()) + " levels deep");
   } catch (const YAML::Exception& e) {
     const int line = e.mark.is_null() || e.mark.line < 0 ? 1 : e.mark.line + 1;
     std::string msg = e.msg;

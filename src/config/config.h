@@ -105,11 +105,13 @@ struct DeviceSelection {
   Kind kind = Kind::kAll;
   int count = 0;                // kCount only
   std::vector<DeviceRef> list;  // kList only
+  SourceLocation where;         // of the `devices` value; line 0 when absent
 };
 
 struct ReplicatedResource {
   std::string name;    // full resource name, "nvidia.com/gpu" (a bare "gpu" in the file is prefixed)
   std::string rename;  // full name as written ("nvidia.com/gpu-shared"); empty when not set
+  SourceLocation rename_where;  // of the `rename` value; line 0 when absent
   // The name the replicas are advertised under: rename, else "<name>.shared" when the section's
   // renameByDefault is true, else name.
   std::string advertised_name;
