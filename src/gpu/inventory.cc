@@ -263,6 +263,9 @@ class Discoverer {
     inv->links.assign(n, std::vector<Link>(n));
     std::map<std::string, unsigned> by_bus;
     for (const Gpu& g : inv->gpus) by_bus[SysfsPciName(g.pci_bus_id)] = g.index;
+    // Links whose far end is an NVSwitch join the GPU to the fabric: every pair of fabric GPUs
+    // talks over min(links of each), which is what nvidia-smi topo -m shows as NV<n>.
+    std::vector<unsigned> switch_links(n, 0);
     if (f_.nvmlDeviceGetNvLinkState != nullptr && f_.nvmlDeviceGetNvLinkRemotePciInfo_v2 != nullptr) {
       for (size_t i = 0; i < n; ++i) {
         for (unsigned link = 0; link < NVML_NVLINK_MAX_LINKS; ++link) {
@@ -276,9 +279,21 @@ class Discoverer {
             return Fail(rc, "nvmlDeviceGetNvLinkRemotePciInfo_v2", Which(i));
           }
           if (rc != NVML_SUCCESS) continue;
+          nvmlIntNvLinkDeviceType_t type = NVML_NVLINK_DEVICE_TYPE_UNKNOWN;
+          if (f_.nvmlDeviceGetNvLinkRemoteDeviceType != nullptr &&
+              f_.nvmlDeviceGetNvLinkRemoteDeviceType(handles[i], link, &type) == NVML_SUCCESS &&
+              type == NVML_NVLINK_DEVICE_TYPE_SWITCH) {
+            switch_links[i]++;
+            continue;
+          }
           auto peer = by_bus.find(SysfsPciName(remote.busId));
-          // A link to an NVSwitch or to something that is not one of our GPUs has no pair.
+          // A link to something that is not one of our GPUs (an NPU, another node) has no pair.
           if (peer != by_bus.end() && peer->second != i) inv->links[i][peer->second].nvlinks++;
+        }
+      }
+      for (size_t i = 0; i < n; ++i) {
+        for (size_t j = 0; j < n; ++j) {
+          if (i != j) inv->links[i][j].nvlinks += std::min(switch_links[i], switch_links[j]);
         }
       }
     }

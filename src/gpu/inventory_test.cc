@@ -43,7 +43,9 @@ TEST(Discover, DgxH100HasEightHopperGpusWithAFullNvlinkMesh) {
   EXPECT_EQ(numa.size(), 2u);
   for (unsigned i = 0; i < 8; ++i) {
     for (unsigned j = 0; j < 8; ++j) {
-      if (i != j) EXPECT_EQ(inv.NvlinkCount(i, j), 18u) << i << "-" << j;
+      if (i != j) {
+        EXPECT_EQ(inv.NvlinkCount(i, j), 18u) << i << "-" << j;
+      }
     }
   }
   EXPECT_EQ(inv.FindByUuid(inv.gpus[5].uuid), &inv.gpus[5]);
@@ -85,7 +87,9 @@ TEST(Discover, L4PcieHasNoNvlinkAndPcieRelationsFollowSwitchesAndSockets) {
   for (unsigned i = 0; i < 4; ++i) {
     EXPECT_EQ(inv.gpus[i].architecture, "ada");
     for (unsigned j = 0; j < 4; ++j) {
-      if (i != j) EXPECT_EQ(inv.NvlinkCount(i, j), 0u);
+      if (i != j) {
+        EXPECT_EQ(inv.NvlinkCount(i, j), 0u);
+      }
     }
   }
   // Two GPUs per switch, the two switches on different sockets.

@@ -159,6 +159,14 @@ enum : unsigned long long {
 
 enum : unsigned int { NVML_DEVICE_MIG_DISABLE = 0, NVML_DEVICE_MIG_ENABLE = 1 };
 
+// What the far end of an NVLink is (nvmlDeviceGetNvLinkRemoteDeviceType).
+typedef enum {
+  NVML_NVLINK_DEVICE_TYPE_GPU = 0x00,
+  NVML_NVLINK_DEVICE_TYPE_IBMNPU = 0x01,
+  NVML_NVLINK_DEVICE_TYPE_SWITCH = 0x02,
+  NVML_NVLINK_DEVICE_TYPE_UNKNOWN = 0xFF,
+} nvmlIntNvLinkDeviceType_t;
+
 }  // extern "C"
 
 // The functions gpulet resolves, as X(name, return type, parameter list). Required ones fail the
@@ -203,6 +211,8 @@ enum : unsigned int { NVML_DEVICE_MIG_DISABLE = 0, NVML_DEVICE_MIG_ENABLE = 1 };
     (nvmlDevice_t device, unsigned int link, nvmlEnableState_t * active))                      \
   X(nvmlDeviceGetNvLinkRemotePciInfo_v2, nvmlReturn_t,                                         \
     (nvmlDevice_t device, unsigned int link, nvmlPciInfo_t * pci))                             \
+  X(nvmlDeviceGetNvLinkRemoteDeviceType, nvmlReturn_t,                                         \
+    (nvmlDevice_t device, unsigned int link, nvmlIntNvLinkDeviceType_t * type))                \
   X(nvmlDeviceGetTemperature, nvmlReturn_t,                                                    \
     (nvmlDevice_t device, nvmlTemperatureSensors_t sensor, unsigned int* temp))                \
   X(nvmlDeviceGetUtilizationRates, nvmlReturn_t,                                               \

@@ -1,5 +1,7 @@
 #include "sim/fixture.h"
 
+#include "gpu/nvml_api.h"
+
 #include <cctype>
 #include <charconv>
 #include <cstdio>
@@ -418,9 +420,18 @@ class Parser {
     const size_t n = f.gpus.size();
     f.nvlinks.assign(n, std::vector<unsigned>(n, 0));
     if (nvlink.IsDefined()) {
-      ForEachKey(nvlink, "nvlink", {"all_pairs", "pairs"},
+      ForEachKey(nvlink, "nvlink", {"all_pairs", "pairs", "switch_links"},
                  [&](const std::string& k, const YAML::Node& v) {
                    const std::string kf = "nvlink." + k;
+                   if (k == "switch_links") {
+                     f.nvswitch_links = Uint32(v, kf, NVML_NVLINK_MAX_LINKS);
+                     for (size_t a = 0; a < n; ++a) {
+                       for (size_t b = 0; b < n; ++b) {
+                         f.nvlinks[a][b] = a == b ? 0 : f.nvswitch_links;
+                       }
+                     }
+                     return;
+                   }
                    if (k == "all_pairs") {
                      unsigned links = Uint32(v, kf, 64);
                      for (size_t a = 0; a < n; ++a) {
@@ -502,7 +513,7 @@ std::string GpuSpec::SysfsBusId() const {
 
 std::vector<unsigned> Fixture::NvlinkPeers(unsigned gpu) const {
   std::vector<unsigned> peers;
-  if (gpu >= nvlinks.size()) return peers;
+  if (gpu >= nvlinks.size() || nvswitch_links > 0) return peers;
   for (unsigned p = 0; p < nvlinks.size(); ++p) {
     for (unsigned l = 0; l < nvlinks[gpu][p]; ++l) peers.push_back(p);
   }

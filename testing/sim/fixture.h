@@ -13,7 +13,7 @@
 //   defaults: {<any per-GPU key>}     applied to every GPU before its own keys
 //   count: 64                         generate N GPUs (bus ids, NUMA and switches spread evenly)
 //   gpus: [{<per-GPU keys>}, …]       one entry per GPU, in index order (required unless count)
-//   nvlink: {all_pairs: 18} | {pairs: [[0, 1, 12], …]}
+//   nvlink: {all_pairs: 18} | {pairs: [[0, 1, 12], …]} | {switch_links: 18} (NVSwitch fabric)
 // Per-GPU keys: name, uuid, bus_id ("0000:18:00.0"), minor, memory_mib, compute_capability
 //   ("9.0"), architecture, sm_count, pci_device_id, pci_subsystem_id, numa, pcie_switch,
 //   power_limit_w, idle_power_w, max_sm_clock_mhz, mem_clock_mhz, mig_capable,
@@ -80,8 +80,12 @@ struct Fixture {
   std::vector<std::string> numa_cpus;  // index: NUMA node id
   std::map<std::string, MigProfile> mig_profiles;
   std::vector<GpuSpec> gpus;
-  // nvlinks[a][b]: NVLinks between GPUs a and b (symmetric).
+  // nvlinks[a][b]: NVLinks between GPUs a and b (symmetric). With NVSwitches this is the
+  // effective count every pair gets through the fabric.
   std::vector<std::vector<unsigned>> nvlinks;
+  // nvlink.switch_links: each GPU's links go to NVSwitches (DGX/HGX), not to a peer directly;
+  // NVML then reports the switch as the remote end of every link. 0: direct links only.
+  unsigned nvswitch_links = 0;
 
   // Link-ordered peers of `gpu`: the peer each NVLink index leads to (size = total links).
   std::vector<unsigned> NvlinkPeers(unsigned gpu) const;

@@ -553,7 +553,19 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t a, nvml
 // NVLink i of a GPU leads to the peer NvlinkPeers()[i]. A GPU with NVLinks reports every index
 // below max(NVML_NVLINK_MAX_LINKS, its link count); unused ones are disabled, not errors.
 namespace {
-nvmlReturn_t NvlinkPeer(Session& s, const gpulet::sim::GpuSpec& g, unsigned link, int* peer) {
+// The remote end of one NVLink: a peer GPU (peer >= 0), an NVSwitch (*to_switch), or nothing.
+nvmlReturn_t NvlinkPeer(Session& s, const gpulet::sim::GpuSpec& g, unsigned link, int* peer,
+                        bool* to_switch = nullptr) {
+  if (to_switch != nullptr) *to_switch = false;
+  if (s.d.fixture.nvswitch_links > 0) {
+    if (link >= NVML_NVLINK_MAX_LINKS) return NVML_ERROR_INVALID_ARGUMENT;
+    *peer = -1;
+    if (link < s.d.fixture.nvswitch_links) {
+      *peer = -2;  // active, to a switch
+      if (to_switch != nullptr) *to_switch = true;
+    }
+    return NVML_SUCCESS;
+  }
   const std::vector<unsigned> peers = s.d.fixture.NvlinkPeers(g.index);
   if (peers.empty()) return NVML_ERROR_NOT_SUPPORTED;
   if (link >= std::max<size_t>(NVML_NVLINK_MAX_LINKS, peers.size())) {
@@ -571,7 +583,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned i
                          int peer = -1;
                          nvmlReturn_t rc = NvlinkPeer(s, g, link, &peer);
                          if (rc != NVML_SUCCESS) return rc;
-                         *active = peer >= 0 ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+                         *active = peer != -1 ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
                          return NVML_SUCCESS;
                        });
 }
@@ -582,10 +594,34 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device,
   return PhysicalQuery(device, pci != nullptr,
                        [&](Session& s, const gpulet::sim::GpuSpec& g) -> nvmlReturn_t {
                          int peer = -1;
-                         nvmlReturn_t rc = NvlinkPeer(s, g, link, &peer);
+                         bool to_switch = false;
+                         nvmlReturn_t rc = NvlinkPeer(s, g, link, &peer, &to_switch);
                          if (rc != NVML_SUCCESS) return rc;
+                         if (to_switch) {
+                           // Six NVSwitches on a board of their own; links spread over them.
+                           gpulet::sim::GpuSpec sw;
+                           sw.bus = 0xe0 + (link % 6);
+                           gpulet::sim::FillPci(sw, pci);
+                           return NVML_SUCCESS;
+                         }
                          if (peer < 0) return NVML_ERROR_NOT_SUPPORTED;  // link not trained
                          gpulet::sim::FillPci(s.d.fixture.gpus[static_cast<size_t>(peer)], pci);
+                         return NVML_SUCCESS;
+                       });
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device,
+                                                            unsigned int link,
+                                                            nvmlIntNvLinkDeviceType_t* type) {
+  return PhysicalQuery(device, type != nullptr,
+                       [&](Session& s, const gpulet::sim::GpuSpec& g) -> nvmlReturn_t {
+                         int peer = -1;
+                         bool to_switch = false;
+                         nvmlReturn_t rc = NvlinkPeer(s, g, link, &peer, &to_switch);
+                         if (rc != NVML_SUCCESS) return rc;
+                         if (peer == -1) return NVML_ERROR_NOT_SUPPORTED;
+                         *type = to_switch ? NVML_NVLINK_DEVICE_TYPE_SWITCH
+                                           : NVML_NVLINK_DEVICE_TYPE_GPU;
                          return NVML_SUCCESS;
                        });
 }
