@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   RegisterVersion(app, global, exit_code);
   RegisterInfo(app, global, exit_code);
   RegisterSim(app, global, exit_code);
+  RegisterExporter(app, global, exit_code);
   RegisterPlugin(app, global, exit_code);
 
   try {

@@ -1,0 +1,161 @@
+#include "metrics/pod_resources.h"
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <charconv>
+#include <set>
+#include <tuple>
+
+#include "podresources_v1.grpc.pb.h"
+
+namespace gpulet::metrics {
+namespace {
+
+std::optional<unsigned> ParseIndex(std::string_view s) {
+  unsigned v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || ptr != s.data() + s.size() || s.empty()) return std::nullopt;
+  return v;
+}
+
+bool HasPrefix(const std::string& s, const std::vector<std::string>& prefixes) {
+  return std::any_of(prefixes.begin(), prefixes.end(),
+                     [&](const std::string& p) { return s.compare(0, p.size(), p) == 0; });
+}
+
+}  // namespace
+
+std::optional<EntityKey> ResolveDeviceId(const gpu::Inventory& inventory, std::string_view id,
+                                         bool allow_index) {
+  if (size_t replica = id.find("::"); replica != std::string_view::npos) id = id.substr(0, replica);
+  if (id.rfind("GPU-", 0) == 0) {
+    if (const gpu::Gpu* g = inventory.FindByUuid(std::string(id))) return EntityKey{g->index, -1};
+    return std::nullopt;
+  }
+  if (id.rfind("MIG-", 0) == 0) {
+    if (const gpu::MigDevice* m = inventory.FindMigByUuid(std::string(id))) {
+      return EntityKey{m->parent_index, static_cast<int>(m->gpu_instance_id)};
+    }
+    return std::nullopt;
+  }
+  if (!allow_index) return std::nullopt;
+  const size_t colon = id.find(':');
+  auto gpu_index = ParseIndex(id.substr(0, colon));
+  if (!gpu_index || *gpu_index >= inventory.gpus.size()) return std::nullopt;
+  if (colon == std::string_view::npos) return EntityKey{*gpu_index, -1};
+  auto mig_index = ParseIndex(id.substr(colon + 1));
+  if (!mig_index) return std::nullopt;
+  for (const gpu::MigDevice& m : inventory.gpus[*gpu_index].mig_devices) {
+    if (m.mig_index == *mig_index) return EntityKey{*gpu_index, static_cast<int>(m.gpu_instance_id)};
+  }
+  return std::nullopt;
+}
+
+PodMap BuildPodMap(const v1::ListPodResourcesResponse& response, const gpu::Inventory& inventory,
+                   const std::vector<std::string>& index_resource_prefixes) {
+  PodMap map;
+  for (const auto& pod : response.pod_resources()) {
+    for (const auto& container : pod.containers()) {
+      for (const auto& devices : container.devices()) {
+        const bool allow_index = HasPrefix(devices.resource_name(), index_resource_prefixes);
+        for (const std::string& id : devices.device_ids()) {
+          auto key = ResolveDeviceId(inventory, id, allow_index);
+          if (!key) continue;
+          map[*key].push_back({pod.namespace_(), pod.name(), container.name()});
+        }
+      }
+    }
+  }
+  // Stable order; one entry per container even when it holds several replicas of a GPU.
+  for (auto& [key, pods] : map) {
+    auto tie = [](const PodRef& p) { return std::tie(p.namespace_, p.pod, p.container); };
+    std::sort(pods.begin(), pods.end(), [&](const PodRef& a, const PodRef& b) { return tie(a) < tie(b); });
+    pods.erase(std::unique(pods.begin(), pods.end()), pods.end());
+  }
+  return map;
+}
+
+struct PodResourcesWatcher::Connection {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::PodResourcesLister::Stub> stub;
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
+
+PodResourcesWatcher::PodResourcesWatcher(const gpu::Inventory& inventory,
+                                         PodResourcesOptions options,
+                                         std::function<void(PodMap)> on_map)
+    : inventory_(inventory), options_(std::move(options)), on_map_(std::move(on_map)) {}
+
+PodResourcesWatcher::~PodResourcesWatcher() { Stop(); }
+
+Result<PodMap> PodResourcesWatcher::ListOnce() {
+  struct stat st {};
+  if (::stat(options_.socket.c_str(), &st) != 0) {
+    conn_.reset();
+    return Status(ErrorCode::kUnavailable, "pod-resources socket " + options_.socket + " not found");
+  }
+  // A recreated socket (kubelet restart) is a new file: connect afresh rather than wait out the
+  // old channel's reconnect backoff.
+  if (conn_ && (conn_->dev != st.st_dev || conn_->ino != st.st_ino)) conn_.reset();
+  if (!conn_) {
+    auto c = std::make_unique<Connection>();
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 16 * 1024 * 1024);
+    c->channel = grpc::CreateCustomChannel("unix://" + options_.socket,
+                                           grpc::InsecureChannelCredentials(), args);
+    c->stub = v1::PodResourcesLister::NewStub(c->channel);
+    c->dev = st.st_dev;
+    c->ino = st.st_ino;
+    conn_ = std::move(c);
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + options_.call_timeout);
+  v1::ListPodResourcesRequest req;
+  v1::ListPodResourcesResponse resp;
+  grpc::Status s = conn_->stub->List(&ctx, req, &resp);
+  if (!s.ok()) {
+    conn_.reset();
+    return Status(ErrorCode::kUnavailable, "pod-resources List on " + options_.socket + ": " +
+                                               s.error_message());
+  }
+  return BuildPodMap(resp, inventory_, options_.index_resource_prefixes);
+}
+
+void PodResourcesWatcher::Start() {
+  auto refresh = [this] {
+    auto map = ListOnce();
+    if (map.ok()) {
+      if (failing_) spdlog::info("event=pod_resources_recovered socket={}", options_.socket);
+      failing_ = false;
+      on_map_(std::move(map).value());
+    } else if (!failing_) {
+      failing_ = true;
+      spdlog::warn("event=pod_resources_unavailable error=\"{}\" effect=\"keeping last pod labels\"",
+                   map.status().message());
+    }
+  };
+  refresh();
+  thread_ = std::thread([this, refresh] {
+    std::unique_lock lock(mu_);
+    while (!cv_.wait_for(lock, options_.refresh, [this] { return stop_; })) {
+      lock.unlock();
+      refresh();
+      lock.lock();
+    }
+  });
+}
+
+void PodResourcesWatcher::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace gpulet::metrics

@@ -1,0 +1,84 @@
+// Pod attribution: which containers hold which GPU, from the kubelet's pod-resources API v1
+// (v1.PodResourcesLister/List on /var/lib/kubelet/pod-resources/kubelet.sock).
+//
+// The kubelet rate-limits that API, so the mapping is fetched on a timer (never per scrape) and
+// handed to the Publisher, which re-renders only when it changed. The watcher reconnects when the
+// socket file is recreated (kubelet restart) or a call fails; while the kubelet is unreachable the
+// last good mapping stays in place, and a warning is logged once per outage.
+//
+// Device IDs are those gpulet's device plugin (and NVIDIA's) hands out: GPU or MIG UUIDs ("GPU-…",
+// "MIG-…") from any resource, GPU indices ("3") and MIG indices ("3:1", GPU 3's MIG device 1)
+// from resources under one of `index_resource_prefixes` — each optionally with the replica suffix
+// "::n" of time-sliced and MPS resources, which is stripped. So whole, shared, renamed and mig-*
+// resources all map back to the physical GPU or MIG GPU instance they use.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "gpu/inventory.h"
+#include "metrics/snapshot.h"
+
+namespace v1 {
+class ListPodResourcesResponse;
+}
+
+namespace gpulet::metrics {
+
+inline constexpr std::string_view kDefaultPodResourcesSocket =
+    "/var/lib/kubelet/pod-resources/kubelet.sock";
+
+// The entity a device ID names, or nullopt when it is not one of this node's GPUs.
+std::optional<EntityKey> ResolveDeviceId(const gpu::Inventory& inventory, std::string_view id,
+                                         bool allow_index);
+
+PodMap BuildPodMap(const v1::ListPodResourcesResponse& response, const gpu::Inventory& inventory,
+                   const std::vector<std::string>& index_resource_prefixes);
+
+struct PodResourcesOptions {
+  std::string socket = std::string(kDefaultPodResourcesSocket);
+  std::chrono::milliseconds refresh{std::chrono::seconds(10)};
+  std::chrono::milliseconds call_timeout{std::chrono::seconds(5)};
+  std::vector<std::string> index_resource_prefixes = {"nvidia.com/"};
+};
+
+class PodResourcesWatcher {
+ public:
+  PodResourcesWatcher(const gpu::Inventory& inventory, PodResourcesOptions options,
+                      std::function<void(PodMap)> on_map);
+  ~PodResourcesWatcher();  // Stop()s
+  PodResourcesWatcher(const PodResourcesWatcher&) = delete;
+  PodResourcesWatcher& operator=(const PodResourcesWatcher&) = delete;
+
+  // One List call now (connecting or reconnecting as needed). kUnavailable when the kubelet
+  // cannot be reached.
+  Result<PodMap> ListOnce();
+  // Lists once (a failure is logged, not fatal: the kubelet may come later), then refreshes on
+  // the timer.
+  void Start();
+  void Stop();
+
+ private:
+  struct Connection;
+
+  const gpu::Inventory& inventory_;
+  PodResourcesOptions options_;
+  std::function<void(PodMap)> on_map_;
+  std::unique_ptr<Connection> conn_;  // used by one thread at a time (Start's caller, then Run)
+  bool failing_ = false;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace gpulet::metrics

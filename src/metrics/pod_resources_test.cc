@@ -1,0 +1,192 @@
+// Pod attribution: device-ID resolution, and the watcher against a pod-resources v1 server on a
+// unix socket (a minimal in-test kubelet).
+#include "metrics/pod_resources.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+
+#include "podresources_v1.grpc.pb.h"
+
+namespace gpulet::metrics {
+namespace {
+
+gpu::Inventory Node() {
+  gpu::Inventory inv;
+  for (unsigned i = 0; i < 2; ++i) {
+    gpu::Gpu g;
+    g.index = i;
+    g.uuid = "GPU-" + std::to_string(i);
+    if (i == 1) {
+      g.mig_enabled = true;
+      for (unsigned m = 0; m < 2; ++m) {
+        gpu::MigDevice d;
+        d.parent_index = 1;
+        d.mig_index = m;
+        d.uuid = "MIG-1-" + std::to_string(m);
+        d.gpu_instance_id = 5 + m;
+        g.mig_devices.push_back(d);
+      }
+    }
+    inv.gpus.push_back(g);
+  }
+  return inv;
+}
+
+TEST(ResolveDeviceId, UuidsIndicesAndReplicaSuffixes) {
+  const gpu::Inventory inv = Node();
+  using K = EntityKey;
+  EXPECT_EQ(ResolveDeviceId(inv, "GPU-0", false), (K{0, -1}));
+  EXPECT_EQ(ResolveDeviceId(inv, "GPU-0::3", false), (K{0, -1}));     // time-sliced replica
+  EXPECT_EQ(ResolveDeviceId(inv, "MIG-1-1", false), (K{1, 6}));
+  EXPECT_EQ(ResolveDeviceId(inv, "MIG-1-0::1", false), (K{1, 5}));
+  EXPECT_EQ(ResolveDeviceId(inv, "0", true), (K{0, -1}));
+  EXPECT_EQ(ResolveDeviceId(inv, "0::2", true), (K{0, -1}));
+  EXPECT_EQ(ResolveDeviceId(inv, "1:1", true), (K{1, 6}));
+  EXPECT_FALSE(ResolveDeviceId(inv, "0", false));   // index from a foreign resource
+  EXPECT_FALSE(ResolveDeviceId(inv, "7", true));
+  EXPECT_FALSE(ResolveDeviceId(inv, "GPU-9", true));
+  EXPECT_FALSE(ResolveDeviceId(inv, "1:9", true));
+  EXPECT_FALSE(ResolveDeviceId(inv, "x", true));
+}
+
+void AddPod(v1::ListPodResourcesResponse& r, const std::string& ns, const std::string& name,
+            const std::string& container, const std::string& resource,
+            std::vector<std::string> ids) {
+  auto* pod = r.add_pod_resources();
+  pod->set_name(name);
+  pod->set_namespace_(ns);
+  auto* c = pod->add_containers();
+  c->set_name(container);
+  auto* d = c->add_devices();
+  d->set_resource_name(resource);
+  for (auto& id : ids) d->add_device_ids(id);
+}
+
+// Whole GPU, time-sliced (two pods, replicas of GPU 0), MPS, MIG, and a foreign resource.
+v1::ListPodResourcesResponse Cluster() {
+  v1::ListPodResourcesResponse r;
+  AddPod(r, "ml", "ts-a", "main", "nvidia.com/gpu.shared", {"GPU-0::1"});
+  AddPod(r, "ml", "ts-b", "main", "nvidia.com/gpu.shared", {"GPU-0::2", "GPU-0::3"});
+  AddPod(r, "ml", "mps-c", "worker", "nvidia.com/gpu", {"0::4"});
+  AddPod(r, "ml", "mig-d", "main", "nvidia.com/mig-1g.10gb", {"MIG-1-1"});
+  AddPod(r, "other", "fpga", "main", "example.com/fpga", {"0"});
+  return r;
+}
+
+TEST(BuildPodMap, EveryResourceKindMapsBackToItsGpu) {
+  PodMap map = BuildPodMap(Cluster(), Node(), {"nvidia.com/"});
+  ASSERT_EQ(map.size(), 2u);
+  const auto& gpu0 = map.at({0, -1});
+  ASSERT_EQ(gpu0.size(), 3u);  // ts-b holds two replicas but is listed once; fpga is not a GPU
+  EXPECT_EQ(gpu0[0], (PodRef{"ml", "mps-c", "worker"}));
+  EXPECT_EQ(gpu0[1], (PodRef{"ml", "ts-a", "main"}));
+  EXPECT_EQ(gpu0[2], (PodRef{"ml", "ts-b", "main"}));
+  EXPECT_EQ(map.at({1, 6}), (std::vector<PodRef>{{"ml", "mig-d", "main"}}));
+}
+
+class FakeKubelet final : public v1::PodResourcesLister::Service {
+ public:
+  explicit FakeKubelet(v1::ListPodResourcesResponse r) : response_(std::move(r)) {}
+  grpc::Status List(grpc::ServerContext*, const v1::ListPodResourcesRequest*,
+                    v1::ListPodResourcesResponse* out) override {
+    *out = response_;
+    ++calls;
+    return grpc::Status::OK;
+  }
+  std::atomic<int> calls{0};
+
+ private:
+  v1::ListPodResourcesResponse response_;
+};
+
+std::unique_ptr<grpc::Server> Serve(const std::string& socket, FakeKubelet* svc) {
+  grpc::ServerBuilder b;
+  b.AddListeningPort("unix://" + socket, grpc::InsecureServerCredentials());
+  b.RegisterService(svc);
+  return b.BuildAndStart();
+}
+
+class WatcherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpulet-podres-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    socket_ = dir_ + "/kubelet.sock";
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string dir_, socket_;
+  gpu::Inventory inv_ = Node();
+};
+
+TEST_F(WatcherTest, ListsReconnectsAfterRestartAndSurvivesSocketLoss) {
+  FakeKubelet first(Cluster());
+  auto server = Serve(socket_, &first);
+  ASSERT_TRUE(server);
+  PodResourcesOptions opts;
+  opts.socket = socket_;
+  opts.call_timeout = std::chrono::seconds(5);
+  PodResourcesWatcher w(inv_, opts, [](PodMap) {});
+  auto map = w.ListOnce();
+  ASSERT_TRUE(map.ok()) << map.status().message();
+  EXPECT_EQ(map->at({0, -1}).size(), 3u);
+
+  // Kubelet gone: the socket disappears.
+  server->Shutdown();
+  server.reset();
+  std::filesystem::remove(socket_);
+  auto gone = w.ListOnce();
+  ASSERT_FALSE(gone.ok());
+  EXPECT_EQ(gone.status().code(), ErrorCode::kUnavailable);
+
+  // Kubelet back on a recreated socket with a different pod list.
+  v1::ListPodResourcesResponse later;
+  AddPod(later, "ml", "new", "main", "nvidia.com/gpu", {"GPU-0"});
+  FakeKubelet second(later);
+  server = Serve(socket_, &second);
+  ASSERT_TRUE(server);
+  map = w.ListOnce();
+  ASSERT_TRUE(map.ok()) << map.status().message();
+  EXPECT_EQ(map->at({0, -1}), (std::vector<PodRef>{{"ml", "new", "main"}}));
+  EXPECT_EQ(second.calls.load(), 1);
+}
+
+TEST_F(WatcherTest, TimerRefreshDeliversMapsAndKeepsLastOnFailure) {
+  FakeKubelet kubelet(Cluster());
+  auto server = Serve(socket_, &kubelet);
+  ASSERT_TRUE(server);
+  PodResourcesOptions opts;
+  opts.socket = socket_;
+  opts.refresh = std::chrono::milliseconds(50);
+  std::mutex mu;
+  std::condition_variable cv;
+  int deliveries = 0;
+  PodMap last;
+  PodResourcesWatcher w(inv_, opts, [&](PodMap m) {
+    std::lock_guard lock(mu);
+    ++deliveries;
+    last = std::move(m);
+    cv.notify_all();
+  });
+  w.Start();
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return deliveries >= 3; }));
+    EXPECT_EQ(last.size(), 2u);
+  }
+  server->Shutdown();
+  server.reset();
+  std::filesystem::remove(socket_);
+  const int calls_before = kubelet.calls.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // several failed refreshes
+  w.Stop();
+  std::lock_guard lock(mu);
+  EXPECT_EQ(kubelet.calls.load(), calls_before);
+  EXPECT_EQ(last.size(), 2u);  // no empty map was delivered on failure
+}
+
+}  // namespace
+}  // namespace gpulet::metrics
