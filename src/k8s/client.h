@@ -1,0 +1,70 @@
+// A small Kubernetes API client on libcurl: GET, PATCH and WATCH of core resources, which is all
+// gpulet needs (its Node's labels, its ConfigMap). One Client may be used by several threads at
+// once: every request uses its own curl handle.
+//
+// Errors: an HTTP error becomes a Status naming the method, path, HTTP code and the API server's
+// message: 404 → kNotFound, 401/403 → kUnavailable ("forbidden: check RBAC"), anything else and
+// connection/TLS failures → kUnavailable.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "k8s/access.h"
+
+namespace gpulet::k8s {
+
+enum class PatchType { kMerge, kStrategicMerge, kJsonPatch };
+
+struct WatchEvent {
+  std::string type;  // ADDED, MODIFIED, DELETED, BOOKMARK, ERROR
+  nlohmann::json object;
+};
+
+// How a watch stream ended.
+enum class WatchEnd {
+  kClosed,   // the server ended the stream cleanly (e.g. timeoutSeconds): resume from the last RV
+  kBroken,   // the connection failed or the stream was cut mid-way: resume from the last RV
+  kGone,     // 410 Gone (HTTP status or ERROR event): the RV is too old, re-list
+  kStopped,  // the caller asked to stop (stop flag or on_event returned false)
+  kFailed,   // any other HTTP error (403, 404, …): see error
+};
+
+struct WatchResult {
+  WatchEnd end = WatchEnd::kClosed;
+  Status error;  // set for kBroken and kFailed
+  long http_status = 0;
+};
+
+class Client {
+ public:
+  explicit Client(ClusterAccess access);
+
+  // GET `path` (e.g. "/api/v1/nodes/n1"): the decoded body.
+  Result<nlohmann::json> Get(const std::string& path) const;
+
+  // PATCH `path` with `patch` as merge-patch+json, strategic-merge-patch+json or json-patch+json:
+  // the object the server returns.
+  Result<nlohmann::json> Patch(const std::string& path, const nlohmann::json& patch,
+                               PatchType type) const;
+
+  // Streams a watch (`path` includes the query, with watch=1) and calls on_event for each JSON
+  // line until the stream ends, on_event returns false, or *stop becomes true (checked at least
+  // once a second). An ERROR event with code 410 ends it as kGone without calling on_event.
+  WatchResult Watch(const std::string& path, const std::function<bool(const WatchEvent&)>& on_event,
+                    const std::atomic<bool>* stop) const;
+
+  const ClusterAccess& access() const { return access_; }
+
+ private:
+  ClusterAccess access_;
+};
+
+// Percent-encodes a query value (fieldSelector=metadata.name%3Dnode-1).
+std::string EscapeQueryValue(const std::string& value);
+
+}  // namespace gpulet::k8s

@@ -1,0 +1,386 @@
+#include "apiserver/fake_apiserver.h"
+
+#include <httplib.h>
+#include <signal.h>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+namespace gpulet::testing {
+
+namespace {
+
+Status RunOpenssl(const std::string& args) {
+  const std::string cmd = "openssl " + args + " >/dev/null 2>&1";
+  if (std::system(cmd.c_str()) != 0) {
+    return {ErrorCode::kInternal, "openssl failed: " + cmd};
+  }
+  return {};
+}
+
+nlohmann::json StatusBody(int code, const std::string& reason, const std::string& message) {
+  return {{"kind", "Status"},     {"apiVersion", "v1"}, {"metadata", nlohmann::json::object()},
+          {"status", "Failure"},  {"message", message}, {"reason", reason},
+          {"code", code}};
+}
+
+std::string SelectedName(const httplib::Request& req) {
+  const std::string sel = req.get_param_value("fieldSelector");
+  const std::string prefix = "metadata.name=";
+  return sel.rfind(prefix, 0) == 0 ? sel.substr(prefix.size()) : "";
+}
+
+}  // namespace
+
+Result<TestPki> MakeTestPki(const std::string& dir) {
+  TestPki p;
+  p.ca_cert = dir + "/ca.crt";
+  const std::string ca_key = dir + "/ca.key";
+  p.server_cert = dir + "/server.crt";
+  p.server_key = dir + "/server.key";
+  p.client_cert = dir + "/client.crt";
+  p.client_key = dir + "/client.key";
+  const std::string ext = dir + "/server.ext";
+  std::ofstream(ext) << "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+                        "extendedKeyUsage=serverAuth\n";
+  const std::string client_ext = dir + "/client.ext";
+  std::ofstream(client_ext) << "extendedKeyUsage=clientAuth\n";
+  for (const std::string& args : {
+           "req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=gpulet-test-ca -keyout " + ca_key +
+               " -out " + p.ca_cert,
+           "req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout " + p.server_key + " -out " +
+               dir + "/server.csr",
+           "x509 -req -days 2 -in " + dir + "/server.csr -CA " + p.ca_cert + " -CAkey " + ca_key +
+               " -CAcreateserial -extfile " + ext + " -out " + p.server_cert,
+           "req -newkey rsa:2048 -nodes -subj /CN=system:node:gpu-node-1/O=system:nodes -keyout " +
+               p.client_key + " -out " + dir + "/client.csr",
+           "x509 -req -days 2 -in " + dir + "/client.csr -CA " + p.ca_cert + " -CAkey " + ca_key +
+               " -CAcreateserial -extfile " + client_ext + " -out " + p.client_cert,
+       }) {
+    Status s = RunOpenssl(args);
+    if (!s.ok()) return s;
+  }
+  return p;
+}
+
+Result<nlohmann::json> LoadRecorded(const std::string& name) {
+  const std::string path = std::string(GPULET_APISERVER_TESTDATA) + "/" + name;
+  std::ifstream in(path);
+  if (!in) return Status(ErrorCode::kNotFound, "recorded response " + path + " not found");
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded()) return Status(ErrorCode::kInvalidInput, path + ": not JSON");
+  return j;
+}
+
+struct FakeApiServer::State {
+  Options options;
+  std::unique_ptr<httplib::SSLServer> server;
+  std::thread thread;
+  int port = 0;
+
+  mutable std::mutex mu;
+  mutable std::condition_variable cv;
+  std::map<std::string, nlohmann::json> objects;  // path → object
+  struct Event {
+    uint64_t version;
+    std::string type;
+    std::string path;
+    nlohmann::json object;
+  };
+  std::vector<Event> history;
+  uint64_t version = 100;
+  uint64_t expired_before = 0;
+  bool gone_as_http = false;
+  uint64_t break_generation = 0;
+  bool stopping = false;
+  size_t open_watches = 0;
+  std::vector<RecordedRequest> requests;
+
+  // Caller holds mu.
+  uint64_t Record(const std::string& type, const std::string& path, nlohmann::json object) {
+    const uint64_t v = ++version;
+    object["metadata"]["resourceVersion"] = std::to_string(v);
+    if (type == "DELETED") {
+      objects.erase(path);
+    } else {
+      objects[path] = object;
+    }
+    history.push_back({v, type, path, std::move(object)});
+    cv.notify_all();
+    return v;
+  }
+
+  bool Authorized(const httplib::Request& req, httplib::Response& res) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      requests.push_back({req.method, req.path, req.target.find('?') == std::string::npos
+                                                    ? ""
+                                                    : req.target.substr(req.target.find('?') + 1),
+                          req.get_header_value("Content-Type")});
+    }
+    if (req.get_header_value("Authorization") == "Bearer " + options.token) return true;
+    res.status = 401;
+    res.set_content(StatusBody(401, "Unauthorized", "Unauthorized").dump(), "application/json");
+    return false;
+  }
+
+  void HandleGet(const httplib::Request& req, httplib::Response& res,
+                 const std::shared_ptr<State>& self) {
+    if (!Authorized(req, res)) return;
+    const std::string watch = req.get_param_value("watch");
+    if (watch == "1" || watch == "true") {
+      HandleWatch(req, res, self);
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = objects.find(req.path);
+    if (it == objects.end()) {
+      res.status = 404;
+      res.set_content(StatusBody(404, "NotFound", "\"" + req.path + "\" not found").dump(),
+                      "application/json");
+      return;
+    }
+    res.set_content(it->second.dump(), "application/json");
+  }
+
+  void HandlePatch(const httplib::Request& req, httplib::Response& res) {
+    if (!Authorized(req, res)) return;
+    const std::string ct = req.get_header_value("Content-Type");
+    nlohmann::json patch = nlohmann::json::parse(req.body, nullptr, false);
+    if (patch.is_discarded()) {
+      res.status = 400;
+      res.set_content(StatusBody(400, "BadRequest", "body is not JSON").dump(), "application/json");
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = objects.find(req.path);
+    if (it == objects.end()) {
+      res.status = 404;
+      res.set_content(StatusBody(404, "NotFound", "\"" + req.path + "\" not found").dump(),
+                      "application/json");
+      return;
+    }
+    nlohmann::json updated = it->second;
+    if (ct == "application/merge-patch+json" || ct == "application/strategic-merge-patch+json") {
+      // Strategic merge equals a JSON merge patch for maps (labels, annotations, data).
+      updated.merge_patch(patch);
+    } else if (ct == "application/json-patch+json") {
+      try {
+        updated = updated.patch(patch);
+      } catch (const nlohmann::json::exception& e) {
+        res.status = 422;
+        res.set_content(StatusBody(422, "Invalid", e.what()).dump(), "application/json");
+        return;
+      }
+    } else {
+      res.status = 415;
+      res.set_content(StatusBody(415, "UnsupportedMediaType", "unsupported patch type " + ct).dump(),
+                      "application/json");
+      return;
+    }
+    Record("MODIFIED", req.path, updated);
+    res.set_content(objects[req.path].dump(), "application/json");
+  }
+
+  void HandleWatch(const httplib::Request& req, httplib::Response& res,
+                   const std::shared_ptr<State>& self) {
+    const std::string name = SelectedName(req);
+    const std::string object_path = req.path + "/" + name;
+    const std::string rv_text = req.get_param_value("resourceVersion");
+    uint64_t from = 0;
+    bool initial_added = rv_text.empty() || rv_text == "0";
+    if (!initial_added) from = std::strtoull(rv_text.c_str(), nullptr, 10);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!initial_added && from < expired_before && gone_as_http) {
+        res.status = 410;
+        res.set_content(StatusBody(410, "Expired", "too old resource version: " + rv_text).dump(),
+                        "application/json");
+        return;
+      }
+      ++open_watches;
+      cv.notify_all();
+    }
+    struct Stream {
+      uint64_t cursor;
+      uint64_t break_generation;
+      bool started = false;
+      bool initial_added;
+      bool gone;
+    };
+    auto stream = std::make_shared<Stream>();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stream->cursor = initial_added ? version : from;
+      stream->break_generation = break_generation;
+      stream->initial_added = initial_added;
+      stream->gone = !initial_added && from < expired_before;
+    }
+    res.set_chunked_content_provider(
+        "application/json",
+        [self, stream, name, object_path](size_t, httplib::DataSink& sink) {
+          std::unique_lock<std::mutex> lock(self->mu);
+          if (!stream->started) {
+            stream->started = true;
+            if (stream->gone) {
+              const std::string line =
+                  nlohmann::json{{"type", "ERROR"},
+                                 {"object", StatusBody(410, "Expired", "too old resource version")}}
+                      .dump() + "\n";
+              lock.unlock();
+              sink.write(line.data(), line.size());
+              sink.done();
+              return true;
+            }
+            if (stream->initial_added) {
+              auto it = self->objects.find(object_path);
+              if (it != self->objects.end()) {
+                const std::string line =
+                    nlohmann::json{{"type", "ADDED"}, {"object", it->second}}.dump() + "\n";
+                lock.unlock();
+                return sink.write(line.data(), line.size());
+              }
+            }
+          }
+          self->cv.wait_for(lock, std::chrono::milliseconds(100), [&] {
+            return self->stopping || self->break_generation != stream->break_generation ||
+                   (!self->history.empty() && self->history.back().version > stream->cursor);
+          });
+          if (self->stopping) {
+            lock.unlock();
+            sink.done();
+            return true;
+          }
+          if (self->break_generation != stream->break_generation) {
+            // Half an event, then the connection drops without the terminating chunk.
+            const std::string half = "{\"type\":\"MODIFIED\",\"object\":{\"kind\":";
+            lock.unlock();
+            sink.write(half.data(), half.size());
+            return false;
+          }
+          std::string out;
+          for (const Event& e : self->history) {
+            if (e.version <= stream->cursor) continue;
+            stream->cursor = e.version;
+            if (e.path != object_path) continue;
+            out += nlohmann::json{{"type", e.type}, {"object", e.object}}.dump() + "\n";
+          }
+          lock.unlock();
+          if (!out.empty()) return sink.write(out.data(), out.size());
+          return true;
+        },
+        [self](bool) {
+          std::lock_guard<std::mutex> lock(self->mu);
+          --self->open_watches;
+          self->cv.notify_all();
+        });
+  }
+};
+
+Result<std::unique_ptr<FakeApiServer>> FakeApiServer::Start(const TestPki& pki, Options options) {
+  // A client that hangs up mid-stream must not kill the test process.
+  signal(SIGPIPE, SIG_IGN);
+  auto state = std::make_shared<State>();
+  state->options = std::move(options);
+  state->server = std::make_unique<httplib::SSLServer>(
+      pki.server_cert.c_str(), pki.server_key.c_str(),
+      state->options.require_client_cert ? pki.ca_cert.c_str() : nullptr);
+  if (!state->server->is_valid()) {
+    return Status(ErrorCode::kInternal, "fake API server: TLS setup failed for " + pki.server_cert);
+  }
+  state->server->new_task_queue = [] { return new httplib::ThreadPool(32); };
+  std::weak_ptr<State> weak = state;
+  state->server->Get(".*", [weak](const httplib::Request& req, httplib::Response& res) {
+    if (auto s = weak.lock()) s->HandleGet(req, res, s);
+  });
+  state->server->Patch(".*", [weak](const httplib::Request& req, httplib::Response& res) {
+    if (auto s = weak.lock()) s->HandlePatch(req, res);
+  });
+  state->port = state->server->bind_to_any_port("127.0.0.1");
+  if (state->port <= 0) return Status(ErrorCode::kInternal, "fake API server: bind failed");
+  httplib::SSLServer* srv = state->server.get();
+  state->thread = std::thread([srv] { srv->listen_after_bind(); });
+  // stop() is a no-op until the accept loop runs: wait for it so the destructor cannot hang.
+  for (int i = 0; i < 2000 && !srv->is_running(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::unique_ptr<FakeApiServer> f(new FakeApiServer());
+  f->state_ = state;
+  return f;
+}
+
+FakeApiServer::~FakeApiServer() {
+  if (!state_) return;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->stopping = true;
+  }
+  state_->cv.notify_all();
+  state_->server->stop();
+  if (state_->thread.joinable()) state_->thread.join();
+}
+
+std::string FakeApiServer::url() const { return "https://127.0.0.1:" + std::to_string(state_->port); }
+
+uint64_t FakeApiServer::Put(const std::string& object_path, nlohmann::json object) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  const bool exists = state_->objects.count(object_path) > 0;
+  return state_->Record(exists ? "MODIFIED" : "ADDED", object_path, std::move(object));
+}
+
+void FakeApiServer::Delete(const std::string& object_path) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  auto it = state_->objects.find(object_path);
+  if (it == state_->objects.end()) return;
+  state_->Record("DELETED", object_path, it->second);
+}
+
+std::optional<nlohmann::json> FakeApiServer::Object(const std::string& object_path) const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  auto it = state_->objects.find(object_path);
+  if (it == state_->objects.end()) return std::nullopt;
+  return it->second;
+}
+
+uint64_t FakeApiServer::current_version() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->version;
+}
+
+void FakeApiServer::BreakWatches() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  ++state_->break_generation;
+  state_->cv.notify_all();
+}
+
+void FakeApiServer::ExpireVersionsBefore(uint64_t version) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->expired_before = version;
+}
+
+void FakeApiServer::SetGoneAsHttpStatus(bool on) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->gone_as_http = on;
+}
+
+size_t FakeApiServer::open_watches() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->open_watches;
+}
+
+bool FakeApiServer::WaitForOpenWatches(size_t n, std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(state_->mu);
+  return state_->cv.wait_for(lock, timeout, [&] { return state_->open_watches >= n; });
+}
+
+std::vector<RecordedRequest> FakeApiServer::requests() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->requests;
+}
+
+}  // namespace gpulet::testing

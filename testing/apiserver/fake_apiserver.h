@@ -1,0 +1,86 @@
+// FakeApiServer: a Kubernetes API server stand-in for tests, over HTTPS on 127.0.0.1 (port 0).
+//
+// It stores objects by path ("/api/v1/nodes/n1"), starting from recorded API responses
+// (testdata/*.json), and serves what gpulet's client uses:
+//   GET    <object path>                         → the object, or a 404 Status
+//   PATCH  <object path>                         → merge / strategic-merge (as a JSON merge
+//                                                  patch) / json-patch; bumps resourceVersion
+//   GET    <collection>?watch=1&fieldSelector=metadata.name=X[&resourceVersion=R]
+//          → a chunked stream of JSON lines {"type","object"}: without R an ADDED for the current
+//            object, with R every recorded change newer than R, then changes as they happen. R
+//            older than ExpireVersionsBefore() gets an ERROR event with a 410 Status (as a real
+//            server answers a compacted version), or HTTP 410 when SetGoneAsHttpStatus(true).
+// Every request must carry `Authorization: Bearer <token>` (401 otherwise); with
+// require_client_cert the TLS handshake also demands a certificate signed by the test CA.
+// Tests change objects with Put/Delete and cut open watch streams mid-line with BreakWatches.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace gpulet::testing {
+
+// A throwaway CA, a server certificate for 127.0.0.1/localhost and a client certificate, made
+// with the openssl command in `dir`.
+struct TestPki {
+  std::string ca_cert, server_cert, server_key, client_cert, client_key;
+};
+Result<TestPki> MakeTestPki(const std::string& dir);
+
+// A recorded API response from testing/apiserver/testdata (e.g. "node.json").
+Result<nlohmann::json> LoadRecorded(const std::string& name);
+
+struct RecordedRequest {
+  std::string method;
+  std::string path;   // without the query
+  std::string query;  // raw, e.g. "watch=1&resourceVersion=12"
+  std::string content_type;
+};
+
+class FakeApiServer {
+ public:
+  struct Options {
+    std::string token = "test-token";
+    bool require_client_cert = false;
+  };
+
+  static Result<std::unique_ptr<FakeApiServer>> Start(const TestPki& pki, Options options);
+  ~FakeApiServer();
+  FakeApiServer(const FakeApiServer&) = delete;
+  FakeApiServer& operator=(const FakeApiServer&) = delete;
+
+  std::string url() const;  // "https://127.0.0.1:PORT"
+
+  // Stores the object (its metadata.resourceVersion set to a new version) and notifies watches:
+  // ADDED when new, MODIFIED otherwise. Returns the version.
+  uint64_t Put(const std::string& object_path, nlohmann::json object);
+  void Delete(const std::string& object_path);
+  std::optional<nlohmann::json> Object(const std::string& object_path) const;
+  uint64_t current_version() const;
+
+  // Cuts every open watch stream in the middle of a line, without the closing chunk.
+  void BreakWatches();
+  // Watches asking for a version older than `version` get 410 Gone.
+  void ExpireVersionsBefore(uint64_t version);
+  void SetGoneAsHttpStatus(bool on);
+
+  size_t open_watches() const;
+  // Waits (bounded) until at least `n` watch streams are open.
+  bool WaitForOpenWatches(size_t n, std::chrono::milliseconds timeout) const;
+  std::vector<RecordedRequest> requests() const;
+
+ private:
+  struct State;
+  FakeApiServer() = default;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace gpulet::testing
