@@ -51,8 +51,9 @@ TEST(FixtureTest, DgxH100HasEightHoppersWithNv18BetweenEveryPair) {
     for (const auto& peer : f.gpus) {
       EXPECT_EQ(f.nvlinks[g.index][peer.index], g.index == peer.index ? 0u : 18u);
     }
-    EXPECT_EQ(f.NvlinkPeers(g.index).size(), 7u * 18u);
+    EXPECT_TRUE(f.NvlinkPeers(g.index).empty()) << "links go to NVSwitches, not to peers";
   }
+  EXPECT_EQ(f.nvswitch_links, 18u);
   EXPECT_EQ(f.gpus[0].NvmlBusId(), "00000000:18:00.0");
   EXPECT_EQ(f.gpus[7].NvmlBusId(), "00000000:DB:00.0");
   EXPECT_EQ(f.gpus[7].SysfsBusId(), "0000:db:00.0");
@@ -88,6 +89,21 @@ TEST(FixtureTest, L4HasNoNvlinkAndTwoGpusPerSwitch) {
     EXPECT_EQ(g.memory_mib, 23034u);
     EXPECT_EQ(g.pcie_switch, static_cast<int>(g.index / 2));
   }
+}
+
+TEST(FixtureTest, DirectNvlinkPairsAreSymmetricAndLinkOrdered) {
+  Result<Fixture> f = ParseFixture(
+      "driver_version: 1\ncuda_version: 12040\n"
+      "defaults: {name: X, memory_mib: 1, compute_capability: \"8.0\", architecture: ampere}\n"
+      "gpus: [{bus_id: \"0000:01:00.0\"}, {bus_id: \"0000:02:00.0\"}, {bus_id: \"0000:03:00.0\"}]\n"
+      "nvlink: {pairs: [[0, 1, 4], [2, 0, 2]]}\n",
+      "pairs.yaml");
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_EQ(f->nvlinks[1][0], 4u);
+  EXPECT_EQ(f->nvlinks[0][2], 2u);
+  EXPECT_EQ(f->nvlinks[1][2], 0u);
+  EXPECT_EQ(f->NvlinkPeers(0), (std::vector<unsigned>{1, 1, 1, 1, 2, 2}));
+  EXPECT_EQ(f->NvlinkPeers(1), (std::vector<unsigned>{0, 0, 0, 0}));
 }
 
 TEST(FixtureTest, CountGeneratesDistinctGpus) {

@@ -252,6 +252,16 @@ bool TakeEvent(Driver& d, nvmlEventSet_st* set, nvmlEventData_t* data) {
   return false;
 }
 
+// The integer a caller passed for a C enum parameter: C callers may pass any value, and reading
+// an out-of-range one through the C++ enum type is undefined.
+template <typename E>
+int RawEnum(const E& e) {
+  static_assert(sizeof(E) == sizeof(int));
+  int v = 0;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+
 void DrainInotify(int fd) {
   alignas(inotify_event) char buf[4096];
   while (::read(fd, buf, sizeof buf) > 0) {
@@ -263,6 +273,7 @@ void DrainInotify(int fd) {
 
 using gpulet::sim::Guard;
 using gpulet::sim::PhysicalQuery;
+using gpulet::sim::RawEnum;
 using gpulet::sim::Resolve;
 using gpulet::sim::Session;
 using gpulet::sim::Target;
@@ -629,7 +640,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device,
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device,
                                                  nvmlTemperatureSensors_t sensor,
                                                  unsigned int* temp) {
-  return PhysicalQuery(device, temp != nullptr && sensor == NVML_TEMPERATURE_GPU,
+  return PhysicalQuery(device, temp != nullptr && RawEnum(sensor) == NVML_TEMPERATURE_GPU,
                        [&](Session& s, const gpulet::sim::GpuSpec& g) {
                          *temp = gpulet::sim::Now(s, g).temperature_c;
                          return NVML_SUCCESS;
@@ -666,12 +677,13 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device,
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type,
                                                unsigned int* mhz) {
-  const bool known = type == NVML_CLOCK_GRAPHICS || type == NVML_CLOCK_SM ||
-                     type == NVML_CLOCK_MEM || type == NVML_CLOCK_VIDEO;
+  const int clock = RawEnum(type);
+  const bool known = clock == NVML_CLOCK_GRAPHICS || clock == NVML_CLOCK_SM ||
+                     clock == NVML_CLOCK_MEM || clock == NVML_CLOCK_VIDEO;
   return PhysicalQuery(device, mhz != nullptr && known,
                        [&](Session& s, const gpulet::sim::GpuSpec& g) {
                          const auto now = gpulet::sim::Now(s, g);
-                         switch (type) {
+                         switch (clock) {
                            case NVML_CLOCK_MEM: *mhz = now.mem_clock_mhz; break;
                            case NVML_CLOCK_VIDEO: *mhz = now.sm_clock_mhz * 9 / 10; break;
                            default: *mhz = now.sm_clock_mhz; break;
@@ -684,13 +696,14 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device,
                                                     nvmlMemoryErrorType_t errorType,
                                                     nvmlEccCounterType_t counterType,
                                                     unsigned long long* count) {
-  const bool known = (errorType == NVML_MEMORY_ERROR_TYPE_CORRECTED ||
-                      errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED) &&
-                     (counterType == NVML_VOLATILE_ECC || counterType == NVML_AGGREGATE_ECC);
+  const int error = RawEnum(errorType), counter = RawEnum(counterType);
+  const bool known = (error == NVML_MEMORY_ERROR_TYPE_CORRECTED ||
+                      error == NVML_MEMORY_ERROR_TYPE_UNCORRECTED) &&
+                     (counter == NVML_VOLATILE_ECC || counter == NVML_AGGREGATE_ECC);
   return PhysicalQuery(device, count != nullptr && known,
                        [&](Session& s, const gpulet::sim::GpuSpec& g) {
                          const auto now = gpulet::sim::Now(s, g);
-                         *count = errorType == NVML_MEMORY_ERROR_TYPE_CORRECTED
+                         *count = error == NVML_MEMORY_ERROR_TYPE_CORRECTED
                                       ? now.ecc_corrected
                                       : now.ecc_uncorrected;
                          return NVML_SUCCESS;
@@ -714,12 +727,12 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComput
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t device, nvmlComputeMode_t mode) {
-  const bool known = mode == NVML_COMPUTEMODE_DEFAULT || mode == NVML_COMPUTEMODE_EXCLUSIVE_THREAD ||
-                     mode == NVML_COMPUTEMODE_PROHIBITED ||
-                     mode == NVML_COMPUTEMODE_EXCLUSIVE_PROCESS;
+  const int raw = RawEnum(mode);
+  const bool known = raw == NVML_COMPUTEMODE_DEFAULT || raw == NVML_COMPUTEMODE_EXCLUSIVE_THREAD ||
+                     raw == NVML_COMPUTEMODE_PROHIBITED || raw == NVML_COMPUTEMODE_EXCLUSIVE_PROCESS;
   return PhysicalQuery(device, known, [&](Session& s, const gpulet::sim::GpuSpec& g) {
     gpulet::sim::GpuOverrides set;
-    set.compute_mode = static_cast<int>(mode);
+    set.compute_mode = raw;
     if (!gpulet::sim::SetOverrides(*s.d.control, g.index, set).ok()) {
       return NVML_ERROR_UNKNOWN;
     }

@@ -207,23 +207,24 @@ TEST_F(SimDriverTest, DgxH100ReportsEightGpusAndNv18BetweenEveryPair) {
   EXPECT_EQ(handles[0], Handle(0)) << "handles are stable";
   EXPECT_EQ(index_by_bus.count("00000000:18:00.0"), 1u);
 
-  // Walk every link of every GPU as discovery would: until INVALID_ARGUMENT.
+  // On an NVSwitch system every one of a GPU's 18 links ends at a switch, not at a peer GPU.
   for (unsigned i = 0; i < count; ++i) {
-    std::map<unsigned, unsigned> links_to;
-    for (unsigned link = 0;; ++link) {
+    unsigned to_switch = 0;
+    for (unsigned link = 0; link < NVML_NVLINK_MAX_LINKS; ++link) {
       nvmlEnableState_t active = NVML_FEATURE_DISABLED;
-      nvmlReturn_t rc = api_.nvmlDeviceGetNvLinkState(handles[i], link, &active);
-      if (rc == NVML_ERROR_INVALID_ARGUMENT) break;
-      ASSERT_EQ(rc, NVML_SUCCESS);
-      ASSERT_LT(link, 1000u);
-      if (active != NVML_FEATURE_ENABLED) continue;
+      ASSERT_EQ(api_.nvmlDeviceGetNvLinkState(handles[i], link, &active), NVML_SUCCESS);
+      ASSERT_EQ(active, NVML_FEATURE_ENABLED);
+      nvmlIntNvLinkDeviceType_t type = NVML_NVLINK_DEVICE_TYPE_UNKNOWN;
+      ASSERT_EQ(api_.nvmlDeviceGetNvLinkRemoteDeviceType(handles[i], link, &type), NVML_SUCCESS);
       nvmlPciInfo_t remote{};
       ASSERT_EQ(api_.nvmlDeviceGetNvLinkRemotePciInfo_v2(handles[i], link, &remote), NVML_SUCCESS);
-      links_to[index_by_bus.at(remote.busId)]++;
+      EXPECT_EQ(index_by_bus.count(remote.busId), 0u) << remote.busId << " is a GPU";
+      if (type == NVML_NVLINK_DEVICE_TYPE_SWITCH) ++to_switch;
     }
-    EXPECT_EQ(links_to.size(), 7u);
-    EXPECT_EQ(links_to.count(i), 0u);
-    for (const auto& [peer, n] : links_to) EXPECT_EQ(n, 18u) << i << "->" << peer;
+    EXPECT_EQ(to_switch, 18u);
+    nvmlEnableState_t active{};
+    EXPECT_EQ(api_.nvmlDeviceGetNvLinkState(handles[i], NVML_NVLINK_MAX_LINKS, &active),
+              NVML_ERROR_INVALID_ARGUMENT);
   }
 
   nvmlGpuTopologyLevel_t level{};
@@ -231,6 +232,40 @@ TEST_F(SimDriverTest, DgxH100ReportsEightGpusAndNv18BetweenEveryPair) {
   EXPECT_EQ(level, NVML_TOPOLOGY_NODE);
   ASSERT_EQ(api_.nvmlDeviceGetTopologyCommonAncestor(handles[0], handles[4], &level), NVML_SUCCESS);
   EXPECT_EQ(level, NVML_TOPOLOGY_SYSTEM);
+}
+
+// Direct GPU-to-GPU links: link i ends at a peer GPU; links past the GPU's count are disabled.
+TEST_F(SimDriverTest, DirectNvlinksLeadToPeerGpus) {
+  const std::string dir = MakeTempDir();
+  const std::string path = dir + "/pairs.yaml";
+  std::ofstream(path) << "driver_version: 1\ncuda_version: 12040\n"
+                         "defaults: {name: X, memory_mib: 1, compute_capability: \"8.0\", "
+                         "architecture: ampere}\n"
+                         "gpus: [{bus_id: \"0000:01:00.0\"}, {bus_id: \"0000:02:00.0\"}, "
+                         "{bus_id: \"0000:03:00.0\"}]\n"
+                         "nvlink: {pairs: [[0, 1, 4], [0, 2, 2]]}\n";
+  ASSERT_TRUE(PrepareSimulation(path, dir + "/state").ok());
+  LoadLibrary(std::string(GPULET_BUILD_DIR) + "/sim/libnvidia-ml.so.1");
+  ASSERT_EQ(api_.nvmlInit_v2(), NVML_SUCCESS);
+  std::map<std::string, unsigned> links_to;
+  for (unsigned link = 0; link < NVML_NVLINK_MAX_LINKS; ++link) {
+    nvmlEnableState_t active{};
+    ASSERT_EQ(api_.nvmlDeviceGetNvLinkState(Handle(0), link, &active), NVML_SUCCESS);
+    if (active != NVML_FEATURE_ENABLED) continue;
+    nvmlIntNvLinkDeviceType_t type = NVML_NVLINK_DEVICE_TYPE_UNKNOWN;
+    ASSERT_EQ(api_.nvmlDeviceGetNvLinkRemoteDeviceType(Handle(0), link, &type), NVML_SUCCESS);
+    EXPECT_EQ(type, NVML_NVLINK_DEVICE_TYPE_GPU);
+    nvmlPciInfo_t remote{};
+    ASSERT_EQ(api_.nvmlDeviceGetNvLinkRemotePciInfo_v2(Handle(0), link, &remote), NVML_SUCCESS);
+    links_to[remote.busId]++;
+  }
+  EXPECT_EQ(links_to, (std::map<std::string, unsigned>{{"00000000:02:00.0", 4},
+                                                       {"00000000:03:00.0", 2}}));
+  nvmlEnableState_t active{};
+  ASSERT_EQ(api_.nvmlDeviceGetNvLinkState(Handle(1), 4, &active), NVML_SUCCESS);
+  EXPECT_EQ(active, NVML_FEATURE_DISABLED);
+  EXPECT_EQ(api_.nvmlDeviceGetNvLinkState(Handle(1), NVML_NVLINK_MAX_LINKS, &active),
+            NVML_ERROR_INVALID_ARGUMENT);
 }
 
 TEST_F(SimDriverTest, DgxA100ExposesMigDevicesWithIdsAndAttributes) {
@@ -482,8 +517,10 @@ TEST_F(SimDriverTest, ComputeModeIsSharedThroughControlState) {
   auto state = control_->Read();
   ASSERT_TRUE(state.ok());
   EXPECT_EQ(state->Find(2)->compute_mode, NVML_COMPUTEMODE_EXCLUSIVE_PROCESS);
-  EXPECT_EQ(api_.nvmlDeviceSetComputeMode(d, static_cast<nvmlComputeMode_t>(9)),
-            NVML_ERROR_INVALID_ARGUMENT);
+  // A C caller may pass any integer for the enum; call the way one would.
+  auto set_raw = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, int)>(
+      reinterpret_cast<void*>(api_.nvmlDeviceSetComputeMode));
+  EXPECT_EQ(set_raw(d, 9), NVML_ERROR_INVALID_ARGUMENT);
 }
 
 }  // namespace
