@@ -1,0 +1,263 @@
+#include "quota/quota.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+namespace gpulet::quota {
+namespace {
+
+int LineOf(const YAML::Node& n) { return n.IsDefined() ? n.Mark().line + 1 : 0; }
+
+Status InvalidAt(const std::string& file, int line, const std::string& field,
+                 const std::string& problem) {
+  return {ErrorCode::kInvalidInput, file + ":" + std::to_string(line) + ": " + field + ": " + problem};
+}
+
+Result<int> Count(const YAML::Node& n, const std::string& file, const std::string& field) {
+  if (!n.IsScalar() || n.Tag() == "!") {
+    return InvalidAt(file, LineOf(n), field, "must be an integer >= 0");
+  }
+  const std::string& s = n.Scalar();
+  if (s.empty() || s.size() > 6 || s.find_first_not_of("0123456789") != std::string::npos) {
+    return InvalidAt(file, LineOf(n), field, "must be an integer >= 0, got \"" + s + "\"");
+  }
+  return std::stoi(s);
+}
+
+Result<std::string> ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status(ErrorCode::kNotFound, path + ": not found or unreadable");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+const std::regex kDnsLabel("[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?");
+const std::regex kMigProfile("([0-9]+c\\.)?[0-9]+g\\.[0-9]+gb(\\+me)?");
+
+}  // namespace
+
+std::string MigResourceName(const std::string& profile) {
+  std::string p = profile;
+  const size_t plus = p.find('+');
+  if (plus != std::string::npos) p[plus] = '.';
+  return "nvidia.com/mig-" + p;
+}
+
+Result<TenantsFile> ParseTenants(const std::string& text, const std::string& path) {
+  TenantsFile out;
+  out.path = path;
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return InvalidAt(path, e.mark.line + 1, "(document)", e.msg);
+  }
+  if (!root.IsMap()) return InvalidAt(path, LineOf(root), "(document)", "must be a mapping with tenants:");
+  for (const auto& kv : root) {
+    if (kv.first.Scalar() != "tenants") {
+      return InvalidAt(path, LineOf(kv.first), kv.first.Scalar(), "unknown key (want tenants)");
+    }
+  }
+  const YAML::Node list = root["tenants"];
+  if (!list || !list.IsSequence() || list.size() == 0) {
+    return InvalidAt(path, LineOf(list ? list : root), "tenants", "must be a non-empty list");
+  }
+  out.tenants_line = LineOf(list);
+  std::set<std::string> seen;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const YAML::Node e = list[i];
+    const std::string base = "tenants[" + std::to_string(i) + "]";
+    if (!e.IsMap()) return InvalidAt(path, LineOf(e), base, "must be a mapping");
+    Tenant t;
+    t.line = LineOf(e);
+    for (const auto& kv : e) {
+      const std::string key = kv.first.Scalar();
+      const std::string field = base + "." + key;
+      t.field_lines[key] = LineOf(kv.second);
+      if (key == "namespace") {
+        if (!kv.second.IsScalar()) return InvalidAt(path, LineOf(kv.second), field, "must be a string");
+        t.namespace_name = kv.second.Scalar();
+        if (!std::regex_match(t.namespace_name, kDnsLabel)) {
+          return InvalidAt(path, LineOf(kv.second), field,
+                           "\"" + t.namespace_name + "\" is not a valid namespace name (DNS-1123 label)");
+        }
+      } else if (key == "gpus" || key == "sharedGpus" || key == "maxPerContainer") {
+        Result<int> n = Count(kv.second, path, field);
+        if (!n.ok()) return n.status();
+        (key == "gpus" ? t.gpus : key == "sharedGpus" ? t.shared_gpus : t.max_per_container) = *n;
+      } else if (key == "mig") {
+        if (!kv.second.IsMap()) {
+          return InvalidAt(path, LineOf(kv.second), field, "must map MIG profiles to counts");
+        }
+        for (const auto& m : kv.second) {
+          const std::string profile = m.first.Scalar();
+          const std::string mfield = field + "." + profile;
+          if (!std::regex_match(profile, kMigProfile)) {
+            return InvalidAt(path, LineOf(m.first), mfield,
+                             "not a MIG profile (like 1g.10gb, 3g.40gb, 1g.10gb+me)");
+          }
+          Result<int> n = Count(m.second, path, mfield);
+          if (!n.ok()) return n.status();
+          t.mig[profile] = *n;
+          t.field_lines["mig." + profile] = LineOf(m.second);
+        }
+      } else {
+        return InvalidAt(path, LineOf(kv.first), field,
+                         "unknown key (want namespace, gpus, sharedGpus, mig, maxPerContainer)");
+      }
+    }
+    if (t.namespace_name.empty()) return InvalidAt(path, t.line, base + ".namespace", "missing");
+    if (!seen.insert(t.namespace_name).second) {
+      return InvalidAt(path, t.field_lines["namespace"], base + ".namespace",
+                       "\"" + t.namespace_name + "\" is listed twice");
+    }
+    out.tenants.push_back(std::move(t));
+  }
+  return out;
+}
+
+Result<TenantsFile> LoadTenants(const std::string& path) {
+  Result<std::string> text = ReadAll(path);
+  if (!text.ok()) return text.status();
+  return ParseTenants(*text, path);
+}
+
+Status AddInventory(FleetCapacity& fleet, const std::string& text, const std::string& path) {
+  // JSON is YAML: parsing it with yaml-cpp keeps line numbers for the errors.
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return InvalidAt(path, e.mark.line + 1, "(document)", e.msg);
+  }
+  const YAML::Node gpus = root.IsMap() ? root["gpus"] : YAML::Node();
+  if (!gpus || !gpus.IsSequence()) {
+    return InvalidAt(path, LineOf(root), "gpus",
+                     "missing: not a `gpulet info --output json` inventory");
+  }
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    const YAML::Node g = gpus[i];
+    const std::string base = "gpus[" + std::to_string(i) + "]";
+    const YAML::Node enabled = g["mig_enabled"];
+    if (!enabled || !enabled.IsScalar() || (enabled.Scalar() != "true" && enabled.Scalar() != "false")) {
+      return InvalidAt(path, LineOf(enabled ? enabled : g), base + ".mig_enabled", "missing or not a boolean");
+    }
+    if (enabled.Scalar() == "false") {
+      ++fleet.whole_gpus;
+      continue;
+    }
+    const YAML::Node migs = g["mig_devices"];
+    if (!migs || !migs.IsSequence()) {
+      return InvalidAt(path, LineOf(migs ? migs : g), base + ".mig_devices", "missing or not a list");
+    }
+    for (size_t j = 0; j < migs.size(); ++j) {
+      const YAML::Node p = migs[j]["profile"];
+      const std::string field = base + ".mig_devices[" + std::to_string(j) + "].profile";
+      if (!p || !p.IsScalar() || p.Scalar().empty()) {
+        return InvalidAt(path, LineOf(p ? p : migs[j]), field, "missing");
+      }
+      ++fleet.mig[p.Scalar()];
+    }
+  }
+  fleet.sources.push_back(path);
+  return {};
+}
+
+Status LoadInventory(FleetCapacity& fleet, const std::string& path) {
+  Result<std::string> text = ReadAll(path);
+  if (!text.ok()) return text.status();
+  return AddInventory(fleet, *text, path);
+}
+
+Result<CheckReport> CheckAgainstFleet(const TenantsFile& tf, const FleetCapacity& fleet,
+                                      const CheckOptions& options) {
+  CheckReport report;
+  auto over = [&](int line, const std::string& field, const std::string& problem) -> Status {
+    if (options.allow_overcommit) {
+      report.warnings.push_back(tf.path + ":" + std::to_string(line) + ": " + field + ": " + problem);
+      return {};
+    }
+    return InvalidAt(tf.path, line, field, problem + " (--allow-overcommit to accept)");
+  };
+  int gpus = 0, shared = 0;
+  std::map<std::string, int> mig;
+  std::map<std::string, int> mig_first_line;
+  for (size_t i = 0; i < tf.tenants.size(); ++i) {
+    const Tenant& t = tf.tenants[i];
+    gpus += t.gpus;
+    shared += t.shared_gpus;
+    for (const auto& [profile, n] : t.mig) {
+      mig[profile] += n;
+      const auto line_it = t.field_lines.find("mig." + profile);
+      const int line = line_it == t.field_lines.end() ? t.line : line_it->second;
+      if (!fleet.mig.count(profile)) {
+        std::string available;
+        for (const auto& [p, c] : fleet.mig) available += (available.empty() ? "" : ", ") + p;
+        return InvalidAt(tf.path, line, "tenants[" + std::to_string(i) + "].mig." + profile,
+                         "no MIG device with this profile in the fleet (has: " +
+                             (available.empty() ? "none" : available) + ")");
+      }
+      if (!mig_first_line.count(profile)) mig_first_line[profile] = line;
+    }
+  }
+  const std::string whole = std::to_string(fleet.whole_gpus) + " whole GPUs";
+  int needed = gpus;
+  std::string what = "requests.nvidia.com/gpu sums to " + std::to_string(gpus);
+  if (options.shared_replicas > 0 && shared > 0) {
+    const int shared_gpus = (shared + options.shared_replicas - 1) / options.shared_replicas;
+    needed += shared_gpus;
+    what += " and requests.nvidia.com/gpu.shared to " + std::to_string(shared) + " (" +
+            std::to_string(shared_gpus) + " GPUs at " + std::to_string(options.shared_replicas) +
+            " replicas)";
+  } else if (shared > 0) {
+    report.warnings.push_back(tf.path + ":" + std::to_string(tf.tenants_line) +
+                              ": tenants: sharedGpus not checked against the fleet "
+                              "(pass --shared-replicas N)");
+  }
+  if (needed > fleet.whole_gpus) {
+    Status s = over(tf.tenants_line, "tenants", what + ", the fleet has " + whole);
+    if (!s.ok()) return s;
+  }
+  for (const auto& [profile, n] : mig) {
+    if (n > fleet.mig.at(profile)) {
+      Status s = over(mig_first_line[profile], "tenants[*].mig." + profile,
+                      "requests." + MigResourceName(profile) + " sums to " + std::to_string(n) +
+                          ", the fleet has " + std::to_string(fleet.mig.at(profile)));
+      if (!s.ok()) return s;
+    }
+  }
+  return report;
+}
+
+std::string RenderManifests(const TenantsFile& tf) {
+  std::ostringstream out;
+  out << "# Rendered by `gpulet quota --tenants " << tf.path << "`. Quota first: a namespace\n"
+         "# without a quota line for a GPU resource may request any number of it.\n";
+  for (const Tenant& t : tf.tenants) {
+    std::vector<std::pair<std::string, int>> resources = {{"nvidia.com/gpu", t.gpus},
+                                                          {"nvidia.com/gpu.shared", t.shared_gpus}};
+    for (const auto& [profile, n] : t.mig) resources.emplace_back(MigResourceName(profile), n);
+    out << "---\napiVersion: v1\nkind: ResourceQuota\nmetadata:\n  name: gpu-quota\n"
+        << "  namespace: " << t.namespace_name << "\n  labels:\n    app.kubernetes.io/managed-by: gpulet\n"
+        << "spec:\n  hard:\n";
+    // Extended resources are quota'd on requests only; a 0 line forbids the resource.
+    for (const auto& [name, n] : resources) out << "    requests." << name << ": \"" << n << "\"\n";
+    if (t.max_per_container > 0) {
+      out << "---\napiVersion: v1\nkind: LimitRange\nmetadata:\n  name: gpu-limits\n"
+          << "  namespace: " << t.namespace_name
+          << "\n  labels:\n    app.kubernetes.io/managed-by: gpulet\nspec:\n  limits:\n"
+          << "    - type: Container\n      max:\n";
+      for (const auto& [name, n] : resources) {
+        if (n > 0) out << "        " << name << ": \"" << std::min(n, t.max_per_container) << "\"\n";
+      }
+    }
+  }
+  return out.str();
+}
+
+}  // namespace gpulet::quota

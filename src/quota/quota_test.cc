@@ -1,0 +1,162 @@
+// gpulet quota: tenants file parsing (file:line:field errors), fleet inventory reading, sum checks
+// and the rendered ResourceQuota/LimitRange, including the shipped examples.
+#include "quota/quota.h"
+
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+namespace gpulet::quota {
+namespace {
+
+const std::string kExamples = std::string(GPULET_SOURCE_DIR) + "/deploy/examples/";
+
+FleetCapacity ExampleFleet() {
+  FleetCapacity fleet;
+  EXPECT_TRUE(LoadInventory(fleet, kExamples + "inventory-h100-node.json").ok());
+  EXPECT_TRUE(LoadInventory(fleet, kExamples + "inventory-a100-mig-node.json").ok());
+  return fleet;
+}
+
+TEST(Inventory, CountsWholeGpusAndMigDevicesPerProfile) {
+  FleetCapacity fleet = ExampleFleet();
+  EXPECT_EQ(fleet.whole_gpus, 10);
+  EXPECT_EQ(fleet.mig.at("1g.5gb"), 28);
+  EXPECT_EQ(fleet.mig.at("3g.20gb"), 4);
+  EXPECT_EQ(fleet.sources.size(), 2u);
+}
+
+TEST(Inventory, ErrorsNameFileLineAndField) {
+  FleetCapacity fleet;
+  Status s = AddInventory(fleet,
+                          "{\n  \"gpus\": [\n    {\"mig_enabled\": true,\n     \"mig_devices\": [\n"
+                          "       {\"uuid\": \"MIG-1\"}\n     ]}\n  ]\n}\n",
+                          "node.json");
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidInput);
+  EXPECT_EQ(s.message(), "node.json:5: gpus[0].mig_devices[0].profile: missing");
+  s = AddInventory(fleet, "{\"driver_version\": \"550\"}", "other.json");
+  EXPECT_NE(s.message().find("other.json:1: gpus: missing"), std::string::npos) << s.message();
+  EXPECT_EQ(LoadInventory(fleet, "/nonexistent.json").code(), ErrorCode::kNotFound);
+}
+
+TEST(Tenants, ParsesBudgetsAndKeepsLines) {
+  Result<TenantsFile> tf = LoadTenants(kExamples + "tenants.yaml");
+  ASSERT_TRUE(tf.ok()) << tf.status().message();
+  ASSERT_EQ(tf->tenants.size(), 4u);
+  EXPECT_EQ(tf->tenants[0].namespace_name, "ml-training");
+  EXPECT_EQ(tf->tenants[0].gpus, 6);
+  EXPECT_EQ(tf->tenants[1].mig.at("1g.5gb"), 14);
+  EXPECT_EQ(tf->tenants[3].shared_gpus, 16);
+}
+
+struct BadTenants {
+  const char* yaml;
+  const char* error;  // expected substring
+};
+
+class BadTenantsTest : public ::testing::TestWithParam<BadTenants> {};
+
+TEST_P(BadTenantsTest, IsRejectedWithFileLineField) {
+  Result<TenantsFile> tf = ParseTenants(GetParam().yaml, "t.yaml");
+  ASSERT_FALSE(tf.ok());
+  EXPECT_EQ(tf.status().code(), ErrorCode::kInvalidInput);
+  EXPECT_NE(tf.status().message().find(GetParam().error), std::string::npos) << tf.status().message();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, BadTenantsTest,
+    ::testing::Values(
+        BadTenants{"tenants: []\n", "t.yaml:1: tenants: must be a non-empty list"},
+        BadTenants{"tenant:\n  - namespace: a\n", "t.yaml:1: tenant: unknown key"},
+        BadTenants{"tenants:\n  - namespace: a\n    gpus: -1\n", "t.yaml:3: tenants[0].gpus: must be an integer >= 0"},
+        BadTenants{"tenants:\n  - namespace: a\n    gpus: \"2\"\n", "t.yaml:3: tenants[0].gpus: must be an integer"},
+        BadTenants{"tenants:\n  - namespace: Team_A\n", "t.yaml:2: tenants[0].namespace: \"Team_A\" is not a valid"},
+        BadTenants{"tenants:\n  - gpus: 1\n", "t.yaml:2: tenants[0].namespace: missing"},
+        BadTenants{"tenants:\n  - namespace: a\n  - namespace: a\n", "t.yaml:3: tenants[1].namespace: \"a\" is listed twice"},
+        BadTenants{"tenants:\n  - namespace: a\n    mig:\n      big: 1\n", "t.yaml:4: tenants[0].mig.big: not a MIG profile"},
+        BadTenants{"tenants:\n  - namespace: a\n    gpu: 1\n", "t.yaml:3: tenants[0].gpu: unknown key"},
+        BadTenants{"tenants:\n  - namespace: a\n    gpus: [1\n", "t.yaml:"}));
+
+TEST(Check, ExampleFitsTheExampleFleetExactly) {
+  Result<TenantsFile> tf = LoadTenants(kExamples + "tenants.yaml");
+  ASSERT_TRUE(tf.ok());
+  CheckOptions o;
+  o.shared_replicas = 4;
+  Result<CheckReport> r = CheckAgainstFleet(*tf, ExampleFleet(), o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_TRUE(r->warnings.empty());
+}
+
+TEST(Check, OverSubscribedWholeGpusNameTheSumsAndTheFleet) {
+  Result<TenantsFile> tf = ParseTenants(
+      "tenants:\n  - namespace: a\n    gpus: 8\n  - namespace: b\n    gpus: 2\n"
+      "    sharedGpus: 5\n", "t.yaml");
+  ASSERT_TRUE(tf.ok());
+  CheckOptions o;
+  o.shared_replicas = 4;
+  Result<CheckReport> r = CheckAgainstFleet(*tf, ExampleFleet(), o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("t.yaml:2: tenants: requests.nvidia.com/gpu sums to 10 and "
+                                      "requests.nvidia.com/gpu.shared to 5 (2 GPUs at 4 replicas), "
+                                      "the fleet has 10 whole GPUs"),
+            std::string::npos)
+      << r.status().message();
+  o.allow_overcommit = true;
+  r = CheckAgainstFleet(*tf, ExampleFleet(), o);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->warnings.size(), 1u);
+}
+
+TEST(Check, MigProfilesAreCheckedPerProfile) {
+  Result<TenantsFile> tf = ParseTenants(
+      "tenants:\n  - namespace: a\n    mig:\n      1g.5gb: 20\n  - namespace: b\n    mig:\n"
+      "      1g.5gb: 9\n", "t.yaml");
+  ASSERT_TRUE(tf.ok());
+  Result<CheckReport> r = CheckAgainstFleet(*tf, ExampleFleet(), {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("t.yaml:4: tenants[*].mig.1g.5gb: requests.nvidia.com/mig-1g.5gb "
+                                      "sums to 29, the fleet has 28"),
+            std::string::npos)
+      << r.status().message();
+  tf = ParseTenants("tenants:\n  - namespace: a\n    mig:\n      7g.80gb: 1\n", "t.yaml");
+  r = CheckAgainstFleet(*tf, ExampleFleet(), {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("t.yaml:4: tenants[0].mig.7g.80gb: no MIG device with this "
+                                      "profile in the fleet (has: 1g.5gb, 3g.20gb)"),
+            std::string::npos)
+      << r.status().message();
+}
+
+TEST(Check, SharedGpusWithoutReplicasAreAWarningNotASilentPass) {
+  Result<TenantsFile> tf = ParseTenants("tenants:\n  - namespace: a\n    sharedGpus: 100\n", "t.yaml");
+  Result<CheckReport> r = CheckAgainstFleet(*tf, ExampleFleet(), {});
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->warnings.size(), 1u);
+  EXPECT_NE(r->warnings[0].find("--shared-replicas"), std::string::npos);
+}
+
+TEST(Render, QuotaPerTenantWithEveryGpuResourceAndLimitRangeMax) {
+  Result<TenantsFile> tf = LoadTenants(kExamples + "tenants.yaml");
+  ASSERT_TRUE(tf.ok());
+  std::vector<YAML::Node> docs = YAML::LoadAll(RenderManifests(*tf));
+  ASSERT_EQ(docs.size(), 8u);  // 4 tenants × (ResourceQuota + LimitRange)
+  const YAML::Node q = docs[2];
+  EXPECT_EQ(q["kind"].as<std::string>(), "ResourceQuota");
+  EXPECT_EQ(q["metadata"]["namespace"].as<std::string>(), "inference-a");
+  EXPECT_EQ(q["spec"]["hard"]["requests.nvidia.com/gpu"].as<std::string>(), "0");
+  EXPECT_EQ(q["spec"]["hard"]["requests.nvidia.com/gpu.shared"].as<std::string>(), "0");
+  EXPECT_EQ(q["spec"]["hard"]["requests.nvidia.com/mig-1g.5gb"].as<std::string>(), "14");
+  EXPECT_EQ(q["spec"]["hard"]["requests.nvidia.com/mig-3g.20gb"].as<std::string>(), "2");
+  const YAML::Node lr = docs[1];
+  EXPECT_EQ(lr["kind"].as<std::string>(), "LimitRange");
+  EXPECT_EQ(lr["spec"]["limits"][0]["type"].as<std::string>(), "Container");
+  EXPECT_EQ(lr["spec"]["limits"][0]["max"]["nvidia.com/gpu"].as<std::string>(), "4");
+  EXPECT_FALSE(lr["spec"]["limits"][0]["max"]["nvidia.com/gpu.shared"].IsDefined());
+}
+
+TEST(Render, MeProfilesBecomeDotMeResourceNames) {
+  EXPECT_EQ(MigResourceName("1g.10gb+me"), "nvidia.com/mig-1g.10gb.me");
+  EXPECT_EQ(MigResourceName("3g.40gb"), "nvidia.com/mig-3g.40gb");
+}
+
+}  // namespace
+}  // namespace gpulet::quota
