@@ -1,0 +1,203 @@
+// A stand-in for the kubelet side of the device plugin API (v1beta1), for integration tests and
+// for users checking a node (`gpulet-kubelet-harness`). It reproduces the kubelet behaviours a
+// plugin must survive:
+//
+// - Registration is served on <dir>/kubelet.sock. Register validates the version ("v1beta1"), the
+//   resource name (an extended resource name, "<domain>/<name>") and the endpoint (a socket file
+//   name inside <dir>), then **dials the plugin and calls GetDevicePluginOptions before replying**.
+//   A plugin that cannot answer while its own Register is outstanding gets a Register error after
+//   `dial_timeout` (the harness never hangs).
+// - After a successful Register it opens ONE ListAndWatch stream per resource and treats every
+//   message as the complete device list. When the stream ends, every device of the resource is
+//   marked Unhealthy; after `removal_grace` (the kubelet's 5 minutes) the resource's devices are
+//   removed. Re-registering a resource replaces its endpoint and stream.
+// - Restart() simulates a kubelet restart: stop serving, drop every stream, delete every socket
+//   file in <dir> (and nothing else), recreate kubelet.sock and serve again.
+// - A pod-resources v1 PodResourcesLister is served on a second socket; List returns what the test
+//   set with SetPodResources.
+//
+// Thread-safety: every method may be called from any thread. State lives under one mutex; waits
+// use one condition variable (no sleeping loops).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "deviceplugin_v1beta1.grpc.pb.h"
+#include "podresources_v1.grpc.pb.h"
+
+namespace grpc {
+class Server;
+class Channel;
+class ClientContext;
+}  // namespace grpc
+
+namespace gpulet::testing {
+
+using Clock = std::chrono::steady_clock;
+
+inline constexpr char kHealthy[] = "Healthy";
+inline constexpr char kUnhealthy[] = "Unhealthy";
+
+struct HarnessOptions {
+  // Pod-resources socket; empty means <dir>/pod-resources/kubelet.sock (a subdirectory, so a
+  // simulated restart, which deletes the sockets directly in <dir>, leaves it alone — as on a real
+  // node, where it lives in /var/lib/kubelet/pod-resources/).
+  std::string pod_resources_socket;
+  // Deadline of the dial-back GetDevicePluginOptions call made inside Register.
+  std::chrono::milliseconds dial_timeout{5000};
+  // How long a resource whose stream ended keeps its (Unhealthy) devices. The kubelet uses 5 min.
+  std::chrono::milliseconds removal_grace{std::chrono::minutes(5)};
+  // Deadline for the calls the harness makes on behalf of tests (Allocate, …).
+  std::chrono::milliseconds rpc_timeout{10000};
+};
+
+struct HarnessDevice {
+  std::string id;
+  std::string health;           // as sent: "Healthy" / "Unhealthy" (or anything the plugin sent)
+  std::vector<int64_t> numa_nodes;
+  bool healthy() const { return health == kHealthy; }
+};
+
+// What the harness knows about one resource name.
+struct ResourceState {
+  std::string name;
+  std::string endpoint;           // socket file name in the directory
+  bool registered = false;        // a Register succeeded since the last (simulated) restart
+  bool streaming = false;         // its ListAndWatch stream is open
+  bool stream_ended = false;      // the stream ended while registered (devices marked Unhealthy)
+  bool removed = false;           // removal_grace passed after the stream ended
+  int registrations = 0;          // successful Registers, across restarts
+  int rejected = 0;               // failed Registers, across restarts
+  uint64_t updates = 0;           // ListAndWatch messages received on the current stream
+  v1beta1::DevicePluginOptions options;  // from the dial-back GetDevicePluginOptions
+  std::vector<HarnessDevice> devices;    // the latest complete list
+  std::string last_error;         // why the last Register failed / how the stream ended
+
+  size_t HealthyCount() const;
+};
+
+// One line of history, for watchers (the binary prints these).
+struct HarnessEvent {
+  enum class Kind { kRegistered, kRejected, kDevices, kStreamEnded, kRemoved, kRestarted };
+  uint64_t seq = 0;
+  Kind kind = Kind::kRegistered;
+  std::string resource;
+  std::string detail;                  // endpoint, error text, …
+  std::vector<HarnessDevice> devices;  // kDevices and kStreamEnded
+};
+const char* HarnessEventKindName(HarnessEvent::Kind kind);  // "registered", "devices", …
+// "event=devices resource=nvidia.com/gpu total=8 healthy=7 unhealthy=GPU-1 …" (one line).
+std::string FormatEvent(const HarnessEvent& event);
+
+// One container's devices in the pod-resources List answer.
+struct PodAssignment {
+  std::string namespace_name;
+  std::string pod;
+  std::string container;
+  std::string resource;
+  std::vector<std::string> device_ids;
+};
+
+class KubeletHarness {
+ public:
+  explicit KubeletHarness(HarnessOptions options = {});
+  ~KubeletHarness();  // Stop()
+  KubeletHarness(const KubeletHarness&) = delete;
+  KubeletHarness& operator=(const KubeletHarness&) = delete;
+
+  // Serves Registration on <dir>/kubelet.sock and pod-resources on its socket. `dir` must exist.
+  // kUnavailable when a server cannot start; kUsage when already started.
+  Status Start(const std::string& dir);
+  // Stops serving, ends every stream, removes the two sockets it created. Idempotent.
+  void Stop();
+  // Simulated kubelet restart (see above). Registrations must be made again; RegistrationCount
+  // keeps counting.
+  Status Restart();
+
+  const std::string& dir() const { return dir_; }
+  std::string kubelet_socket() const;
+  std::string pod_resources_socket() const;
+
+  // Waits until `resource` is registered (returns at once when it already is; to wait for a
+  // re-registration, use WaitFor on `registrations`).
+  Status WaitForRegistration(const std::string& resource, std::chrono::milliseconds timeout);
+  // Waits until pred(state) holds for `resource` (pred sees a default state with only `name` set
+  // while the resource is unknown). kUnavailable on timeout, naming the last state.
+  Status WaitFor(const std::string& resource, const std::function<bool(const ResourceState&)>& pred,
+                 std::chrono::milliseconds timeout);
+
+  std::vector<HarnessDevice> Devices(const std::string& resource) const;
+  std::optional<ResourceState> State(const std::string& resource) const;
+  int RegistrationCount(const std::string& resource) const;
+  std::vector<std::string> Resources() const;
+
+  // Calls on the registered plugin of `resource` (kNotFound when not registered; kUnavailable
+  // carrying the gRPC error otherwise). One container request per call, as the kubelet sends.
+  Result<std::vector<std::string>> GetPreferredAllocation(
+      const std::string& resource, const std::vector<std::string>& available,
+      const std::vector<std::string>& must_include, int size);
+  Result<v1beta1::ContainerAllocateResponse> Allocate(const std::string& resource,
+                                                      const std::vector<std::string>& ids);
+  Result<v1beta1::DevicePluginOptions> GetDevicePluginOptions(const std::string& resource);
+  Status PreStartContainer(const std::string& resource, const std::vector<std::string>& ids);
+
+  void SetPodResources(std::vector<PodAssignment> assignments);
+
+  // Returns the first event with seq > `after`, waiting up to `timeout`; nullopt on timeout or
+  // after Stop(). Events are kept (up to 100000) from Start.
+  std::optional<HarnessEvent> NextEvent(uint64_t after, std::chrono::milliseconds timeout) const;
+
+ private:
+  struct Resource;
+  class RegistrationService;
+  class PodResourcesService;
+
+  Status StartServing();
+  void StopServing();
+  void StopStreams(bool forget_registrations);
+  grpc::Status HandleRegister(const v1beta1::RegisterRequest& request);
+  void StreamLoop(std::string name, uint64_t generation,
+                  std::shared_ptr<v1beta1::DevicePlugin::Stub> stub,
+                  std::shared_ptr<grpc::ClientContext> context);
+  void PushEvent(HarnessEvent::Kind kind, const std::string& resource, std::string detail,
+                 std::vector<HarnessDevice> devices = {});  // mu_ held
+  Result<std::shared_ptr<v1beta1::DevicePlugin::Stub>> StubFor(const std::string& resource) const;
+  v1::ListPodResourcesResponse PodResourcesResponse() const;
+
+  const HarnessOptions options_;
+  std::string dir_;
+  std::string pod_socket_;
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  bool serving_ = false;
+  bool stopping_ = false;
+  std::map<std::string, std::unique_ptr<Resource>> resources_;
+  std::deque<HarnessEvent> events_;
+  uint64_t next_seq_ = 1;
+  std::vector<PodAssignment> pod_assignments_;
+  // Stream threads that were replaced or ended; joined on Stop/Restart (never under mu_).
+  std::vector<std::thread> finished_threads_;
+
+  // Server objects are created by Start/Restart and destroyed by Stop/Restart only; serve_mu_
+  // serialises those.
+  std::mutex serve_mu_;
+  std::unique_ptr<RegistrationService> registration_service_;
+  std::unique_ptr<PodResourcesService> pod_service_;
+  std::unique_ptr<grpc::Server> registration_server_;
+  std::unique_ptr<grpc::Server> pod_server_;
+};
+
+}  // namespace gpulet::testing
