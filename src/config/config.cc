@@ -140,21 +140,20 @@ class Parser {
     }
     if (!root.IsMap()) Fail(Loc(root, "", 1), "must be a mapping, got " + Describe(root));
     const int root_line = Line(root, 1);
-    ForEachKey(root, "", root_line, {"version", "flags", "sharing"},
-               [&](const std::string& key, const YAML::Node& value, const std::string& path,
-                   int line) {
-                 if (key == "version") {
-                   auto v = String(value, path, line);
-                   if (v && *v != "v1") {
-                     Fail(Loc(value, path, line),
-                          "unsupported version " + Quote(*v) + " (want v1)");
-                   }
-                 } else if (key == "flags") {
-                   ParseFlags(value, path, line, config.flags);
-                 } else if (key == "sharing") {
-                   ParseSharing(value, path, line, config.sharing);
-                 }
-               });
+    ForEachKey(
+        root, "", root_line, {"version", "flags", "sharing"},
+        [&](const std::string& key, const YAML::Node& value, const std::string& path, int line) {
+          if (key == "version") {
+            auto v = String(value, path, line);
+            if (v && *v != "v1") {
+              Fail(Loc(value, path, line), "unsupported version " + Quote(*v) + " (want v1)");
+            }
+          } else if (key == "flags") {
+            ParseFlags(value, path, line, config.flags);
+          } else if (key == "sharing") {
+            ParseSharing(value, path, line, config.sharing);
+          }
+        });
     return config;
   }
 
@@ -249,16 +248,16 @@ class Parser {
 
   void ParseGfd(const YAML::Node& node, const std::string& path, int line) {
     if (node.IsNull()) return;
-    ForEachKey(node, path, line,
-               {"oneshot", "noTimestamp", "sleepInterval", "outputFile", "machineTypeFile"},
-               [&](const std::string& key, const YAML::Node& value, const std::string& child,
-                   int l) {
-                 if (key == "oneshot" || key == "noTimestamp") {
-                   Bool(value, child, l);
-                 } else {
-                   String(value, child, l);
-                 }
-               });
+    ForEachKey(
+        node, path, line,
+        {"oneshot", "noTimestamp", "sleepInterval", "outputFile", "machineTypeFile"},
+        [&](const std::string& key, const YAML::Node& value, const std::string& child, int l) {
+          if (key == "oneshot" || key == "noTimestamp") {
+            Bool(value, child, l);
+          } else {
+            String(value, child, l);
+          }
+        });
   }
 
   void ParsePluginFlags(const YAML::Node& node, const std::string& path, int line,
@@ -302,8 +301,8 @@ class Parser {
       return *parsed;
     }
     if (!node.IsSequence()) {
-      Fail(Loc(node, path, line), "must be a strategy name or a list of them, got " +
-                                      Describe(node));
+      Fail(Loc(node, path, line),
+           "must be a strategy name or a list of them, got " + Describe(node));
     }
     if (node.size() == 0) Fail(Loc(node, path, line), "must not be empty");
     std::vector<DeviceListStrategy> out;
@@ -327,13 +326,13 @@ class Parser {
 
   void ParseSharing(const YAML::Node& node, const std::string& path, int line, Sharing& sharing) {
     if (node.IsNull()) return;
-    ForEachKey(node, path, line, {"timeSlicing", "mps"},
-               [&](const std::string& key, const YAML::Node& value, const std::string& child,
-                   int l) {
-                 if (value.IsNull()) return;
-                 auto& slot = key == "timeSlicing" ? sharing.time_slicing : sharing.mps;
-                 slot = ParseReplicaSharing(value, child, l);
-               });
+    ForEachKey(
+        node, path, line, {"timeSlicing", "mps"},
+        [&](const std::string& key, const YAML::Node& value, const std::string& child, int l) {
+          if (value.IsNull()) return;
+          auto& slot = key == "timeSlicing" ? sharing.time_slicing : sharing.mps;
+          slot = ParseReplicaSharing(value, child, l);
+        });
     if (sharing.time_slicing && sharing.mps) {
       const SourceLocation& later = sharing.mps->where.line > sharing.time_slicing->where.line
                                         ? sharing.mps->where
@@ -349,20 +348,20 @@ class Parser {
     YAML::Node resources;
     std::string resources_path;
     int resources_line = line;
-    ForEachKey(node, path, line, {"renameByDefault", "failRequestsGreaterThanOne", "resources"},
-               [&](const std::string& key, const YAML::Node& value, const std::string& child,
-                   int l) {
-                 if (key == "renameByDefault") {
-                   out.rename_by_default = Bool(value, child, l).value_or(false);
-                 } else if (key == "failRequestsGreaterThanOne") {
-                   out.fail_requests_greater_than_one = Bool(value, child, l);
-                 } else {
-                   have_resources = true;
-                   resources = value;
-                   resources_path = child;
-                   resources_line = l;
-                 }
-               });
+    ForEachKey(
+        node, path, line, {"renameByDefault", "failRequestsGreaterThanOne", "resources"},
+        [&](const std::string& key, const YAML::Node& value, const std::string& child, int l) {
+          if (key == "renameByDefault") {
+            out.rename_by_default = Bool(value, child, l).value_or(false);
+          } else if (key == "failRequestsGreaterThanOne") {
+            out.fail_requests_greater_than_one = Bool(value, child, l);
+          } else {
+            have_resources = true;
+            resources = value;
+            resources_path = child;
+            resources_line = l;
+          }
+        });
     const std::string rpath = have_resources ? resources_path : Child(path, "resources");
     if (!have_resources || resources.IsNull()) {
       Fail(SourceLocation{file_, resources_line, rpath}, "at least one resource is required");
@@ -374,8 +373,7 @@ class Parser {
       Fail(Loc(resources, rpath, resources_line), "at least one resource is required");
     }
     for (size_t i = 0; i < resources.size(); ++i) {
-      out.resources.push_back(ParseResource(resources[i],
-                                            rpath + "[" + std::to_string(i) + "]",
+      out.resources.push_back(ParseResource(resources[i], rpath + "[" + std::to_string(i) + "]",
                                             Line(resources, resources_line),
                                             out.rename_by_default));
     }
@@ -410,31 +408,31 @@ class Parser {
     r.where = Loc(node, path, line);
     if (!node.IsMap()) Fail(r.where, "must be a mapping, got " + Describe(node));
     bool have_name = false, have_replicas = false;
-    ForEachKey(node, path, r.where.line, {"name", "rename", "devices", "replicas"},
-               [&](const std::string& key, const YAML::Node& value, const std::string& child,
-                   int l) {
-                 if (key == "name") {
-                   r.name = ResourceName(value, child, l);
-                   have_name = true;
-                 } else if (key == "rename") {
-                   if (!value.IsNull()) {
-                     r.rename = ResourceName(value, child, l);
-                     r.rename_where = Loc(value, child, l);
-                   }
-                 } else if (key == "devices") {
-                   r.devices = Devices(value, child, l);
-                 } else if (key == "replicas") {
-                   auto n = Integer(value, child, l);
-                   if (!n) Fail(Loc(value, child, l), "must be an integer >= 2, got null");
-                   if (*n < 2 || *n > 1'000'000) {
-                     Fail(Loc(value, child, l),
-                          (*n < 2 ? "must be >= 2, got " : "must be <= 1000000, got ") +
-                              std::to_string(*n));
-                   }
-                   r.replicas = static_cast<int>(*n);
-                   have_replicas = true;
-                 }
-               });
+    ForEachKey(
+        node, path, r.where.line, {"name", "rename", "devices", "replicas"},
+        [&](const std::string& key, const YAML::Node& value, const std::string& child, int l) {
+          if (key == "name") {
+            r.name = ResourceName(value, child, l);
+            have_name = true;
+          } else if (key == "rename") {
+            if (!value.IsNull()) {
+              r.rename = ResourceName(value, child, l);
+              r.rename_where = Loc(value, child, l);
+            }
+          } else if (key == "devices") {
+            r.devices = Devices(value, child, l);
+          } else if (key == "replicas") {
+            auto n = Integer(value, child, l);
+            if (!n) Fail(Loc(value, child, l), "must be an integer >= 2, got null");
+            if (*n < 2 || *n > 1'000'000) {
+              Fail(Loc(value, child, l),
+                   (*n < 2 ? "must be >= 2, got " : "must be <= 1000000, got ") +
+                       std::to_string(*n));
+            }
+            r.replicas = static_cast<int>(*n);
+            have_replicas = true;
+          }
+        });
     if (!have_name) Fail(SourceLocation{file_, r.where.line, path + ".name"}, "required");
     if (!have_replicas) Fail(SourceLocation{file_, r.where.line, path + ".replicas"}, "required");
     if (!r.rename.empty()) {
@@ -472,9 +470,10 @@ class Parser {
     } else if (s.size() > 4 && s.compare(0, 4, "MIG-") == 0) {
       ref.kind = DeviceRef::Kind::kMigUuid;
     } else {
-      Fail(ref.where, "must be a GPU index, a MIG index \"<gpu>:<mig>\", a GPU-… UUID or a "
-                      "MIG-… UUID, got " +
-                          Quote(s));
+      Fail(ref.where,
+           "must be a GPU index, a MIG index \"<gpu>:<mig>\", a GPU-… UUID or a "
+           "MIG-… UUID, got " +
+               Quote(s));
     }
     ref.id = s;
     return ref;
@@ -642,15 +641,14 @@ Result<std::vector<DeviceListStrategy>> ParseDeviceListStrategies(std::string_vi
   size_t start = 0;
   while (true) {
     const size_t comma = text.find(',', start);
-    std::string_view item =
-        text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    std::string_view item = text.substr(
+        start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
     while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
     while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
     auto parsed = ParseEnum(item, kDeviceListStrategies);
     if (!parsed.ok()) return parsed.status();
     if (std::find(out.begin(), out.end(), *parsed) != out.end()) {
-      return Status(ErrorCode::kInvalidInput,
-                    "duplicate strategy " + Quote(std::string(item)));
+      return Status(ErrorCode::kInvalidInput, "duplicate strategy " + Quote(std::string(item)));
     }
     out.push_back(*parsed);
     if (comma == std::string_view::npos) break;

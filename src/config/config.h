@@ -2,8 +2,9 @@
 // files unchanged:
 //
 //   version: v1
-//   flags: {migStrategy, failOnInitError, nvidiaDriverRoot, nvidiaDevRoot,
-//           plugin: {passDeviceSpecs, deviceListStrategy, deviceIDStrategy, containerDriverRoot, …}}
+//   flags: {migStrategy, failOnInitError, nvidiaDriverRoot, nvidiaDevRoot, gfd: {…},
+//           plugin: {passDeviceSpecs, deviceListStrategy, deviceIDStrategy,
+//                    containerDriverRoot, mpsRoot, cdiAnnotationPrefix, nvidiaCTKPath}}
 //   sharing: {timeSlicing: {renameByDefault, failRequestsGreaterThanOne,
 //                           resources: [{name, rename, devices, replicas}]},
 //             mps: {same schema}}
@@ -109,14 +110,15 @@ struct DeviceSelection {
 };
 
 struct ReplicatedResource {
-  std::string name;    // full resource name, "nvidia.com/gpu" (a bare "gpu" in the file is prefixed)
-  std::string rename;  // full name as written ("nvidia.com/gpu-shared"); empty when not set
+  // Full resource names: a bare "gpu" in the file becomes "nvidia.com/gpu".
+  std::string name;
+  std::string rename;  // empty when not set
   SourceLocation rename_where;  // of the `rename` value; line 0 when absent
   // The name the replicas are advertised under: rename, else "<name>.shared" when the section's
   // renameByDefault is true, else name.
   std::string advertised_name;
   DeviceSelection devices;
-  int replicas = 0;  // >= 2
+  int replicas = 0;      // >= 2
   SourceLocation where;  // of the list entry, "sharing.timeSlicing.resources[0]"
 };
 

@@ -220,7 +220,8 @@ TEST(ConfigEnums, MigStrategy) {
       EXPECT_EQ(MigStrategyName(*r), text);
     }
   }
-  EXPECT_EQ(ParseMigStrategy("x").status().message(), "invalid value \"x\" (want none|single|mixed)");
+  EXPECT_EQ(ParseMigStrategy("x").status().message(),
+            "invalid value \"x\" (want none|single|mixed)");
 }
 
 TEST(ConfigEnums, DeviceIdStrategy) {
@@ -264,7 +265,8 @@ TEST(ConfigErrors, InvalidAtFormat) {
   Status s = InvalidAt(SourceLocation{"c.yaml", 14, "sharing.timeSlicing.resources[0].devices[1]"},
                        "unknown device \"7\"");
   EXPECT_EQ(s.code(), ErrorCode::kInvalidInput);
-  EXPECT_EQ(s.message(), "c.yaml:14: sharing.timeSlicing.resources[0].devices[1]: unknown device \"7\"");
+  EXPECT_EQ(s.message(),
+            "c.yaml:14: sharing.timeSlicing.resources[0].devices[1]: unknown device \"7\"");
 }
 
 }  // namespace

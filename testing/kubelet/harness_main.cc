@@ -50,10 +50,10 @@ std::string FormatAllocation(const v1beta1::ContainerAllocateResponse& r) {
   std::sort(envs.begin(), envs.end());
   std::sort(annotations.begin(), annotations.end());
   return "envs=" + Quoted(Join(envs, ";")) + " mounts=" + Quoted(Join(mounts, ";")) +
-         " device_specs=" + Quoted(Join(devices, ";")) + " annotations=" +
-         Quoted(Join(annotations, ";")) + " cdi_devices=" + Quoted(Join(cdi, ";"));
+         " device_specs=" + Quoted(Join(devices, ";")) +
+         " annotations=" + Quoted(Join(annotations, ";")) +
+         " cdi_devices=" + Quoted(Join(cdi, ";"));
 }
-
 
 }  // namespace
 
@@ -95,7 +95,8 @@ int main(int argc, char** argv) {
   app.add_flag("--watch", watch,
                "after the checks keep serving and printing events until SIGINT/SIGTERM (or "
                "--duration)");
-  app.add_option("--duration", duration_s, "with --watch: stop after S seconds (0: run until signalled)");
+  app.add_option("--duration", duration_s,
+                 "with --watch: stop after S seconds (0: run until signalled)");
   app.add_option("--pod-resources-socket", pod_socket,
                  "pod-resources socket to serve (default DIR/pod-resources/kubelet.sock)");
   app.add_option("--dial-timeout", dial_timeout_s,
@@ -198,12 +199,12 @@ int main(int argc, char** argv) {
       if (!preferred.ok()) return fail(preferred.status().message());
       ids = *preferred;
       say("event=preferred resource=" + resource + " size=" + std::to_string(allocate) +
-            " ids=" + Join(ids));
+          " ids=" + Join(ids));
     }
     auto response = harness.Allocate(resource, ids);
     if (!response.ok()) return fail(response.status().message());
     say("event=allocated resource=" + resource + " ids=" + Join(ids) + " " +
-          FormatAllocation(*response));
+        FormatAllocation(*response));
   }
 
   if (watch) {
@@ -227,7 +228,7 @@ int main(int argc, char** argv) {
       }
     }
   }
-  say("result=ok resource=" + resource + " registrations=" +
-        std::to_string(harness.RegistrationCount(resource)));
+  say("result=ok resource=" + resource +
+      " registrations=" + std::to_string(harness.RegistrationCount(resource)));
   return finish(0);
 }

@@ -117,8 +117,8 @@ std::string FormatEvent(const HarnessEvent& e) {
   out << "event=" << HarnessEventKindName(e.kind);
   if (!e.resource.empty()) out << " resource=" << e.resource;
   if (e.kind == HarnessEvent::Kind::kDevices || e.kind == HarnessEvent::Kind::kStreamEnded) {
-    const auto healthy =
-        std::count_if(e.devices.begin(), e.devices.end(), [](const auto& d) { return d.healthy(); });
+    const auto healthy = std::count_if(e.devices.begin(), e.devices.end(),
+                                       [](const auto& d) { return d.healthy(); });
     out << " total=" << e.devices.size() << " healthy=" << healthy << " devices=";
     for (size_t i = 0; i < e.devices.size(); ++i) {
       const auto& d = e.devices[i];
@@ -320,9 +320,8 @@ grpc::Status KubeletHarness::HandleRegister(const v1beta1::RegisterRequest& requ
     return grpc::Status(code, why);
   };
   if (request.version() != kVersion) {
-    return reject(grpc::StatusCode::INVALID_ARGUMENT,
-                  "unsupported device plugin API version \"" + request.version() +
-                      "\" (want v1beta1)");
+    return reject(grpc::StatusCode::INVALID_ARGUMENT, "unsupported device plugin API version \"" +
+                                                          request.version() + "\" (want v1beta1)");
   }
   if (auto problem = ResourceNameProblem(name); !problem.empty()) {
     return reject(grpc::StatusCode::INVALID_ARGUMENT,
@@ -341,8 +340,8 @@ grpc::Status KubeletHarness::HandleRegister(const v1beta1::RegisterRequest& requ
   }
 
   // Dial back before replying, as the kubelet does.
-  auto stub = std::shared_ptr<v1beta1::DevicePlugin::Stub>(
-      v1beta1::DevicePlugin::NewStub(DialUnix(path)));
+  auto stub =
+      std::shared_ptr<v1beta1::DevicePlugin::Stub>(v1beta1::DevicePlugin::NewStub(DialUnix(path)));
   v1beta1::DevicePluginOptions plugin_options;
   {
     grpc::ClientContext ctx;
@@ -428,9 +427,8 @@ void KubeletHarness::StreamLoop(std::string name, uint64_t generation,
   PushEvent(HarnessEvent::Kind::kStreamEnded, name, "error=\"" + r.state.last_error + "\"",
             r.state.devices);
   cv_.notify_all();
-  const bool superseded = cv_.wait_for(lock, options_.removal_grace, [&] {
-    return stopping_ || r.generation != generation;
-  });
+  const bool superseded = cv_.wait_for(lock, options_.removal_grace,
+                                       [&] { return stopping_ || r.generation != generation; });
   if (superseded) return;
   r.state.devices.clear();
   r.state.removed = true;
@@ -454,9 +452,8 @@ void KubeletHarness::PushEvent(HarnessEvent::Kind kind, const std::string& resou
 std::optional<HarnessEvent> KubeletHarness::NextEvent(uint64_t after,
                                                       std::chrono::milliseconds timeout) const {
   std::unique_lock<std::mutex> lock(mu_);
-  const bool ready = cv_.wait_for(lock, timeout, [&] {
-    return stopping_ || (!events_.empty() && events_.back().seq > after);
-  });
+  const bool ready = cv_.wait_for(
+      lock, timeout, [&] { return stopping_ || (!events_.empty() && events_.back().seq > after); });
   if (!ready || events_.empty() || events_.back().seq <= after) return std::nullopt;
   auto it = std::upper_bound(events_.begin(), events_.end(), after,
                              [](uint64_t v, const HarnessEvent& e) { return v < e.seq; });
@@ -486,7 +483,8 @@ Status KubeletHarness::WaitFor(const std::string& resource,
 
 Status KubeletHarness::WaitForRegistration(const std::string& resource,
                                            std::chrono::milliseconds timeout) {
-  return WaitFor(resource, [](const ResourceState& s) { return s.registered; }, timeout);
+  return WaitFor(
+      resource, [](const ResourceState& s) { return s.registered; }, timeout);
 }
 
 std::vector<HarnessDevice> KubeletHarness::Devices(const std::string& resource) const {

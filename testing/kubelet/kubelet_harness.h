@@ -65,7 +65,7 @@ struct HarnessOptions {
 
 struct HarnessDevice {
   std::string id;
-  std::string health;           // as sent: "Healthy" / "Unhealthy" (or anything the plugin sent)
+  std::string health;  // as sent: "Healthy" / "Unhealthy" (or anything the plugin sent)
   std::vector<int64_t> numa_nodes;
   bool healthy() const { return health == kHealthy; }
 };
@@ -73,17 +73,17 @@ struct HarnessDevice {
 // What the harness knows about one resource name.
 struct ResourceState {
   std::string name;
-  std::string endpoint;           // socket file name in the directory
-  bool registered = false;        // a Register succeeded since the last (simulated) restart
-  bool streaming = false;         // its ListAndWatch stream is open
-  bool stream_ended = false;      // the stream ended while registered (devices marked Unhealthy)
-  bool removed = false;           // removal_grace passed after the stream ended
-  int registrations = 0;          // successful Registers, across restarts
-  int rejected = 0;               // failed Registers, across restarts
-  uint64_t updates = 0;           // ListAndWatch messages received on the current stream
+  std::string endpoint;       // socket file name in the directory
+  bool registered = false;    // a Register succeeded since the last (simulated) restart
+  bool streaming = false;     // its ListAndWatch stream is open
+  bool stream_ended = false;  // the stream ended while registered (devices marked Unhealthy)
+  bool removed = false;       // removal_grace passed after the stream ended
+  int registrations = 0;      // successful Registers, across restarts
+  int rejected = 0;           // failed Registers, across restarts
+  uint64_t updates = 0;       // ListAndWatch messages received on the current stream
   v1beta1::DevicePluginOptions options;  // from the dial-back GetDevicePluginOptions
   std::vector<HarnessDevice> devices;    // the latest complete list
-  std::string last_error;         // why the last Register failed / how the stream ended
+  std::string last_error;                // why the last Register failed / how the stream ended
 
   size_t HealthyCount() const;
 };

@@ -45,7 +45,8 @@ v1beta1::Device MakeDevice(const std::string& id, bool healthy, int numa) {
 // given, and can misbehave the ways the kubelet harness must survive.
 class FakePlugin final : public v1beta1::DevicePlugin::Service {
  public:
-  FakePlugin(std::string dir, std::string endpoint) : dir_(std::move(dir)), endpoint_(std::move(endpoint)) {}
+  FakePlugin(std::string dir, std::string endpoint)
+      : dir_(std::move(dir)), endpoint_(std::move(endpoint)) {}
   ~FakePlugin() override { Shutdown(); }
 
   void Serve() {
@@ -209,7 +210,9 @@ TEST(KubeletHarness, RegistersWithDialBackAndStreamsCompleteLists) {
   plugin.Serve();
   ASSERT_TRUE(plugin.Register(h.kubelet_socket(), kGpu).ok());
   ASSERT_TRUE(h.WaitForRegistration(kGpu, kWait).ok());
-  ASSERT_TRUE(h.WaitFor(kGpu, [](const ResourceState& s) { return s.devices.size() == 2; }, kWait).ok());
+  ASSERT_TRUE(h.WaitFor(
+                   kGpu, [](const ResourceState& s) { return s.devices.size() == 2; }, kWait)
+                  .ok());
 
   auto devices = h.Devices(kGpu);
   ASSERT_EQ(devices.size(), 2u);
@@ -226,13 +229,21 @@ TEST(KubeletHarness, RegistersWithDialBackAndStreamsCompleteLists) {
 
   // Every message is the complete list: a health change, then a shorter list.
   plugin.SetDevices({MakeDevice("GPU-a", true, 0), MakeDevice("GPU-b", false, 1)});
-  ASSERT_TRUE(h.WaitFor(kGpu, [](const ResourceState& s) {
-                 return s.devices.size() == 2 && s.HealthyCount() == 1;
-               }, kWait).ok());
+  ASSERT_TRUE(
+      h.WaitFor(
+           kGpu,
+           [](const ResourceState& s) { return s.devices.size() == 2 && s.HealthyCount() == 1; },
+           kWait)
+          .ok());
   plugin.SetDevices({MakeDevice("GPU-b", true, 1)});
-  ASSERT_TRUE(h.WaitFor(kGpu, [](const ResourceState& s) {
-                 return s.devices.size() == 1 && s.devices[0].id == "GPU-b" && s.HealthyCount() == 1;
-               }, kWait).ok());
+  ASSERT_TRUE(h.WaitFor(
+                   kGpu,
+                   [](const ResourceState& s) {
+                     return s.devices.size() == 1 && s.devices[0].id == "GPU-b" &&
+                            s.HealthyCount() == 1;
+                   },
+                   kWait)
+                  .ok());
 
   auto options = h.GetDevicePluginOptions(kGpu);
   ASSERT_TRUE(options.ok()) << options.status().message();
@@ -242,8 +253,9 @@ TEST(KubeletHarness, RegistersWithDialBackAndStreamsCompleteLists) {
   auto first = h.NextEvent(0, kWait);
   ASSERT_TRUE(first);
   EXPECT_EQ(first->kind, HarnessEvent::Kind::kRegistered);
-  EXPECT_NE(FormatEvent(*first).find("event=registered resource=nvidia.com/gpu endpoint=nvidia-gpu.sock"),
-            std::string::npos)
+  EXPECT_NE(
+      FormatEvent(*first).find("event=registered resource=nvidia.com/gpu endpoint=nvidia-gpu.sock"),
+      std::string::npos)
       << FormatEvent(*first);
   auto second = h.NextEvent(first->seq, kWait);
   ASSERT_TRUE(second);
@@ -278,7 +290,9 @@ TEST(KubeletHarness, PluginThatCannotAnswerDuringRegisterGetsAnErrorNotAHang) {
   good.SetDevices(TwoGpus());
   good.Serve();
   ASSERT_TRUE(good.Register(h.kubelet_socket(), kGpu).ok());
-  EXPECT_TRUE(h.WaitFor(kGpu, [](const ResourceState& s) { return s.HealthyCount() == 2; }, kWait).ok());
+  EXPECT_TRUE(h.WaitFor(
+                   kGpu, [](const ResourceState& s) { return s.HealthyCount() == 2; }, kWait)
+                  .ok());
 }
 
 TEST(KubeletHarness, RejectsInvalidRegistrations) {
@@ -297,7 +311,8 @@ TEST(KubeletHarness, RejectsInvalidRegistrations) {
                                          {"Nvidia.com/gpu", "v1beta1"},
                                          {"nvidia.com/gpu/x", "v1beta1"}}) {
     grpc::Status st = plugin.Register(h.kubelet_socket(), c.resource, c.version);
-    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.resource << " " << c.version;
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << c.resource << " " << c.version;
   }
   // An endpoint that is not a socket in the directory.
   FakePlugin missing(dir.path, "absent.sock");
@@ -320,15 +335,23 @@ TEST(KubeletHarness, StreamEndMarksDevicesUnhealthyThenRemovesThem) {
   plugin.SetDevices(TwoGpus());
   plugin.Serve();
   ASSERT_TRUE(plugin.Register(h.kubelet_socket(), kGpu).ok());
-  ASSERT_TRUE(h.WaitFor(kGpu, [](const ResourceState& s) { return s.HealthyCount() == 2; }, kWait).ok());
+  ASSERT_TRUE(h.WaitFor(
+                   kGpu, [](const ResourceState& s) { return s.HealthyCount() == 2; }, kWait)
+                  .ok());
 
   plugin.EndStreams();
-  ASSERT_TRUE(h.WaitFor(kGpu, [](const ResourceState& s) {
-                 return s.stream_ended && s.devices.size() == 2 && s.HealthyCount() == 0;
-               }, kWait).ok());
+  ASSERT_TRUE(h.WaitFor(
+                   kGpu,
+                   [](const ResourceState& s) {
+                     return s.stream_ended && s.devices.size() == 2 && s.HealthyCount() == 0;
+                   },
+                   kWait)
+                  .ok());
   for (const auto& d : h.Devices(kGpu)) EXPECT_EQ(d.health, kUnhealthy);
-  ASSERT_TRUE(h.WaitFor(kGpu, [](const ResourceState& s) { return s.removed && s.devices.empty(); },
-                        kWait).ok());
+  ASSERT_TRUE(
+      h.WaitFor(
+           kGpu, [](const ResourceState& s) { return s.removed && s.devices.empty(); }, kWait)
+          .ok());
   // Still registered as far as the kubelet is concerned; the count did not move.
   EXPECT_EQ(h.RegistrationCount(kGpu), 1);
 }
@@ -341,12 +364,18 @@ TEST(KubeletHarness, PluginDeathMarksDevicesUnhealthy) {
   plugin->SetDevices(TwoGpus());
   plugin->Serve();
   ASSERT_TRUE(plugin->Register(h.kubelet_socket(), kGpu).ok());
-  ASSERT_TRUE(h.WaitFor(kGpu, [](const ResourceState& s) { return s.HealthyCount() == 2; }, kWait).ok());
+  ASSERT_TRUE(h.WaitFor(
+                   kGpu, [](const ResourceState& s) { return s.HealthyCount() == 2; }, kWait)
+                  .ok());
   plugin.reset();
-  ASSERT_TRUE(h.WaitFor(kGpu, [](const ResourceState& s) {
-                 return s.stream_ended && !s.streaming && s.devices.size() == 2 &&
-                        s.HealthyCount() == 0;
-               }, kWait).ok());
+  ASSERT_TRUE(h.WaitFor(
+                   kGpu,
+                   [](const ResourceState& s) {
+                     return s.stream_ended && !s.streaming && s.devices.size() == 2 &&
+                            s.HealthyCount() == 0;
+                   },
+                   kWait)
+                  .ok());
   EXPECT_FALSE(h.State(kGpu)->removed);
   h.Stop();  // ends the grace wait promptly
 }
@@ -359,15 +388,22 @@ TEST(KubeletHarness, ReRegistrationReplacesEndpointAndStream) {
   a.SetDevices(TwoGpus());
   a.Serve();
   ASSERT_TRUE(a.Register(h.kubelet_socket(), kGpu).ok());
-  ASSERT_TRUE(h.WaitFor(kGpu, [](const ResourceState& s) { return s.devices.size() == 2; }, kWait).ok());
+  ASSERT_TRUE(h.WaitFor(
+                   kGpu, [](const ResourceState& s) { return s.devices.size() == 2; }, kWait)
+                  .ok());
 
   FakePlugin b(dir.path, "b.sock");
   b.SetDevices({MakeDevice("GPU-c", true, 0)});
   b.Serve();
   ASSERT_TRUE(b.Register(h.kubelet_socket(), kGpu).ok());
-  ASSERT_TRUE(h.WaitFor(kGpu, [](const ResourceState& s) {
-                 return s.endpoint == "b.sock" && s.devices.size() == 1 && s.devices[0].id == "GPU-c";
-               }, kWait).ok());
+  ASSERT_TRUE(h.WaitFor(
+                   kGpu,
+                   [](const ResourceState& s) {
+                     return s.endpoint == "b.sock" && s.devices.size() == 1 &&
+                            s.devices[0].id == "GPU-c";
+                   },
+                   kWait)
+                  .ok());
   EXPECT_EQ(h.RegistrationCount(kGpu), 2);
   // The old stream was cancelled by the harness, and its end did not mark anything unhealthy.
   a.EndStreams();
@@ -391,7 +427,9 @@ TEST(KubeletHarness, RestartDeletesSocketsOnlyAndServesAgain) {
   plugin->SetDevices(TwoGpus());
   plugin->Serve();
   ASSERT_TRUE(plugin->Register(h.kubelet_socket(), kGpu).ok());
-  ASSERT_TRUE(h.WaitFor(kGpu, [](const ResourceState& s) { return s.HealthyCount() == 2; }, kWait).ok());
+  ASSERT_TRUE(h.WaitFor(
+                   kGpu, [](const ResourceState& s) { return s.HealthyCount() == 2; }, kWait)
+                  .ok());
   ASSERT_TRUE(fs::is_socket(plugin->socket()));
 
   ASSERT_TRUE(h.Restart().ok());
@@ -410,9 +448,13 @@ TEST(KubeletHarness, RestartDeletesSocketsOnlyAndServesAgain) {
   plugin->SetDevices(TwoGpus());
   plugin->Serve();
   ASSERT_TRUE(plugin->Register(h.kubelet_socket(), kGpu).ok());
-  ASSERT_TRUE(h.WaitFor(kGpu, [](const ResourceState& s) {
-                 return s.registered && s.registrations == 2 && s.HealthyCount() == 2;
-               }, kWait).ok());
+  ASSERT_TRUE(h.WaitFor(
+                   kGpu,
+                   [](const ResourceState& s) {
+                     return s.registered && s.registrations == 2 && s.HealthyCount() == 2;
+                   },
+                   kWait)
+                  .ok());
 }
 
 TEST(KubeletHarness, PreferredAllocationAndAllocate) {
@@ -424,9 +466,12 @@ TEST(KubeletHarness, PreferredAllocationAndAllocate) {
                      MakeDevice("GPU-c", true, 1), MakeDevice("GPU-d", true, 1)});
   plugin.Serve();
   ASSERT_TRUE(plugin.Register(h.kubelet_socket(), kGpu).ok());
-  ASSERT_TRUE(h.WaitFor(kGpu, [](const ResourceState& s) { return s.HealthyCount() == 4; }, kWait).ok());
+  ASSERT_TRUE(h.WaitFor(
+                   kGpu, [](const ResourceState& s) { return s.HealthyCount() == 4; }, kWait)
+                  .ok());
 
-  auto preferred = h.GetPreferredAllocation(kGpu, {"GPU-a", "GPU-b", "GPU-c", "GPU-d"}, {"GPU-a"}, 2);
+  auto preferred =
+      h.GetPreferredAllocation(kGpu, {"GPU-a", "GPU-b", "GPU-c", "GPU-d"}, {"GPU-a"}, 2);
   ASSERT_TRUE(preferred.ok()) << preferred.status().message();
   EXPECT_EQ(*preferred, (std::vector<std::string>{"GPU-a", "GPU-d"}));
   auto alloc = h.Allocate(kGpu, *preferred);
@@ -453,8 +498,8 @@ TEST(KubeletHarness, PodResourcesListReturnsAssignments) {
   h.SetPodResources({{"default", "train-0", "main", kGpu, {"GPU-a", "GPU-b"}},
                      {"default", "train-0", "sidecar", kGpu, {"GPU-c"}},
                      {"ml", "infer-1", "server", "nvidia.com/mig-1g.10gb", {"MIG-x"}}});
-  auto stub = v1::PodResourcesLister::NewStub(grpc::CreateChannel(
-      "unix:" + h.pod_resources_socket(), grpc::InsecureChannelCredentials()));
+  auto stub = v1::PodResourcesLister::NewStub(
+      grpc::CreateChannel("unix:" + h.pod_resources_socket(), grpc::InsecureChannelCredentials()));
   v1::ListPodResourcesResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
@@ -501,8 +546,8 @@ TEST(KubeletHarnessBinary, ExpectAndAllocate) {
     ::dup2(out[1], 1);
     ::close(out[0]);
     ::close(out[1]);
-    ::execl(bin.c_str(), bin.c_str(), "--dir", dir.path.c_str(), "--expect", "2", "--allocate",
-            "1", "--timeout", "20", static_cast<char*>(nullptr));
+    ::execl(bin.c_str(), bin.c_str(), "--dir", dir.path.c_str(), "--expect", "2", "--allocate", "1",
+            "--timeout", "20", static_cast<char*>(nullptr));
     ::_exit(127);
   }
   ::close(out[1]);
@@ -531,7 +576,8 @@ TEST(KubeletHarnessBinary, ExpectAndAllocate) {
   EXPECT_NE(output.find("event=preferred resource=nvidia.com/gpu size=1 ids=GPU-b"),
             std::string::npos)
       << output;
-  EXPECT_NE(output.find("event=allocated resource=nvidia.com/gpu ids=GPU-b envs=\"NVIDIA_VISIBLE_DEVICES=GPU-b\""),
+  EXPECT_NE(output.find("event=allocated resource=nvidia.com/gpu ids=GPU-b "
+                        "envs=\"NVIDIA_VISIBLE_DEVICES=GPU-b\""),
             std::string::npos)
       << output;
   EXPECT_NE(output.find("result=ok"), std::string::npos) << output;
