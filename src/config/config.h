@@ -112,7 +112,7 @@ struct DeviceSelection {
 struct ReplicatedResource {
   // Full resource names: a bare "gpu" in the file becomes "nvidia.com/gpu".
   std::string name;
-  std::string rename;  // empty when not set
+  std::string rename;           // empty when not set
   SourceLocation rename_where;  // of the `rename` value; line 0 when absent
   // The name the replicas are advertised under: rename, else "<name>.shared" when the section's
   // renameByDefault is true, else name.
