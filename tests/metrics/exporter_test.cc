@@ -1,0 +1,236 @@
+// `gpulet exporter` as a process on simulated nodes: exposition structure per fixture (golden),
+// the upstream counters file, XID injection, GPU loss, counters reload, bad input.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <regex>
+#include <set>
+
+#include "process.h"
+
+namespace gpulet::testing {
+namespace {
+
+std::string SourceDir() { return GPULET_SOURCE_DIR; }
+
+// Sample values replaced by "V": telemetry moves, structure and labels must not.
+std::string MaskValues(const std::string& text) {
+  std::string out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line[0] != '#') {
+      const size_t sp = line.rfind(' ');
+      if (sp != std::string::npos) line = line.substr(0, sp) + " V";
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+class ExporterProcess : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = MakeTempDir("gpulet-exporter-test");
+    ASSERT_FALSE(dir_.empty());
+  }
+  void TearDown() override {
+    exporter_.Stop();
+    if (!HasFailure()) std::filesystem::remove_all(dir_);
+  }
+
+  std::vector<std::string> Global(const std::string& fixture) const {
+    return {Gpulet(), "--simulate", fixture, "--sim-state", dir_ + "/sim-" + fixture};
+  }
+  std::string Sim(const std::string& fixture, const std::string& verb) const {
+    return Gpulet() + " --simulate " + fixture + " --sim-state " + dir_ + "/sim-" + fixture +
+           " sim " + verb;
+  }
+  // Starts the exporter and waits until /health answers 200.
+  void StartExporter(const std::string& fixture, std::vector<std::string> extra = {}) {
+    port_ = FreePort();
+    std::vector<std::string> argv = Global(fixture);
+    for (const char* a : {"exporter", "--hostname", "node-a", "-c", "200", "-a"}) argv.push_back(a);
+    argv.push_back("127.0.0.1:" + std::to_string(port_));
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    ASSERT_TRUE(exporter_.Start(argv, dir_ + "/exporter.log"));
+    int status = 0;
+    ASSERT_TRUE(WaitFor([&] {
+      HttpGet(port_, "/health", &status);
+      return status == 200 || !exporter_.running();
+    })) << exporter_.log();
+    ASSERT_EQ(status, 200) << exporter_.log();
+  }
+  std::string Metrics() { return HttpGet(port_, "/metrics"); }
+
+  std::string dir_;
+  int port_ = 0;
+  Child exporter_;
+};
+
+class GoldenTest : public ExporterProcess, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(GoldenTest, ExpositionMatchesGolden) {
+  const std::string fixture = GetParam();
+  StartExporter(fixture);
+  const std::string got = MaskValues(Metrics());
+  const std::string golden = SourceDir() + "/tests/metrics/golden/" + fixture + ".prom";
+  if (getenv("GPULET_UPDATE_GOLDEN") != nullptr) {
+    std::ofstream(golden) << got;
+    GTEST_SKIP() << "golden written: " << golden;
+  }
+  EXPECT_EQ(got, ReadFile(golden)) << "regenerate with GPULET_UPDATE_GOLDEN=1 after reviewing";
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest,
+                         ::testing::Values("dgx-h100", "dgx-a100", "hgx-h200", "l4-pcie"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+// Structure rules every fixture's exposition must follow (independently of the goldens).
+TEST_F(ExporterProcess, ExpositionStructureOnDgxH100) {
+  StartExporter("dgx-h100");
+  const std::string text = Metrics();
+  std::istringstream in(text);
+  std::string line, family;
+  std::set<std::string> helped, typed;
+  const std::regex sample(
+      R"re(^([A-Za-z_:][A-Za-z0-9_:]*)\{gpu="(\d+)",UUID="GPU-[^"]+",pci_bus_id="[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-9]",device="nvidia\d+",modelName="[^"]+",Hostname="node-a"(,DCGM_FI_DRIVER_VERSION="[^"]+")?(,err_code="\d+",err_msg="[^"]+")?\} (-?[0-9.]+)$)re");
+  std::map<std::string, std::set<std::string>> gpus_per_family;
+  while (std::getline(in, line)) {
+    if (line.rfind("# HELP ", 0) == 0) {
+      family = line.substr(7, line.find(' ', 7) - 7);
+      helped.insert(family);
+      continue;
+    }
+    if (line.rfind("# TYPE ", 0) == 0) {
+      typed.insert(line.substr(7, line.find(' ', 7) - 7));
+      continue;
+    }
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(line, m, sample)) << line;
+    EXPECT_EQ(m[1].str(), family) << "sample outside its family: " << line;
+    EXPECT_TRUE(helped.count(m[1].str()) && typed.count(m[1].str()));
+    gpus_per_family[m[1].str()].insert(m[2].str());
+  }
+  EXPECT_EQ(helped, typed);
+  for (const char* f : {"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_UTIL",
+                        "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_XID_ERRORS", "gpulet_gpu_up"}) {
+    EXPECT_EQ(gpus_per_family[f].size(), 8u) << f;
+  }
+  EXPECT_NE(text.find("# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n"), std::string::npos);
+  // OpenMetrics on request.
+  int status = 0;
+  const std::string om = HttpGet(port_, "/metrics", &status,
+                                 {{"Accept", "application/openmetrics-text; version=1.0.0"}});
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(om.substr(om.size() - 6), "# EOF\n");
+}
+
+TEST_F(ExporterProcess, UpstreamCountersFileLoadsUnchanged) {
+  const std::string csv = SourceDir() + "/../shared/upstream/dcgm-exporter/default-counters.csv";
+  if (!std::filesystem::exists(csv)) GTEST_SKIP() << "no " << csv;
+  StartExporter("dgx-h100", {"-f", csv});
+  const std::string text = Metrics();
+  for (const char* f : {"DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_GPU_TEMP",
+                        "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+                        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_GPU_UTIL",
+                        "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_FB_FREE",
+                        "DCGM_FI_DEV_FB_USED"}) {
+    EXPECT_NE(text.find(std::string("\n") + f + "{gpu=\"7\""), std::string::npos) << f;
+  }
+  EXPECT_NE(text.find(",DCGM_FI_DRIVER_VERSION=\""), std::string::npos);
+  // Rows gpulet cannot read were skipped, one log line each, naming file:line.
+  EXPECT_NE(exporter_.log().find("default-counters.csv:10: DCGM_FI_DEV_MEMORY_TEMP"), std::string::npos)
+      << exporter_.log();
+}
+
+TEST_F(ExporterProcess, InjectedXidShowsUp) {
+  StartExporter("dgx-h100");
+  EXPECT_NE(Metrics().find("DCGM_FI_DEV_XID_ERRORS{gpu=\"3\""), std::string::npos);
+  std::string out;
+  ASSERT_EQ(Run(Sim("dgx-h100", "xid --gpu 3 --code 79"), &out), 0) << out;
+  std::string text;
+  ASSERT_TRUE(WaitFor([&] {
+    text = Metrics();
+    return text.find("err_code=\"79\",err_msg=\"GPU has fallen off the bus\"} 79\n") != std::string::npos;
+  })) << text << exporter_.log();
+  const size_t at = text.find("err_code=\"79\"");
+  const size_t line = text.rfind('\n', at);
+  EXPECT_EQ(text.substr(line + 1, 33), "DCGM_FI_DEV_XID_ERRORS{gpu=\"3\",UU");
+  // Other GPUs still report no XID.
+  EXPECT_NE(text.find("device=\"nvidia2\",modelName"), std::string::npos);
+}
+
+TEST_F(ExporterProcess, LostGpuIsMarkedOthersStayAndItComesBack) {
+  StartExporter("dgx-h100");
+  std::string out;
+  ASSERT_EQ(Run(Sim("dgx-h100", "lose --gpu 2"), &out), 0) << out;
+  std::string text;
+  ASSERT_TRUE(WaitFor([&] {
+    text = Metrics();
+    return text.find("device=\"nvidia2\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"node-a\"} 0\n") !=
+           std::string::npos;
+  })) << text;
+  EXPECT_EQ(text.find("DCGM_FI_DEV_GPU_TEMP{gpu=\"2\""), std::string::npos);
+  for (int g : {0, 1, 3, 4, 5, 6, 7}) {
+    EXPECT_NE(text.find("DCGM_FI_DEV_GPU_TEMP{gpu=\"" + std::to_string(g) + "\""), std::string::npos) << g;
+  }
+  ASSERT_EQ(Run(Sim("dgx-h100", "restore --gpu 2"), &out), 0) << out;
+  ASSERT_TRUE(WaitFor([&] { return Metrics().find("DCGM_FI_DEV_GPU_TEMP{gpu=\"2\"") != std::string::npos; }));
+  EXPECT_NE(exporter_.log().find("event=gpu_lost gpu=2"), std::string::npos);
+}
+
+TEST_F(ExporterProcess, CountersReloadOnChangeAndSighupWithoutGap) {
+  const std::string csv = dir_ + "/counters.csv";
+  std::ofstream(csv) << "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n";
+  StartExporter("l4-pcie", {"-f", csv});
+  EXPECT_EQ(Metrics().find("DCGM_FI_DEV_POWER_USAGE"), std::string::npos);
+
+  // Rewritten file: picked up by the change watch. Every scrape meanwhile is complete.
+  std::ofstream(csv + ".new") << "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n"
+                                 "DCGM_FI_DEV_POWER_USAGE, gauge, Power draw (in W).\n";
+  std::filesystem::rename(csv + ".new", csv);
+  bool gap = false;
+  ASSERT_TRUE(WaitFor([&] {
+    int status = 0;
+    const std::string t = HttpGet(port_, "/metrics", &status);
+    if (status != 200 || t.find("DCGM_FI_DEV_GPU_TEMP{") == std::string::npos) gap = true;
+    return t.find("DCGM_FI_DEV_POWER_USAGE{") != std::string::npos;
+  })) << exporter_.log();
+  EXPECT_FALSE(gap);
+
+  // A broken file is refused; the previous counters stay.
+  std::ofstream(csv + ".new") << "DCGM_FI_DEV_GPU_TEMPP, gauge, typo\n";
+  std::filesystem::rename(csv + ".new", csv);
+  ASSERT_TRUE(WaitFor([&] { return exporter_.log().find("counters_reload_failed") != std::string::npos; }));
+  EXPECT_NE(exporter_.log().find("counters.csv:1: DCGM_FI_DEV_GPU_TEMPP: unknown DCGM field"), std::string::npos);
+  EXPECT_NE(Metrics().find("DCGM_FI_DEV_POWER_USAGE{"), std::string::npos);
+
+  // SIGHUP re-reads even when the file looks unchanged to the watch.
+  std::ofstream(csv) << "DCGM_FI_DEV_FB_USED, gauge, Framebuffer memory used (in MiB).\n";
+  exporter_.Signal(SIGHUP);
+  ASSERT_TRUE(WaitFor([&] {
+    const std::string t = Metrics();
+    return t.find("DCGM_FI_DEV_FB_USED{") != std::string::npos &&
+           t.find("DCGM_FI_DEV_GPU_TEMP{") == std::string::npos;
+  })) << exporter_.log();
+}
+
+TEST_F(ExporterProcess, BadCountersFileFailsNamingTheLine) {
+  const std::string csv = dir_ + "/bad.csv";
+  std::ofstream(csv) << "# header\nDCGM_FI_DEV_GPU_TEMP, gauge\n";
+  std::string out;
+  std::vector<std::string> g = Global("l4-pcie");
+  std::string cmd;
+  for (const auto& a : g) cmd += a + " ";
+  const int rc = Run(cmd + "exporter -a 127.0.0.1:0 -f " + csv, &out);
+  EXPECT_EQ(rc, 3) << out;
+  EXPECT_NE(out.find("bad.csv:2: malformed row"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace gpulet::testing

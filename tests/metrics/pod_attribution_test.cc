@@ -1,0 +1,189 @@
+// `gpulet exporter --kubernetes` against a pod-resources v1 server on a unix socket: whole,
+// time-sliced, MPS and MIG allocations get pod labels; the kubelet going away and coming back.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "podresources_v1.grpc.pb.h"
+#include "process.h"
+
+namespace gpulet::testing {
+namespace {
+
+class Kubelet final : public v1::PodResourcesLister::Service {
+ public:
+  grpc::Status List(grpc::ServerContext*, const v1::ListPodResourcesRequest*,
+                    v1::ListPodResourcesResponse* out) override {
+    std::lock_guard lock(mu_);
+    *out = response_;
+    return grpc::Status::OK;
+  }
+  void Set(v1::ListPodResourcesResponse r) {
+    std::lock_guard lock(mu_);
+    response_ = std::move(r);
+  }
+
+ private:
+  std::mutex mu_;
+  v1::ListPodResourcesResponse response_;
+};
+
+void AddPod(v1::ListPodResourcesResponse& r, const std::string& ns, const std::string& name,
+            const std::string& resource, std::vector<std::string> ids) {
+  auto* pod = r.add_pod_resources();
+  pod->set_name(name);
+  pod->set_namespace_(ns);
+  auto* c = pod->add_containers();
+  c->set_name("main");
+  auto* d = c->add_devices();
+  d->set_resource_name(resource);
+  for (auto& id : ids) d->add_device_ids(id);
+}
+
+class PodAttribution : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = MakeTempDir("gpulet-podattr-test");
+    socket_ = dir_ + "/kubelet.sock";
+  }
+  void TearDown() override {
+    exporter_.Stop();
+    if (server_) server_->Shutdown();
+    if (!HasFailure()) std::filesystem::remove_all(dir_);
+  }
+  std::string Global(const std::string& fixture) {
+    return Gpulet() + " --simulate " + fixture + " --sim-state " + dir_ + "/sim";
+  }
+  nlohmann::json Info(const std::string& fixture) {
+    std::string out;
+    EXPECT_EQ(Run(Global(fixture) + " info -o json 2>/dev/null", &out), 0) << out;
+    return nlohmann::json::parse(out.substr(out.find('{')));
+  }
+  void ServeKubelet() {
+    grpc::ServerBuilder b;
+    b.AddListeningPort("unix://" + socket_, grpc::InsecureServerCredentials());
+    b.RegisterService(&kubelet_);
+    server_ = b.BuildAndStart();
+    ASSERT_TRUE(server_);
+  }
+  void StartExporter(const std::string& fixture, std::vector<std::string> extra = {}) {
+    port_ = FreePort();
+    std::vector<std::string> argv = {Gpulet(), "--simulate", fixture, "--sim-state", dir_ + "/sim",
+                                     "exporter", "--hostname", "node-a", "-c", "200",
+                                     "-a", "127.0.0.1:" + std::to_string(port_), "--kubernetes",
+                                     "--pod-resources-socket", socket_, "--pod-refresh-interval", "200"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    ASSERT_TRUE(exporter_.Start(argv, dir_ + "/exporter.log"));
+    int status = 0;
+    ASSERT_TRUE(WaitFor([&] {
+      HttpGet(port_, "/health", &status);
+      return status == 200 || !exporter_.running();
+    })) << exporter_.log();
+  }
+  bool Has(const std::string& needle) {
+    return WaitFor([&] { return HttpGet(port_, "/metrics").find(needle) != std::string::npos; });
+  }
+
+  std::string dir_, socket_;
+  Kubelet kubelet_;
+  std::unique_ptr<grpc::Server> server_;
+  Child exporter_;
+  int port_ = 0;
+};
+
+TEST_F(PodAttribution, WholeTimeSlicedAndMpsPodsGetLabels) {
+  const auto info = Info("dgx-h100");
+  const std::string gpu0 = info["gpus"][0]["uuid"], gpu1 = info["gpus"][1]["uuid"];
+  v1::ListPodResourcesResponse r;
+  AddPod(r, "ml", "whole", "nvidia.com/gpu", {gpu1});
+  AddPod(r, "ml", "ts-a", "nvidia.com/gpu.shared", {gpu0 + "::1"});
+  AddPod(r, "ml", "ts-b", "nvidia.com/gpu.shared", {gpu0 + "::2"});
+  AddPod(r, "ml", "mps-c", "nvidia.com/gpu", {"5::3"});
+  kubelet_.Set(r);
+  ServeKubelet();
+  StartExporter("dgx-h100");
+  const std::string gpu0_prefix = "DCGM_FI_DEV_GPU_TEMP{gpu=\"0\",UUID=\"" + gpu0 + "\"";
+  EXPECT_TRUE(Has(",container=\"main\",namespace=\"ml\",pod=\"ts-a\"} "));
+  const std::string text = HttpGet(port_, "/metrics");
+  // One series per pod on the shared GPU.
+  for (const char* pod : {"ts-a", "ts-b"}) {
+    const size_t at = text.find(std::string("pod=\"") + pod + "\"} ");
+    ASSERT_NE(at, std::string::npos) << pod;
+  }
+  size_t count = 0;
+  for (size_t p = text.find(gpu0_prefix); p != std::string::npos; p = text.find(gpu0_prefix, p + 1)) ++count;
+  EXPECT_EQ(count, 2u);
+  EXPECT_NE(text.find("pod=\"whole\""), std::string::npos);
+  EXPECT_NE(text.find("DCGM_FI_DEV_GPU_TEMP{gpu=\"5\""), std::string::npos);
+  EXPECT_NE(text.find("pod=\"mps-c\"} "), std::string::npos);
+  // GPUs nobody holds carry no pod labels.
+  EXPECT_NE(text.find("device=\"nvidia7\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"node-a\",DCGM_FI_DRIVER_VERSION="),
+            std::string::npos);
+}
+
+TEST_F(PodAttribution, MigDevicesMapToTheirGpuInstance) {
+  const auto info = Info("dgx-a100");
+  std::string mig_uuid, profile;
+  int gpu = -1;
+  for (const auto& g : info["gpus"]) {
+    for (const auto& m : g.value("mig_devices", nlohmann::json::array())) {
+      mig_uuid = m["uuid"];
+      profile = m.value("profile", "");
+      gpu = g["index"];
+      break;
+    }
+    if (gpu >= 0) break;
+  }
+  if (gpu < 0) GTEST_SKIP() << "dgx-a100 fixture has no MIG devices";
+  v1::ListPodResourcesResponse r;
+  AddPod(r, "inf", "mig-pod", "nvidia.com/mig-" + profile, {mig_uuid});
+  kubelet_.Set(r);
+  ServeKubelet();
+  StartExporter("dgx-a100");
+  EXPECT_TRUE(Has(",GPU_I_PROFILE=\"" + profile + "\""));
+  EXPECT_TRUE(Has("pod=\"mig-pod\"} ")) << exporter_.log();
+}
+
+TEST_F(PodAttribution, KubeletGoneKeepsServingAndReconnects) {
+  const auto info = Info("dgx-h100");
+  const std::string gpu0 = info["gpus"][0]["uuid"];
+  v1::ListPodResourcesResponse r;
+  AddPod(r, "ml", "first", "nvidia.com/gpu", {gpu0});
+  kubelet_.Set(r);
+  ServeKubelet();
+  StartExporter("dgx-h100");
+  ASSERT_TRUE(Has("pod=\"first\""));
+
+  server_->Shutdown();
+  server_.reset();
+  std::filesystem::remove(socket_);
+  ASSERT_TRUE(WaitFor([&] { return exporter_.log().find("pod_resources_unavailable") != std::string::npos; }));
+  int status = 0;
+  const std::string during = HttpGet(port_, "/metrics", &status);
+  EXPECT_EQ(status, 200);
+  EXPECT_NE(during.find("DCGM_FI_DEV_GPU_TEMP{gpu=\"7\""), std::string::npos);
+  EXPECT_NE(during.find("pod=\"first\""), std::string::npos);  // last good mapping kept
+
+  v1::ListPodResourcesResponse later;
+  AddPod(later, "ml", "second", "nvidia.com/gpu", {gpu0});
+  kubelet_.Set(later);
+  ServeKubelet();  // a new socket file, as after a kubelet restart
+  ASSERT_TRUE(Has("pod=\"second\"")) << exporter_.log();
+  EXPECT_EQ(HttpGet(port_, "/metrics").find("pod=\"first\""), std::string::npos);
+  EXPECT_NE(exporter_.log().find("pod_resources_recovered"), std::string::npos);
+}
+
+TEST_F(PodAttribution, OneSeriesPerGpuOptOut) {
+  const auto info = Info("dgx-h100");
+  const std::string gpu0 = info["gpus"][0]["uuid"];
+  v1::ListPodResourcesResponse r;
+  AddPod(r, "ml", "ts-a", "nvidia.com/gpu.shared", {gpu0 + "::1"});
+  AddPod(r, "ml", "ts-b", "nvidia.com/gpu.shared", {gpu0 + "::2"});
+  kubelet_.Set(r);
+  ServeKubelet();
+  StartExporter("dgx-h100", {"--one-series-per-gpu"});
+  EXPECT_TRUE(Has("container=\"main,main\",namespace=\"ml,ml\",pod=\"ts-a,ts-b\"} "));
+}
+
+}  // namespace
+}  // namespace gpulet::testing
