@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   RegisterSim(app, global, exit_code);
   RegisterExporter(app, global, exit_code);
   RegisterPlugin(app, global, exit_code);
+  RegisterSlurm(app, global, exit_code);
 
   try {
     app.parse(argc, argv);
