@@ -1,0 +1,342 @@
+// gpulet doctor against a simulated node (dgx-h100 through the simulated NVML library), a fake
+// /dev, a fake kubelet device-plugins directory with live unix sockets and a checkpoint, CDI specs,
+// an MPS pipe and the fake API server: healthy → every check passes; each broken piece → the
+// matching check fails (or warns) and says how to fix it.
+#include "doctor/doctor.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "apiserver/fake_apiserver.h"
+#include "k8s/client.h"
+#include "sim/simulation.h"
+
+namespace gpulet::doctor {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string TempDir() {
+  std::string tmpl = "/tmp/gpulet-doctor-XXXXXX";  // short: unix socket paths are limited
+  EXPECT_NE(mkdtemp(tmpl.data()), nullptr);
+  return tmpl;
+}
+
+// A listening unix socket, closed (and optionally left behind as a stale file) on destruction.
+class UnixListener {
+ public:
+  explicit UnixListener(const std::string& path) : path_(path) {
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::copy(path.begin(), path.end(), addr.sun_path);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << path;
+    EXPECT_EQ(::listen(fd_, 8), 0);
+  }
+  ~UnixListener() { Close(); }
+  void Close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+config::Config ParseOrDie(const std::string& yaml) {
+  Result<config::Config> c = config::ParseConfig(yaml, "test-config.yaml");
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return c.ok() ? *c : config::Config{};
+}
+
+class DoctorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = TempDir();
+    Result<sim::SimulatedNode> node = sim::PrepareSimulation("dgx-h100", root_ + "/sim");
+    ASSERT_TRUE(node.ok()) << node.status().message();
+    node_ = *node;
+    Rediscover();
+    ASSERT_TRUE(driver_.discover.ok()) << driver_.discover.message();
+
+    // /dev with every node the driver needs.
+    opts_.dev_root = root_ + "/dev";
+    fs::create_directories(opts_.dev_root);
+    for (const char* n : {"nvidiactl", "nvidia-uvm"}) std::ofstream(opts_.dev_root + "/" + n);
+    for (const gpu::Gpu& g : driver_.inventory->gpus) {
+      std::ofstream(opts_.dev_root + "/nvidia" + std::to_string(g.minor));
+    }
+    // A CDI spec from nvidia-ctk.
+    opts_.cdi_dirs = {root_ + "/cdi"};
+    opts_.runtime_configs = {root_ + "/containerd.toml"};
+    fs::create_directories(root_ + "/cdi");
+    std::ofstream(root_ + "/cdi/nvidia.yaml") << "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n"
+                                                 "  - name: all\n";
+    // The kubelet with gpulet registered.
+    opts_.device_plugin_path = root_ + "/dp";
+    fs::create_directories(opts_.device_plugin_path);
+    kubelet_ = std::make_unique<UnixListener>(opts_.device_plugin_path + "/kubelet.sock");
+    plugin_ = std::make_unique<UnixListener>(opts_.device_plugin_path + "/nvidia-gpu.sock");
+    WriteCheckpoint({"nvidia.com/gpu"});
+    // MPS configured and its daemon's control pipe present.
+    opts_.config = ParseOrDie("version: v1\nflags:\n  migStrategy: none\nsharing:\n  mps:\n"
+                              "    resources:\n      - name: nvidia.com/gpu\n        replicas: 4\n");
+    opts_.mps_root = root_ + "/mps";
+    fs::create_directories(opts_.mps_root + "/nvidia.com-gpu/pipe");
+    ASSERT_EQ(::mkfifo((opts_.mps_root + "/nvidia.com-gpu/pipe/control").c_str(), 0600), 0);
+    // The API server, with the node's capacity as the kubelet reports it.
+    Result<testing::TestPki> pki = testing::MakeTestPki(root_);
+    ASSERT_TRUE(pki.ok()) << pki.status().message();
+    Result<std::unique_ptr<testing::FakeApiServer>> api = testing::FakeApiServer::Start(*pki, {});
+    ASSERT_TRUE(api.ok()) << api.status().message();
+    api_ = std::move(api).value();
+    api_->Put("/api/v1/nodes/gpu-node-1", *testing::LoadRecorded("node.json"));
+    k8s::ClusterAccess a;
+    a.server = api_->url();
+    a.ca_file = pki->ca_cert;
+    a.token = "test-token";
+    client_ = std::make_unique<k8s::Client>(a);
+    opts_.api = client_.get();
+    opts_.node_name = "gpu-node-1";
+  }
+  void TearDown() override {
+    driver_ = {};
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+  void Rediscover() {
+    driver_ = {};
+    Result<std::shared_ptr<gpu::Nvml>> nvml = gpu::Nvml::Load(node_.library_path);
+    driver_.load = nvml.status();
+    if (!nvml.ok()) return;
+    driver_.nvml = *nvml;
+    gpu::DiscoverOptions d;
+    d.sysfs_root = node_.sysfs_root;
+    d.procfs_root = node_.procfs_root;
+    Result<gpu::Inventory> inv = gpu::Discover(*driver_.nvml, d);
+    driver_.discover = inv.status();
+    if (inv.ok()) driver_.inventory = *inv;
+  }
+  void WriteCheckpoint(const std::vector<std::string>& resources) {
+    nlohmann::json reg = nlohmann::json::object();
+    for (const std::string& r : resources) reg[r] = {"GPU-a", "GPU-b"};
+    std::ofstream(opts_.device_plugin_path + "/kubelet_internal_checkpoint")
+        << nlohmann::json{{"Data", {{"PodDeviceEntries", nullptr}, {"RegisteredDevices", reg}}},
+                          {"Checksum", 12345}}.dump();
+  }
+  Check Find(const std::vector<Check>& checks, const std::string& id) {
+    for (const Check& c : checks) {
+      if (c.id == id) return c;
+    }
+    ADD_FAILURE() << "no check " << id;
+    return {};
+  }
+  // Runs every check and returns the one named `id`, expecting the others not to FAIL.
+  Check Only(const std::string& id) {
+    std::vector<Check> all = RunChecks(driver_, opts_);
+    for (const Check& c : all) {
+      if (c.id != id) {
+        EXPECT_NE(c.verdict, Verdict::kFail) << c.id << ": " << c.detail;
+      }
+    }
+    return Find(all, id);
+  }
+
+  std::string root_;
+  sim::SimulatedNode node_;
+  DriverState driver_;
+  DoctorOptions opts_;
+  std::unique_ptr<UnixListener> kubelet_, plugin_;
+  std::unique_ptr<testing::FakeApiServer> api_;
+  std::unique_ptr<k8s::Client> client_;
+};
+
+TEST_F(DoctorTest, HealthyNodePassesEveryCheckInOrder) {
+  std::vector<Check> checks = RunChecks(driver_, opts_);
+  const std::vector<std::string> order = {"driver", "device-nodes", "container-runtime",
+                                          "kubelet", "plugin-registration", "gpu-health",
+                                          "mig-strategy", "mps", "kubernetes"};
+  ASSERT_EQ(checks.size(), order.size());
+  for (size_t i = 0; i < checks.size(); ++i) {
+    EXPECT_EQ(checks[i].id, order[i]);
+    EXPECT_EQ(checks[i].verdict, Verdict::kPass) << checks[i].id << ": " << checks[i].detail;
+    EXPECT_TRUE(checks[i].fix.empty()) << checks[i].id;
+  }
+  EXPECT_FALSE(AnyFailed(checks));
+  EXPECT_NE(checks[0].detail.find("550.54.15"), std::string::npos) << checks[0].detail;
+  EXPECT_NE(checks[4].detail.find("nvidia.com/gpu (2 devices)"), std::string::npos);
+  EXPECT_NE(checks[8].detail.find("nvidia.com/gpu capacity 8, allocatable 8"), std::string::npos);
+  nlohmann::json j = ToJson(checks);
+  EXPECT_TRUE(j["ok"].get<bool>());
+  EXPECT_EQ(j["summary"]["pass"], 9);
+  EXPECT_NE(FormatText(checks).find("[PASS] driver"), std::string::npos);
+}
+
+TEST_F(DoctorTest, NoDriverFailsWithTheRuntimeFix) {
+  Result<std::shared_ptr<gpu::Nvml>> nvml = gpu::Nvml::Load("/nonexistent/libnvidia-ml.so.1");
+  DriverState d;
+  d.load = nvml.status();
+  std::vector<Check> checks = RunChecks(d, opts_);
+  Check c = Find(checks, "driver");
+  EXPECT_EQ(c.verdict, Verdict::kFail);
+  EXPECT_NE(c.fix.find("NVIDIA container runtime"), std::string::npos) << c.fix;
+  EXPECT_EQ(Find(checks, "gpu-health").verdict, Verdict::kSkip);
+  EXPECT_TRUE(AnyFailed(checks));
+  EXPECT_FALSE(ToJson(checks)["ok"].get<bool>());
+  EXPECT_NE(FormatText(checks).find("       fix: "), std::string::npos);
+}
+
+TEST_F(DoctorTest, MissingUvmDeviceNodeIsNamed) {
+  fs::remove(opts_.dev_root + "/nvidia-uvm");
+  fs::remove(opts_.dev_root + "/nvidia3");
+  Check c = Only("device-nodes");
+  EXPECT_EQ(c.verdict, Verdict::kFail);
+  EXPECT_NE(c.detail.find(opts_.dev_root + "/nvidia-uvm"), std::string::npos) << c.detail;
+  EXPECT_NE(c.detail.find(opts_.dev_root + "/nvidia3"), std::string::npos) << c.detail;
+  EXPECT_NE(c.fix.find("nvidia-modprobe"), std::string::npos);
+}
+
+TEST_F(DoctorTest, NoCdiSpecAndNoNvidiaRuntimeFails) {
+  fs::remove(root_ + "/cdi/nvidia.yaml");
+  std::ofstream(root_ + "/containerd.toml") << "[plugins.\"io.containerd.grpc.v1.cri\"]\n";
+  Check c = Only("container-runtime");
+  EXPECT_EQ(c.verdict, Verdict::kFail);
+  EXPECT_NE(c.fix.find("nvidia-ctk"), std::string::npos);
+  // The nvidia runtime configured in containerd is enough.
+  std::ofstream(root_ + "/containerd.toml")
+      << "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\n"
+         "  BinaryName = \"/usr/bin/nvidia-container-runtime\"\n";
+  EXPECT_EQ(Only("container-runtime").verdict, Verdict::kPass);
+}
+
+TEST_F(DoctorTest, KubeletSocketMissingOrStaleFails) {
+  kubelet_->Close();  // the file stays: a stale socket
+  Check c = Only("kubelet");
+  EXPECT_EQ(c.verdict, Verdict::kFail);
+  EXPECT_NE(c.detail.find("nothing accepts connections"), std::string::npos) << c.detail;
+  fs::remove(opts_.device_plugin_path + "/kubelet.sock");
+  c = Only("kubelet");
+  EXPECT_EQ(c.verdict, Verdict::kFail);
+  EXPECT_NE(c.detail.find("kubelet.sock is missing"), std::string::npos) << c.detail;
+}
+
+TEST_F(DoctorTest, PluginSocketWithoutRegistrationFails) {
+  WriteCheckpoint({});
+  Check c = Only("plugin-registration");
+  EXPECT_EQ(c.verdict, Verdict::kFail);
+  EXPECT_NE(c.detail.find("not registered with the kubelet: nvidia.com/gpu (nvidia-gpu.sock)"),
+            std::string::npos)
+      << c.detail;
+}
+
+TEST_F(DoctorTest, NoPluginSocketMeansGpuletIsNotRunning) {
+  plugin_.reset();
+  fs::remove(opts_.device_plugin_path + "/nvidia-gpu.sock");
+  std::vector<Check> checks = RunChecks(driver_, opts_);
+  Check c = Find(checks, "plugin-registration");
+  EXPECT_EQ(c.verdict, Verdict::kFail);
+  EXPECT_NE(c.fix.find("gpulet node is not running"), std::string::npos) << c.fix;
+}
+
+TEST_F(DoctorTest, MissingCheckpointWarnsAndStaleRegistrationWarns) {
+  fs::remove(opts_.device_plugin_path + "/kubelet_internal_checkpoint");
+  EXPECT_EQ(Only("plugin-registration").verdict, Verdict::kWarn);
+  WriteCheckpoint({"nvidia.com/gpu", "nvidia.com/mig-1g.10gb"});
+  Check c = Only("plugin-registration");
+  EXPECT_EQ(c.verdict, Verdict::kWarn);
+  EXPECT_NE(c.detail.find("nvidia.com/mig-1g.10gb with no socket"), std::string::npos) << c.detail;
+}
+
+TEST_F(DoctorTest, LostGpuFailsHealth) {
+  ASSERT_TRUE(sim::SetLost(sim::ControlFile(node_.state_dir), 3, true).ok());
+  Rediscover();
+  Check c = Find(RunChecks(driver_, opts_), "gpu-health");
+  EXPECT_EQ(c.verdict, Verdict::kFail);
+  EXPECT_NE(c.detail.find("3"), std::string::npos) << c.detail;
+  EXPECT_NE(c.fix.find("reset"), std::string::npos) << c.fix;
+}
+
+TEST_F(DoctorTest, UncorrectableEccFailsHealthNamingTheGpu) {
+  ASSERT_TRUE(sim::ControlFile(node_.state_dir)
+                  .Update([](sim::ControlState& s) { s.gpus[5].ecc_double_bit = 2; })
+                  .ok());
+  Check c = Only("gpu-health");
+  EXPECT_EQ(c.verdict, Verdict::kFail);
+  EXPECT_NE(c.detail.find("GPU 5"), std::string::npos) << c.detail;
+  EXPECT_NE(c.detail.find("uncorrectable ECC"), std::string::npos) << c.detail;
+}
+
+TEST_F(DoctorTest, MpsConfiguredWithoutDaemonFails) {
+  fs::remove(opts_.mps_root + "/nvidia.com-gpu/pipe/control");
+  Check c = Only("mps");
+  EXPECT_EQ(c.verdict, Verdict::kFail);
+  EXPECT_NE(c.detail.find("no MPS control daemon pipe"), std::string::npos);
+  opts_.config = ParseOrDie("version: v1\n");
+  EXPECT_EQ(Only("mps").verdict, Verdict::kSkip);
+}
+
+TEST_F(DoctorTest, NoGpuCapacityIsGpusInvisibleToKubernetes) {
+  nlohmann::json node = *api_->Object("/api/v1/nodes/gpu-node-1");
+  node["status"]["capacity"].erase("nvidia.com/gpu");
+  node["status"]["allocatable"].erase("nvidia.com/gpu");
+  api_->Put("/api/v1/nodes/gpu-node-1", node);
+  Check c = Only("kubernetes");
+  EXPECT_EQ(c.verdict, Verdict::kFail);
+  EXPECT_NE(c.detail.find("GPUs invisible to Kubernetes: no device plugin registered"),
+            std::string::npos)
+      << c.detail;
+  // Unhealthy devices show as allocatable below capacity.
+  node["status"]["capacity"]["nvidia.com/gpu"] = "8";
+  node["status"]["allocatable"]["nvidia.com/gpu"] = "7";
+  api_->Put("/api/v1/nodes/gpu-node-1", node);
+  EXPECT_EQ(Only("kubernetes").verdict, Verdict::kWarn);
+  opts_.node_name = "no-such-node";
+  EXPECT_EQ(Only("kubernetes").verdict, Verdict::kFail);
+  opts_.api = nullptr;
+  EXPECT_EQ(Only("kubernetes").verdict, Verdict::kSkip);
+}
+
+gpu::Inventory MigInventory(std::vector<std::vector<std::string>> profiles_per_gpu) {
+  gpu::Inventory inv;
+  for (size_t i = 0; i < profiles_per_gpu.size(); ++i) {
+    gpu::Gpu g;
+    g.index = static_cast<unsigned>(i);
+    g.mig_capable = true;
+    g.mig_enabled = !profiles_per_gpu[i].empty();
+    for (const std::string& p : profiles_per_gpu[i]) {
+      gpu::MigDevice m;
+      m.profile = p;
+      g.mig_devices.push_back(m);
+    }
+    inv.gpus.push_back(g);
+  }
+  return inv;
+}
+
+TEST(MigStrategy, MatchesTheConfiguredStrategy) {
+  const auto none = ParseOrDie("version: v1\nflags:\n  migStrategy: none\n");
+  const auto single = ParseOrDie("version: v1\nflags:\n  migStrategy: single\n");
+  const auto mixed = ParseOrDie("version: v1\nflags:\n  migStrategy: mixed\n");
+  const auto uniform = MigInventory({{"1g.10gb", "1g.10gb"}, {"1g.10gb"}});
+  const auto varied = MigInventory({{"1g.10gb", "3g.40gb"}, {}});
+  const auto whole = MigInventory({{}, {}});
+  EXPECT_EQ(CheckMigStrategy(uniform, none).verdict, Verdict::kWarn);
+  EXPECT_NE(CheckMigStrategy(uniform, none).fix.find("mig-mixed"), std::string::npos);
+  EXPECT_EQ(CheckMigStrategy(uniform, single).verdict, Verdict::kPass);
+  EXPECT_EQ(CheckMigStrategy(varied, single).verdict, Verdict::kFail);
+  EXPECT_NE(CheckMigStrategy(varied, single).detail.find("1g.10gb, 3g.40gb"), std::string::npos);
+  EXPECT_EQ(CheckMigStrategy(varied, mixed).verdict, Verdict::kPass);
+  EXPECT_EQ(CheckMigStrategy(whole, mixed).verdict, Verdict::kWarn);
+  EXPECT_EQ(CheckMigStrategy(whole, std::nullopt).verdict, Verdict::kPass);
+}
+
+}  // namespace
+}  // namespace gpulet::doctor
