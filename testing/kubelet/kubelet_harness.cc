@@ -87,6 +87,20 @@ std::shared_ptr<grpc::Channel> DialUnix(const std::string& path) {
   return grpc::CreateCustomChannel("unix:" + path, grpc::InsecureChannelCredentials(), args);
 }
 
+using StubResult = Result<std::shared_ptr<v1beta1::DevicePlugin::Stub>>;
+
+// One unary call on a plugin: kUnavailable carrying the gRPC error when it fails.
+template <typename Method, typename Request, typename Response>
+Status Unary(const StubResult& stub, Method method, const char* what, const Request& request,
+             Response* response, std::chrono::milliseconds timeout) {
+  if (!stub.ok()) return stub.status();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(After(timeout));
+  grpc::Status st = ((**stub).*method)(&ctx, request, response);
+  if (!st.ok()) return Status(ErrorCode::kUnavailable, GrpcError(what, st));
+  return Status::Ok();
+}
+
 }  // namespace
 
 size_t ResourceState::HealthyCount() const {
@@ -526,18 +540,15 @@ Result<std::shared_ptr<v1beta1::DevicePlugin::Stub>> KubeletHarness::StubFor(
 Result<std::vector<std::string>> KubeletHarness::GetPreferredAllocation(
     const std::string& resource, const std::vector<std::string>& available,
     const std::vector<std::string>& must_include, int size) {
-  auto stub = StubFor(resource);
-  if (!stub.ok()) return stub.status();
   v1beta1::PreferredAllocationRequest request;
   auto* c = request.add_container_requests();
   for (const auto& id : available) c->add_available_deviceids(id);
   for (const auto& id : must_include) c->add_must_include_deviceids(id);
   c->set_allocation_size(size);
   v1beta1::PreferredAllocationResponse response;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(After(options_.rpc_timeout));
-  grpc::Status st = (*stub)->GetPreferredAllocation(&ctx, request, &response);
-  if (!st.ok()) return Status(ErrorCode::kUnavailable, GrpcError("GetPreferredAllocation", st));
+  Status st = Unary(StubFor(resource), &v1beta1::DevicePlugin::Stub::GetPreferredAllocation,
+                    "GetPreferredAllocation", request, &response, options_.rpc_timeout);
+  if (!st.ok()) return st;
   if (response.container_responses_size() == 0) {
     return Status(ErrorCode::kUnavailable, "GetPreferredAllocation returned no container response");
   }
@@ -547,16 +558,13 @@ Result<std::vector<std::string>> KubeletHarness::GetPreferredAllocation(
 
 Result<v1beta1::ContainerAllocateResponse> KubeletHarness::Allocate(
     const std::string& resource, const std::vector<std::string>& ids) {
-  auto stub = StubFor(resource);
-  if (!stub.ok()) return stub.status();
   v1beta1::AllocateRequest request;
   auto* c = request.add_container_requests();
   for (const auto& id : ids) c->add_devices_ids(id);
   v1beta1::AllocateResponse response;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(After(options_.rpc_timeout));
-  grpc::Status st = (*stub)->Allocate(&ctx, request, &response);
-  if (!st.ok()) return Status(ErrorCode::kUnavailable, GrpcError("Allocate", st));
+  Status st = Unary(StubFor(resource), &v1beta1::DevicePlugin::Stub::Allocate, "Allocate", request,
+                    &response, options_.rpc_timeout);
+  if (!st.ok()) return st;
   if (response.container_responses_size() == 0) {
     return Status(ErrorCode::kUnavailable, "Allocate returned no container response");
   }
@@ -565,28 +573,20 @@ Result<v1beta1::ContainerAllocateResponse> KubeletHarness::Allocate(
 
 Result<v1beta1::DevicePluginOptions> KubeletHarness::GetDevicePluginOptions(
     const std::string& resource) {
-  auto stub = StubFor(resource);
-  if (!stub.ok()) return stub.status();
   v1beta1::DevicePluginOptions response;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(After(options_.rpc_timeout));
-  grpc::Status st = (*stub)->GetDevicePluginOptions(&ctx, v1beta1::Empty(), &response);
-  if (!st.ok()) return Status(ErrorCode::kUnavailable, GrpcError("GetDevicePluginOptions", st));
+  Status st = Unary(StubFor(resource), &v1beta1::DevicePlugin::Stub::GetDevicePluginOptions,
+                    "GetDevicePluginOptions", v1beta1::Empty(), &response, options_.rpc_timeout);
+  if (!st.ok()) return st;
   return response;
 }
 
 Status KubeletHarness::PreStartContainer(const std::string& resource,
                                          const std::vector<std::string>& ids) {
-  auto stub = StubFor(resource);
-  if (!stub.ok()) return stub.status();
   v1beta1::PreStartContainerRequest request;
   for (const auto& id : ids) request.add_devices_ids(id);
   v1beta1::PreStartContainerResponse response;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(After(options_.rpc_timeout));
-  grpc::Status st = (*stub)->PreStartContainer(&ctx, request, &response);
-  if (!st.ok()) return Status(ErrorCode::kUnavailable, GrpcError("PreStartContainer", st));
-  return Status::Ok();
+  return Unary(StubFor(resource), &v1beta1::DevicePlugin::Stub::PreStartContainer,
+               "PreStartContainer", request, &response, options_.rpc_timeout);
 }
 
 void KubeletHarness::SetPodResources(std::vector<PodAssignment> assignments) {

@@ -200,19 +200,37 @@ std::vector<v1beta1::Device> TwoGpus() {
   return {MakeDevice("GPU-a", true, 0), MakeDevice("GPU-b", true, 1)};
 }
 
+// `h.WaitFor(kGpu, pred)` as a gtest assertion that shows the harness's state on failure.
+::testing::AssertionResult Eventually(KubeletHarness& h,
+                                      const std::function<bool(const ResourceState&)>& pred) {
+  Status st = h.WaitFor(kGpu, pred, kWait);
+  if (st.ok()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << st.message();
+}
+
+::testing::AssertionResult HealthyCountIs(KubeletHarness& h, size_t n) {
+  return Eventually(h, [n](const ResourceState& s) { return s.HealthyCount() == n; });
+}
+
+// Serves `plugin` with `devices` and registers it for nvidia.com/gpu.
+::testing::AssertionResult ServeAndRegister(FakePlugin& plugin, KubeletHarness& h,
+                                            std::vector<v1beta1::Device> devices) {
+  plugin.SetDevices(std::move(devices));
+  plugin.Serve();
+  grpc::Status st = plugin.Register(h.kubelet_socket(), kGpu);
+  if (st.ok()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "Register: " << st.error_message();
+}
+
 TEST(KubeletHarness, RegistersWithDialBackAndStreamsCompleteLists) {
   TempDir dir;
   KubeletHarness h;
   ASSERT_TRUE(h.Start(dir.path).ok());
   EXPECT_TRUE(fs::is_socket(dir.path + "/kubelet.sock"));
   FakePlugin plugin(dir.path, "nvidia-gpu.sock");
-  plugin.SetDevices(TwoGpus());
-  plugin.Serve();
-  ASSERT_TRUE(plugin.Register(h.kubelet_socket(), kGpu).ok());
+  ASSERT_TRUE(ServeAndRegister(plugin, h, TwoGpus()));
   ASSERT_TRUE(h.WaitForRegistration(kGpu, kWait).ok());
-  ASSERT_TRUE(h.WaitFor(
-                   kGpu, [](const ResourceState& s) { return s.devices.size() == 2; }, kWait)
-                  .ok());
+  ASSERT_TRUE(Eventually(h, [](const ResourceState& s) { return s.devices.size() == 2; }));
 
   auto devices = h.Devices(kGpu);
   ASSERT_EQ(devices.size(), 2u);
@@ -229,21 +247,12 @@ TEST(KubeletHarness, RegistersWithDialBackAndStreamsCompleteLists) {
 
   // Every message is the complete list: a health change, then a shorter list.
   plugin.SetDevices({MakeDevice("GPU-a", true, 0), MakeDevice("GPU-b", false, 1)});
-  ASSERT_TRUE(
-      h.WaitFor(
-           kGpu,
-           [](const ResourceState& s) { return s.devices.size() == 2 && s.HealthyCount() == 1; },
-           kWait)
-          .ok());
+  ASSERT_TRUE(Eventually(
+      h, [](const ResourceState& s) { return s.devices.size() == 2 && s.HealthyCount() == 1; }));
   plugin.SetDevices({MakeDevice("GPU-b", true, 1)});
-  ASSERT_TRUE(h.WaitFor(
-                   kGpu,
-                   [](const ResourceState& s) {
-                     return s.devices.size() == 1 && s.devices[0].id == "GPU-b" &&
-                            s.HealthyCount() == 1;
-                   },
-                   kWait)
-                  .ok());
+  ASSERT_TRUE(Eventually(h, [](const ResourceState& s) {
+    return s.devices.size() == 1 && s.devices[0].id == "GPU-b" && s.HealthyCount() == 1;
+  }));
 
   auto options = h.GetDevicePluginOptions(kGpu);
   ASSERT_TRUE(options.ok()) << options.status().message();
@@ -287,12 +296,8 @@ TEST(KubeletHarness, PluginThatCannotAnswerDuringRegisterGetsAnErrorNotAHang) {
 
   // The harness keeps working: a well-behaved plugin registers afterwards.
   FakePlugin good(dir.path, "good.sock");
-  good.SetDevices(TwoGpus());
-  good.Serve();
-  ASSERT_TRUE(good.Register(h.kubelet_socket(), kGpu).ok());
-  EXPECT_TRUE(h.WaitFor(
-                   kGpu, [](const ResourceState& s) { return s.HealthyCount() == 2; }, kWait)
-                  .ok());
+  ASSERT_TRUE(ServeAndRegister(good, h, TwoGpus()));
+  EXPECT_TRUE(HealthyCountIs(h, 2));
 }
 
 TEST(KubeletHarness, RejectsInvalidRegistrations) {
@@ -332,26 +337,15 @@ TEST(KubeletHarness, StreamEndMarksDevicesUnhealthyThenRemovesThem) {
   KubeletHarness h(options);
   ASSERT_TRUE(h.Start(dir.path).ok());
   FakePlugin plugin(dir.path, "nvidia-gpu.sock");
-  plugin.SetDevices(TwoGpus());
-  plugin.Serve();
-  ASSERT_TRUE(plugin.Register(h.kubelet_socket(), kGpu).ok());
-  ASSERT_TRUE(h.WaitFor(
-                   kGpu, [](const ResourceState& s) { return s.HealthyCount() == 2; }, kWait)
-                  .ok());
+  ASSERT_TRUE(ServeAndRegister(plugin, h, TwoGpus()));
+  ASSERT_TRUE(HealthyCountIs(h, 2));
 
   plugin.EndStreams();
-  ASSERT_TRUE(h.WaitFor(
-                   kGpu,
-                   [](const ResourceState& s) {
-                     return s.stream_ended && s.devices.size() == 2 && s.HealthyCount() == 0;
-                   },
-                   kWait)
-                  .ok());
+  ASSERT_TRUE(Eventually(h, [](const ResourceState& s) {
+    return s.stream_ended && s.devices.size() == 2 && s.HealthyCount() == 0;
+  }));
   for (const auto& d : h.Devices(kGpu)) EXPECT_EQ(d.health, kUnhealthy);
-  ASSERT_TRUE(
-      h.WaitFor(
-           kGpu, [](const ResourceState& s) { return s.removed && s.devices.empty(); }, kWait)
-          .ok());
+  ASSERT_TRUE(Eventually(h, [](const ResourceState& s) { return s.removed && s.devices.empty(); }));
   // Still registered as far as the kubelet is concerned; the count did not move.
   EXPECT_EQ(h.RegistrationCount(kGpu), 1);
 }
@@ -361,21 +355,12 @@ TEST(KubeletHarness, PluginDeathMarksDevicesUnhealthy) {
   KubeletHarness h;  // default 5-minute grace: devices stay, Unhealthy
   ASSERT_TRUE(h.Start(dir.path).ok());
   auto plugin = std::make_unique<FakePlugin>(dir.path, "nvidia-gpu.sock");
-  plugin->SetDevices(TwoGpus());
-  plugin->Serve();
-  ASSERT_TRUE(plugin->Register(h.kubelet_socket(), kGpu).ok());
-  ASSERT_TRUE(h.WaitFor(
-                   kGpu, [](const ResourceState& s) { return s.HealthyCount() == 2; }, kWait)
-                  .ok());
+  ASSERT_TRUE(ServeAndRegister(*plugin, h, TwoGpus()));
+  ASSERT_TRUE(HealthyCountIs(h, 2));
   plugin.reset();
-  ASSERT_TRUE(h.WaitFor(
-                   kGpu,
-                   [](const ResourceState& s) {
-                     return s.stream_ended && !s.streaming && s.devices.size() == 2 &&
-                            s.HealthyCount() == 0;
-                   },
-                   kWait)
-                  .ok());
+  ASSERT_TRUE(Eventually(h, [](const ResourceState& s) {
+    return s.stream_ended && !s.streaming && s.devices.size() == 2 && s.HealthyCount() == 0;
+  }));
   EXPECT_FALSE(h.State(kGpu)->removed);
   h.Stop();  // ends the grace wait promptly
 }
@@ -385,25 +370,14 @@ TEST(KubeletHarness, ReRegistrationReplacesEndpointAndStream) {
   KubeletHarness h;
   ASSERT_TRUE(h.Start(dir.path).ok());
   FakePlugin a(dir.path, "a.sock");
-  a.SetDevices(TwoGpus());
-  a.Serve();
-  ASSERT_TRUE(a.Register(h.kubelet_socket(), kGpu).ok());
-  ASSERT_TRUE(h.WaitFor(
-                   kGpu, [](const ResourceState& s) { return s.devices.size() == 2; }, kWait)
-                  .ok());
+  ASSERT_TRUE(ServeAndRegister(a, h, TwoGpus()));
+  ASSERT_TRUE(Eventually(h, [](const ResourceState& s) { return s.devices.size() == 2; }));
 
   FakePlugin b(dir.path, "b.sock");
-  b.SetDevices({MakeDevice("GPU-c", true, 0)});
-  b.Serve();
-  ASSERT_TRUE(b.Register(h.kubelet_socket(), kGpu).ok());
-  ASSERT_TRUE(h.WaitFor(
-                   kGpu,
-                   [](const ResourceState& s) {
-                     return s.endpoint == "b.sock" && s.devices.size() == 1 &&
-                            s.devices[0].id == "GPU-c";
-                   },
-                   kWait)
-                  .ok());
+  ASSERT_TRUE(ServeAndRegister(b, h, {MakeDevice("GPU-c", true, 0)}));
+  ASSERT_TRUE(Eventually(h, [](const ResourceState& s) {
+    return s.endpoint == "b.sock" && s.devices.size() == 1 && s.devices[0].id == "GPU-c";
+  }));
   EXPECT_EQ(h.RegistrationCount(kGpu), 2);
   // The old stream was cancelled by the harness, and its end did not mark anything unhealthy.
   a.EndStreams();
@@ -424,12 +398,8 @@ TEST(KubeletHarness, RestartDeletesSocketsOnlyAndServesAgain) {
   std::ofstream(keep) << "not a socket\n";
   fs::create_directory(dir.path + "/subdir");
   auto plugin = std::make_unique<FakePlugin>(dir.path, "nvidia-gpu.sock");
-  plugin->SetDevices(TwoGpus());
-  plugin->Serve();
-  ASSERT_TRUE(plugin->Register(h.kubelet_socket(), kGpu).ok());
-  ASSERT_TRUE(h.WaitFor(
-                   kGpu, [](const ResourceState& s) { return s.HealthyCount() == 2; }, kWait)
-                  .ok());
+  ASSERT_TRUE(ServeAndRegister(*plugin, h, TwoGpus()));
+  ASSERT_TRUE(HealthyCountIs(h, 2));
   ASSERT_TRUE(fs::is_socket(plugin->socket()));
 
   ASSERT_TRUE(h.Restart().ok());
@@ -445,16 +415,10 @@ TEST(KubeletHarness, RestartDeletesSocketsOnlyAndServesAgain) {
 
   // The plugin notices, serves a new socket and registers again.
   plugin = std::make_unique<FakePlugin>(dir.path, "nvidia-gpu.sock");
-  plugin->SetDevices(TwoGpus());
-  plugin->Serve();
-  ASSERT_TRUE(plugin->Register(h.kubelet_socket(), kGpu).ok());
-  ASSERT_TRUE(h.WaitFor(
-                   kGpu,
-                   [](const ResourceState& s) {
-                     return s.registered && s.registrations == 2 && s.HealthyCount() == 2;
-                   },
-                   kWait)
-                  .ok());
+  ASSERT_TRUE(ServeAndRegister(*plugin, h, TwoGpus()));
+  ASSERT_TRUE(Eventually(h, [](const ResourceState& s) {
+    return s.registered && s.registrations == 2 && s.HealthyCount() == 2;
+  }));
 }
 
 TEST(KubeletHarness, PreferredAllocationAndAllocate) {
@@ -466,9 +430,7 @@ TEST(KubeletHarness, PreferredAllocationAndAllocate) {
                      MakeDevice("GPU-c", true, 1), MakeDevice("GPU-d", true, 1)});
   plugin.Serve();
   ASSERT_TRUE(plugin.Register(h.kubelet_socket(), kGpu).ok());
-  ASSERT_TRUE(h.WaitFor(
-                   kGpu, [](const ResourceState& s) { return s.HealthyCount() == 4; }, kWait)
-                  .ok());
+  ASSERT_TRUE(HealthyCountIs(h, 4));
 
   auto preferred =
       h.GetPreferredAllocation(kGpu, {"GPU-a", "GPU-b", "GPU-c", "GPU-d"}, {"GPU-a"}, 2);
