@@ -1,0 +1,155 @@
+// Fault tests: kubelet restarts, a killed plugin, XIDs, ECC and lost GPUs on a simulated dgx-h100.
+#include <thread>
+
+#include "tests/deviceplugin/plugin_fixture.h"
+
+namespace gpulet::testing {
+namespace {
+
+Status WaitHealth(KubeletHarness& h, const std::vector<std::string>& ids, size_t gpu, bool healthy,
+                  size_t healthy_count) {
+  const std::string id = ids.at(gpu);
+  return h.WaitFor(
+      kGpu,
+      [&](const ResourceState& st) {
+        if (st.HealthyCount() != healthy_count) return false;
+        for (const HarnessDevice& d : st.devices) {
+          if (d.id == id) return d.healthy() == healthy;
+        }
+        return false;
+      },
+      60s);
+}
+
+TEST_F(PluginFixture, KubeletRestartedHundredTimesWithAllocations) {
+  StartHarness();
+  StartPlugin();
+  WaitForDevices(8, 8);
+  std::vector<std::string> ids = DeviceIds();
+  for (int i = 0; i < 100; ++i) {
+    const int before = harness_->RegistrationCount(kGpu);
+    Status r = harness_->Restart();
+    ASSERT_TRUE(r.ok()) << r.message();
+    Status s = harness_->WaitFor(
+        kGpu,
+        [&](const ResourceState& st) {
+          return st.registrations > before && st.registered && st.streaming &&
+                 st.devices.size() == 8 && st.HealthyCount() == 8;
+        },
+        60s);
+    ASSERT_TRUE(s.ok()) << "restart " << i << ": " << s.message();
+    // No stale socket: exactly the kubelet's and ours.
+    EXPECT_EQ(Sockets(), (std::vector<std::string>{"kubelet.sock", "nvidia-gpu.sock"})) << i;
+    Result<v1beta1::ContainerAllocateResponse> a = harness_->Allocate(kGpu, {ids[i % 8]});
+    ASSERT_TRUE(a.ok()) << "restart " << i << ": " << a.status().message();
+    EXPECT_EQ(a->envs().at("NVIDIA_VISIBLE_DEVICES"), ids[i % 8]);
+  }
+  EXPECT_TRUE(plugin_->Running());
+}
+
+TEST_F(PluginFixture, PluginKilledAndRestarted) {
+  StartHarness();
+  StartPlugin();
+  WaitForDevices(8, 8);
+  EXPECT_EQ(plugin_->Stop(SIGKILL), -1);
+  Status ended = harness_->WaitFor(kGpu, [](const ResourceState& s) { return s.stream_ended; }, 30s);
+  ASSERT_TRUE(ended.ok()) << ended.message();
+  EXPECT_EQ(harness_->State(kGpu)->HealthyCount(), 0u);  // the kubelet marks them unhealthy
+
+  StartPlugin();  // finds its stale socket file and replaces it
+  Status s = harness_->WaitFor(
+      kGpu,
+      [](const ResourceState& st) {
+        return st.registrations >= 2 && st.streaming && st.HealthyCount() == 8;
+      },
+      60s);
+  ASSERT_TRUE(s.ok()) << s.message();
+  std::vector<std::string> ids = DeviceIds();
+  EXPECT_TRUE(harness_->Allocate(kGpu, {ids[0], ids[1]}).ok());
+}
+
+TEST_F(PluginFixture, Xid79MarksOnlyThatGpuAndRecovers) {
+  StartHarness();
+  StartPlugin();
+  WaitForDevices(8, 8);
+  std::vector<std::string> ids = DeviceIds();
+  Sim({"xid", "--gpu", "3", "--code", "79"});
+  Status s = WaitHealth(*harness_, ids, 3, false, 7);
+  ASSERT_TRUE(s.ok()) << s.message();
+
+  // The kubelet offers only healthy devices; preferred allocation and allocation keep working.
+  std::vector<std::string> available;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i != 3) available.push_back(ids[i]);
+  }
+  Result<std::vector<std::string>> pref = harness_->GetPreferredAllocation(kGpu, available, {}, 4);
+  ASSERT_TRUE(pref.ok()) << pref.status().message();
+  EXPECT_EQ(*pref, (std::vector<std::string>{ids[4], ids[5], ids[6], ids[7]}));
+  Result<v1beta1::ContainerAllocateResponse> a = harness_->Allocate(kGpu, *pref);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+
+  // No further events and a healthy probe: Healthy again after the quiet period (2 s).
+  s = WaitHealth(*harness_, ids, 3, true, 8);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_TRUE(plugin_->WaitForLog("event=device_recovered", 10s));
+}
+
+TEST_F(PluginFixture, IgnoredXidChangesNothing) {
+  StartHarness();
+  StartPlugin();
+  WaitForDevices(8, 8);
+  std::vector<std::string> ids = DeviceIds();
+  Sim({"xid", "--gpu", "2", "--code", "13"});
+  ASSERT_TRUE(plugin_->WaitForLog("event=xid_ignored", 30s)) << plugin_->Log();
+  // Events are handled in order: once the later XID 48 shows, XID 13 has been handled.
+  Sim({"xid", "--gpu", "5", "--code", "48"});
+  Status s = WaitHealth(*harness_, ids, 5, false, 7);
+  ASSERT_TRUE(s.ok()) << s.message();
+  for (const HarnessDevice& d : harness_->Devices(kGpu)) {
+    if (d.id == ids[2]) {
+      EXPECT_TRUE(d.healthy());
+    }
+  }
+  EXPECT_EQ(plugin_->CountInLog("event=device_unhealthy uuid=" + ids[2]), 0);
+}
+
+TEST_F(PluginFixture, DisabledXidIsIgnored) {
+  StartHarness();
+  StartPlugin({}, {{"DP_DISABLE_HEALTHCHECKS", "79"}});
+  WaitForDevices(8, 8);
+  std::vector<std::string> ids = DeviceIds();
+  Sim({"xid", "--gpu", "1", "--code", "79"});
+  Sim({"ecc", "--gpu", "6", "--double-bit", "1"});
+  Status s = WaitHealth(*harness_, ids, 6, false, 7);
+  ASSERT_TRUE(s.ok()) << s.message();
+  for (const HarnessDevice& d : harness_->Devices(kGpu)) {
+    if (d.id == ids[1]) {
+      EXPECT_TRUE(d.healthy());
+    }
+  }
+}
+
+TEST_F(PluginFixture, LostGpuStaysUnhealthyUntilRestored) {
+  StartHarness();
+  StartPlugin();
+  WaitForDevices(8, 8);
+  std::vector<std::string> ids = DeviceIds();
+  Sim({"lose", "--gpu", "6"});
+  Status s = WaitHealth(*harness_, ids, 6, false, 7);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_TRUE(plugin_->WaitForLog("GPU is lost", 10s));
+  // Longer than the quiet period: still lost, so still unhealthy (the probe keeps failing).
+  const int probes = plugin_->CountInLog("event=device_recovered");
+  std::this_thread::sleep_for(3s);
+  EXPECT_EQ(harness_->State(kGpu)->HealthyCount(), 7u);
+  EXPECT_EQ(plugin_->CountInLog("event=device_recovered"), probes);
+  // The other GPUs keep working.
+  EXPECT_TRUE(harness_->Allocate(kGpu, {ids[0]}).ok());
+
+  Sim({"restore", "--gpu", "6"});
+  s = WaitHealth(*harness_, ids, 6, true, 8);
+  ASSERT_TRUE(s.ok()) << s.message();
+}
+
+}  // namespace
+}  // namespace gpulet::testing
