@@ -152,7 +152,7 @@ TEST_F(ExporterProcess, InjectedXidShowsUp) {
   StartExporter("dgx-h100");
   EXPECT_NE(Metrics().find("DCGM_FI_DEV_XID_ERRORS{gpu=\"3\""), std::string::npos);
   std::string out;
-  ASSERT_EQ(Run(Sim("dgx-h100", "xid --gpu 3 --code 79"), &out), 0) << out;
+  ASSERT_EQ(RunShell(Sim("dgx-h100", "xid --gpu 3 --code 79"), &out), 0) << out;
   std::string text;
   ASSERT_TRUE(WaitFor([&] {
     text = Metrics();
@@ -168,7 +168,7 @@ TEST_F(ExporterProcess, InjectedXidShowsUp) {
 TEST_F(ExporterProcess, LostGpuIsMarkedOthersStayAndItComesBack) {
   StartExporter("dgx-h100");
   std::string out;
-  ASSERT_EQ(Run(Sim("dgx-h100", "lose --gpu 2"), &out), 0) << out;
+  ASSERT_EQ(RunShell(Sim("dgx-h100", "lose --gpu 2"), &out), 0) << out;
   std::string text;
   ASSERT_TRUE(WaitFor([&] {
     text = Metrics();
@@ -179,7 +179,7 @@ TEST_F(ExporterProcess, LostGpuIsMarkedOthersStayAndItComesBack) {
   for (int g : {0, 1, 3, 4, 5, 6, 7}) {
     EXPECT_NE(text.find("DCGM_FI_DEV_GPU_TEMP{gpu=\"" + std::to_string(g) + "\""), std::string::npos) << g;
   }
-  ASSERT_EQ(Run(Sim("dgx-h100", "restore --gpu 2"), &out), 0) << out;
+  ASSERT_EQ(RunShell(Sim("dgx-h100", "restore --gpu 2"), &out), 0) << out;
   ASSERT_TRUE(WaitFor([&] { return Metrics().find("DCGM_FI_DEV_GPU_TEMP{gpu=\"2\"") != std::string::npos; }));
   EXPECT_NE(exporter_.log().find("event=gpu_lost gpu=2"), std::string::npos);
 }
@@ -227,7 +227,7 @@ TEST_F(ExporterProcess, BadCountersFileFailsNamingTheLine) {
   std::vector<std::string> g = Global("l4-pcie");
   std::string cmd;
   for (const auto& a : g) cmd += a + " ";
-  const int rc = Run(cmd + "exporter -a 127.0.0.1:0 -f " + csv, &out);
+  const int rc = RunShell(cmd + "exporter -a 127.0.0.1:0 -f " + csv, &out);
   EXPECT_EQ(rc, 3) << out;
   EXPECT_NE(out.find("bad.csv:2: malformed row"), std::string::npos) << out;
 }

@@ -56,7 +56,7 @@ class PodAttribution : public ::testing::Test {
   }
   nlohmann::json Info(const std::string& fixture) {
     std::string out;
-    EXPECT_EQ(Run(Global(fixture) + " info -o json 2>/dev/null", &out), 0) << out;
+    EXPECT_EQ(RunShell(Global(fixture) + " info -o json 2>/dev/null", &out), 0) << out;
     return nlohmann::json::parse(out.substr(out.find('{')));
   }
   void ServeKubelet() {

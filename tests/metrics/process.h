@@ -138,7 +138,7 @@ inline std::string HttpGet(int port, const std::string& path, int* status = null
 }
 
 // Runs a command through the shell; returns its exit code, output appended to *out.
-inline int Run(const std::string& cmd, std::string* out = nullptr) {
+inline int RunShell(const std::string& cmd, std::string* out = nullptr) {
   FILE* p = popen((cmd + " 2>&1").c_str(), "r");
   if (p == nullptr) return -1;
   char buf[4096];

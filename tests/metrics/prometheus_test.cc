@@ -115,7 +115,7 @@ TEST_F(PrometheusTest, ScrapesSimulatedDgxH100) {
   // cannot read DCGM_FI_PROF_* without NVML GPM support; see docs/metrics.md).
   const std::string dash = std::string(GPULET_SOURCE_DIR) +
                            "/../shared/upstream/dcgm-exporter/dcgm-exporter-dashboard.json";
-  for (const std::string path : {dash, std::string(GPULET_SOURCE_DIR) + "/deploy/grafana/gpulet-dashboard.json"}) {
+  for (const std::string& path : {dash, std::string(GPULET_SOURCE_DIR) + "/deploy/grafana/gpulet-dashboard.json"}) {
     if (!std::filesystem::exists(path)) continue;
     const json d = json::parse(ReadFile(path));
     size_t checked = 0;
@@ -139,7 +139,7 @@ TEST_F(PrometheusTest, ScrapesSimulatedDgxH100) {
 
   // An injected XID reaches Prometheus and fires the fatal-XID alert.
   std::string out;
-  ASSERT_EQ(Run(Gpulet() + " --simulate dgx-h100 --sim-state " + dir_ + "/sim sim xid --gpu 3 --code 79", &out), 0)
+  ASSERT_EQ(RunShell(Gpulet() + " --simulate dgx-h100 --sim-state " + dir_ + "/sim sim xid --gpu 3 --code 79", &out), 0)
       << out;
   ASSERT_TRUE(WaitFor([&] { return Count("DCGM_FI_DEV_XID_ERRORS{gpu=\"3\",err_code=\"79\"} == 79") == 1; },
                       std::chrono::seconds(60)));
