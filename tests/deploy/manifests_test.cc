@@ -205,6 +205,9 @@ TEST_P(OverlayTest, MetricsServiceMonitorAndRulesSelectTheDaemonSet) {
               kv.second.as<std::string>());
   }
   EXPECT_EQ(sm["spec"]["endpoints"][0]["port"].as<std::string>(), "metrics");
+  // The alert rules' ExporterDown expects this job name.
+  const std::string job_label = sm["spec"]["jobLabel"].as<std::string>();
+  EXPECT_EQ(svc["metadata"]["labels"][job_label].as<std::string>(), "gpulet-exporter");
   EXPECT_TRUE(Find(docs, "PrometheusRule", "gpulet"));
   EXPECT_TRUE(Find(docs, "Namespace", "gpulet-system"));
 }
