@@ -45,5 +45,8 @@ void RegisterSim(CLI::App& app, GlobalOptions& global, int& exit_code);
 void RegisterPlugin(CLI::App& app, GlobalOptions& global, int& exit_code);
 void RegisterExporter(CLI::App& app, GlobalOptions& global, int& exit_code);
 void RegisterSlurm(CLI::App& app, GlobalOptions& global, int& exit_code);
+void RegisterConfigSync(CLI::App& app, GlobalOptions& global, int& exit_code);
+void RegisterQuota(CLI::App& app, GlobalOptions& global, int& exit_code);
+void RegisterDoctor(CLI::App& app, GlobalOptions& global, int& exit_code);
 
 }  // namespace gpulet::cli

@@ -40,6 +40,9 @@ int main(int argc, char** argv) {
   RegisterExporter(app, global, exit_code);
   RegisterPlugin(app, global, exit_code);
   RegisterSlurm(app, global, exit_code);
+  RegisterConfigSync(app, global, exit_code);
+  RegisterQuota(app, global, exit_code);
+  RegisterDoctor(app, global, exit_code);
 
   try {
     app.parse(argc, argv);

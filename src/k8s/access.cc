@@ -84,6 +84,11 @@ Result<ClusterAccess> InClusterAccessFromEnvironment() {
   return InClusterAccess(kServiceAccountDir, host ? host : "", port ? port : "");
 }
 
+Result<ClusterAccess> ResolveClusterAccess(const std::string& kubeconfig) {
+  if (!kubeconfig.empty()) return LoadKubeconfig(kubeconfig);
+  return InClusterAccessFromEnvironment();
+}
+
 Result<ClusterAccess> LoadKubeconfig(const std::string& path, const std::string& context) {
   std::ifstream in(path);
   if (!in) return Status(ErrorCode::kNotFound, "kubeconfig " + path + " not found or unreadable");

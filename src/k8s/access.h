@@ -36,6 +36,9 @@ Result<ClusterAccess> InClusterAccessFromEnvironment();
 // missing), kInvalidInput as "FILE:LINE: FIELD: problem".
 Result<ClusterAccess> LoadKubeconfig(const std::string& path, const std::string& context = "");
 
+// `--kubeconfig FILE` when given, else in-cluster access (the pod's service account).
+Result<ClusterAccess> ResolveClusterAccess(const std::string& kubeconfig);
+
 // Decodes standard base64 (whitespace ignored); nullopt-like failure as kInvalidInput.
 Result<std::string> DecodeBase64(const std::string& text);
 
