@@ -145,7 +145,7 @@ Result<ControlState> ControlFile::Update(const std::function<void(ControlState&)
   change(state);
 
   const std::string tmp = path() + ".tmp." + std::to_string(::getpid());
-  const std::string text = ControlStateToJson(state, 1) + "\n";
+  const std::string text = ControlStateToJson(state) + "\n";
   {
     Fd out(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (out.get() < 0) return Status(ErrorCode::kInternal, Errno(tmp));

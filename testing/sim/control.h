@@ -49,7 +49,9 @@ struct ControlState {
   std::map<unsigned, GpuOverrides> gpus;
   std::deque<SimEvent> events;  // the newest kMaxEvents
 
-  static constexpr size_t kMaxEvents = 4096;
+  // Every writer and every reader parses the whole file, so the queue stays short: an event set
+  // that falls more than this many events behind misses the oldest ones.
+  static constexpr size_t kMaxEvents = 256;
 
   const GpuOverrides* Find(unsigned gpu) const {
     auto it = gpus.find(gpu);
