@@ -276,8 +276,6 @@ void KubeletHarness::StopStreams(bool forget_registrations) {
         r->stub.reset();
       }
     }
-    for (auto& t : finished_threads_) threads.push_back(std::move(t));
-    finished_threads_.clear();
     cv_.notify_all();
   }
   for (auto& c : contexts) c->TryCancel();
@@ -372,6 +370,7 @@ grpc::Status KubeletHarness::HandleRegister(const v1beta1::RegisterRequest& requ
   }
 
   std::shared_ptr<grpc::ClientContext> old_context;
+  std::thread old_thread;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_ || !serving_) {
@@ -383,7 +382,7 @@ grpc::Status KubeletHarness::HandleRegister(const v1beta1::RegisterRequest& requ
       r->state.name = name;
     }
     old_context = std::move(r->stream_context);
-    if (r->stream_thread.joinable()) finished_threads_.push_back(std::move(r->stream_thread));
+    old_thread = std::move(r->stream_thread);
     const uint64_t generation = ++r->generation;
     r->stub = stub;
     r->state.endpoint = endpoint;
@@ -406,7 +405,10 @@ grpc::Status KubeletHarness::HandleRegister(const v1beta1::RegisterRequest& requ
                   " pre_start=" + (plugin_options.pre_start_required() ? "true" : "false"));
     cv_.notify_all();
   }
+  // The replaced stream ends promptly once cancelled and leaves the state alone (its generation
+  // is stale). Stop/Restart cannot race this: they wait for in-flight handlers first.
   if (old_context) old_context->TryCancel();
+  if (old_thread.joinable()) old_thread.join();
   return grpc::Status::OK;
 }
 

@@ -188,8 +188,6 @@ class KubeletHarness {
   std::deque<HarnessEvent> events_;
   uint64_t next_seq_ = 1;
   std::vector<PodAssignment> pod_assignments_;
-  // Stream threads that were replaced or ended; joined on Stop/Restart (never under mu_).
-  std::vector<std::thread> finished_threads_;
 
   // Server objects are created by Start/Restart and destroyed by Stop/Restart only; serve_mu_
   // serialises those.
