@@ -98,7 +98,8 @@ struct HarnessEvent {
   std::vector<HarnessDevice> devices;  // kDevices and kStreamEnded
 };
 const char* HarnessEventKindName(HarnessEvent::Kind kind);  // "registered", "devices", …
-// "event=devices resource=nvidia.com/gpu total=8 healthy=7 unhealthy=GPU-1 …" (one line).
+// One line: "event=devices resource=nvidia.com/gpu total=2 healthy=1
+// devices=GPU-a:Healthy:numa=0,GPU-b:Unhealthy:numa=1".
 std::string FormatEvent(const HarnessEvent& event);
 
 // One container's devices in the pod-resources List answer.
@@ -117,8 +118,8 @@ class KubeletHarness {
   KubeletHarness(const KubeletHarness&) = delete;
   KubeletHarness& operator=(const KubeletHarness&) = delete;
 
-  // Serves Registration on <dir>/kubelet.sock and pod-resources on its socket. `dir` must exist.
-  // kUnavailable when a server cannot start; kUsage when already started.
+  // Serves Registration on <dir>/kubelet.sock and pod-resources on its socket. kNotFound when
+  // `dir` does not exist, kUnavailable when a server cannot start, kUsage when already serving.
   Status Start(const std::string& dir);
   // Stops serving, ends every stream, removes the two sockets it created. Idempotent.
   void Stop();
@@ -155,8 +156,8 @@ class KubeletHarness {
 
   void SetPodResources(std::vector<PodAssignment> assignments);
 
-  // Returns the first event with seq > `after`, waiting up to `timeout`; nullopt on timeout or
-  // after Stop(). Events are kept (up to 100000) from Start.
+  // Returns the first event with seq > `after`, waiting up to `timeout`; nullopt on timeout, or
+  // at once after Stop() when there is none. The newest 100000 events are kept.
   std::optional<HarnessEvent> NextEvent(uint64_t after, std::chrono::milliseconds timeout) const;
 
  private:
