@@ -3,10 +3,9 @@
 // process whose simulated driver uses that state directory sees it on its next NVML call.
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "gpu/nvml_api.h"
@@ -84,8 +83,7 @@ nlohmann::json ShowJson(const SimTarget& t) {
 
 // Adds a verb whose body gets the opened node; errors become the exit code.
 CLI::App* AddVerb(CLI::App* sim, const std::string& name, const std::string& help,
-                  GlobalOptions& global, int& exit_code,
-                  std::function<Status(SimTarget&)> body) {
+                  GlobalOptions& global, int& exit_code, std::function<Status(SimTarget&)> body) {
   CLI::App* verb = sim->add_subcommand(name, help);
   verb->callback([&global, &exit_code, body = std::move(body)] {
     Result<SimTarget> target = OpenTarget(global);
@@ -124,42 +122,41 @@ void RegisterSim(CLI::App& app, GlobalOptions& global, int& exit_code) {
   sim->require_subcommand(1);
   auto a = std::make_shared<SimArgs>();
 
-  CLI::App* xid = AddVerb(sim, "xid", "Queue an XID critical error event (e.g. 79, 48, 13)",
-                          global, exit_code, [a](SimTarget& t) -> Status {
-                            Result<sim::DeviceRef> d = Device(t, *a);
-                            if (!d.ok()) return d.status();
-                            Status s = sim::InjectXid(*t.control, t.fixture, *d, a->xid);
-                            if (s.ok()) {
-                              std::printf("queued XID %llu on %s\n",
-                                          static_cast<unsigned long long>(a->xid),
-                                          Describe(t.fixture, *d).c_str());
-                            }
-                            return s;
-                          });
+  CLI::App* xid =
+      AddVerb(sim, "xid", "Queue an XID critical error event (e.g. 79, 48, 13)", global, exit_code,
+              [a](SimTarget& t) -> Status {
+                Result<sim::DeviceRef> d = Device(t, *a);
+                if (!d.ok()) return d.status();
+                Status s = sim::InjectXid(*t.control, t.fixture, *d, a->xid);
+                if (s.ok()) {
+                  std::printf("queued XID %llu on %s\n", static_cast<unsigned long long>(a->xid),
+                              Describe(t.fixture, *d).c_str());
+                }
+                return s;
+              });
   AddDeviceOptions(xid, *a, true);
   xid->add_option("--code", a->xid, "XID number")->required();
 
-  CLI::App* ecc = AddVerb(
-      sim, "ecc", "Raise ECC error counters and queue the matching ECC event", global, exit_code,
-      [a](SimTarget& t) -> Status {
-        Result<sim::DeviceRef> d = Device(t, *a);
-        if (!d.ok()) return d.status();
-        Status s = sim::InjectEcc(*t.control, t.fixture, *d, a->single_bit, a->double_bit);
-        if (s.ok()) {
-          std::printf("added %llu single-bit and %llu double-bit ECC errors on %s\n",
-                      static_cast<unsigned long long>(a->single_bit),
-                      static_cast<unsigned long long>(a->double_bit),
-                      Describe(t.fixture, *d).c_str());
-        }
-        return s;
-      });
+  CLI::App* ecc =
+      AddVerb(sim, "ecc", "Raise ECC error counters and queue the matching ECC event", global,
+              exit_code, [a](SimTarget& t) -> Status {
+                Result<sim::DeviceRef> d = Device(t, *a);
+                if (!d.ok()) return d.status();
+                Status s = sim::InjectEcc(*t.control, t.fixture, *d, a->single_bit, a->double_bit);
+                if (s.ok()) {
+                  std::printf("added %llu single-bit and %llu double-bit ECC errors on %s\n",
+                              static_cast<unsigned long long>(a->single_bit),
+                              static_cast<unsigned long long>(a->double_bit),
+                              Describe(t.fixture, *d).c_str());
+                }
+                return s;
+              });
   AddDeviceOptions(ecc, *a, true);
   ecc->add_option("--single-bit", a->single_bit, "Corrected (single-bit) errors to add");
   ecc->add_option("--double-bit", a->double_bit, "Uncorrected (double-bit) errors to add");
 
   CLI::App* set = AddVerb(
-      sim, "set", "Override telemetry until reset", global, exit_code,
-      [a](SimTarget& t) -> Status {
+      sim, "set", "Override telemetry until reset", global, exit_code, [a](SimTarget& t) -> Status {
         Result<unsigned> gpu = WholeGpu(t, *a);
         if (!gpu.ok()) return gpu.status();
         sim::GpuOverrides o;
@@ -207,8 +204,8 @@ void RegisterSim(CLI::App& app, GlobalOptions& global, int& exit_code) {
   AddDeviceOptions(restore, *a, false);
 
   CLI::App* reset = AddVerb(
-      sim, "reset", "Clear overrides, lost flags, ECC additions and (without --gpu) events",
-      global, exit_code, [a](SimTarget& t) -> Status {
+      sim, "reset", "Clear overrides, lost flags, ECC additions and (without --gpu) events", global,
+      exit_code, [a](SimTarget& t) -> Status {
         std::optional<unsigned> gpu;
         if (!a->gpu.empty()) {
           Result<unsigned> g = WholeGpu(t, *a);
@@ -223,8 +220,8 @@ void RegisterSim(CLI::App& app, GlobalOptions& global, int& exit_code) {
       });
   reset->add_option("--gpu", a->gpu, "GPU index or UUID (default: every GPU and the event queue)");
 
-  AddVerb(sim, "show", "Print the control state and current telemetry as JSON", global,
-          exit_code, [](SimTarget& t) -> Status {
+  AddVerb(sim, "show", "Print the control state and current telemetry as JSON", global, exit_code,
+          [](SimTarget& t) -> Status {
             std::printf("%s\n", ShowJson(t).dump(2).c_str());
             return Status::Ok();
           });

@@ -1,15 +1,14 @@
 #include "sim/control.h"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
-
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 namespace gpulet::sim {
 namespace {

@@ -7,14 +7,14 @@
 //     inotify on the state directory (event waits).
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <optional>
 #include <string>
-
-#include <sys/stat.h>
 
 #include "common/status.h"
 
@@ -29,7 +29,7 @@ struct GpuOverrides {
   std::optional<unsigned> mem_util;  // percent
   std::optional<unsigned> power_w;
   std::optional<uint64_t> memory_used_mib;
-  std::optional<int> compute_mode;   // nvmlComputeMode_t
+  std::optional<int> compute_mode;  // nvmlComputeMode_t
   bool lost = false;
   uint64_t ecc_single_bit = 0;  // added to the simulated corrected-error counters
   uint64_t ecc_double_bit = 0;  // added to the uncorrected-error counters

@@ -1,6 +1,6 @@
 #include "sim/fixture.h"
 
-#include "gpu/nvml_api.h"
+#include <yaml-cpp/yaml.h>
 
 #include <cctype>
 #include <charconv>
@@ -11,8 +11,6 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
-
-#include <yaml-cpp/yaml.h>
 
 #include "gpu/nvml_api.h"
 
@@ -93,7 +91,8 @@ class Parser {
     return v;
   }
 
-  unsigned Uint32(const YAML::Node& n, const std::string& field, uint64_t max = 0xFFFFFFFFULL) const {
+  unsigned Uint32(const YAML::Node& n, const std::string& field,
+                  uint64_t max = 0xFFFFFFFFULL) const {
     uint64_t v = Uint(n, field);
     if (v > max) Fail(n, field, "must be <= " + std::to_string(max) + ", got " + std::to_string(v));
     return static_cast<unsigned>(v);
@@ -145,8 +144,7 @@ class Parser {
     char tail = 0;
     bool ok = std::sscanf(s.c_str(), "%x:%x:%x.%x%c", &dom, &bus, &dev, &fn, &tail) == 4;
     size_t colon = s.find(':');
-    ok = ok && (colon == 4 || colon == 8) && bus <= 0xFF && dev <= 0x1F && fn <= 7 &&
-         dom <= 0xFFFF;
+    ok = ok && (colon == 4 || colon == 8) && bus <= 0xFF && dev <= 0x1F && fn <= 7 && dom <= 0xFFFF;
     if (!ok) Fail(n, field, "expected a PCI address like \"0000:18:00.0\", got \"" + s + "\"");
     g.domain = dom;
     g.bus = bus;
@@ -181,9 +179,8 @@ class Parser {
       g.cc_major = major;
       g.cc_minor = minor;
     } else if (key == "architecture") {
-      static const std::set<std::string> kArchs = {"kepler", "maxwell", "pascal", "volta",
-                                                   "turing", "ampere",  "ada",    "hopper",
-                                                   "blackwell"};
+      static const std::set<std::string> kArchs = {
+          "kepler", "maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell"};
       g.architecture = String(v, field);
       if (kArchs.count(g.architecture) == 0) {
         Fail(v, field, "unknown architecture \"" + g.architecture + "\"");
@@ -197,8 +194,9 @@ class Parser {
     } else if (key == "numa") {
       g.numa = Int(v, field);
       if (g.numa >= static_cast<int>(f.numa_cpus.size())) {
-        Fail(v, field, "NUMA node " + std::to_string(g.numa) + " is not in numa_nodes (" +
-                           std::to_string(f.numa_cpus.size()) + " defined)");
+        Fail(v, field,
+             "NUMA node " + std::to_string(g.numa) + " is not in numa_nodes (" +
+                 std::to_string(f.numa_cpus.size()) + " defined)");
       }
     } else if (key == "pcie_switch") {
       g.pcie_switch = Int(v, field);
@@ -230,8 +228,9 @@ class Parser {
                          for (const auto& [name, _] : f.mig_profiles) {
                            known += (known.empty() ? "" : ", ") + name;
                          }
-                         Fail(mv, kf, "unknown MIG profile \"" + m.profile + "\" (mig_profiles: " +
-                                          (known.empty() ? "none" : known) + ")");
+                         Fail(mv, kf,
+                              "unknown MIG profile \"" + m.profile +
+                                  "\" (mig_profiles: " + (known.empty() ? "none" : known) + ")");
                        }
                        m.facts = p->second;
                        have_profile = true;
@@ -260,89 +259,102 @@ class Parser {
     f.name = stem;
     if (!root.IsMap()) Fail(root, "(top level)", "expected a mapping, got " + Describe(root));
 
-    static const std::set<std::string> kGpuKeys = {
-        "name",         "uuid",          "bus_id",           "minor",         "memory_mib",
-        "compute_capability", "architecture", "sm_count",    "pci_device_id", "pci_subsystem_id",
-        "numa",         "pcie_switch",   "power_limit_w",    "idle_power_w",  "max_sm_clock_mhz",
-        "mem_clock_mhz", "mig_capable",  "mig"};
+    static const std::set<std::string> kGpuKeys = {"name",
+                                                   "uuid",
+                                                   "bus_id",
+                                                   "minor",
+                                                   "memory_mib",
+                                                   "compute_capability",
+                                                   "architecture",
+                                                   "sm_count",
+                                                   "pci_device_id",
+                                                   "pci_subsystem_id",
+                                                   "numa",
+                                                   "pcie_switch",
+                                                   "power_limit_w",
+                                                   "idle_power_w",
+                                                   "max_sm_clock_mhz",
+                                                   "mem_clock_mhz",
+                                                   "mig_capable",
+                                                   "mig"};
 
     // Order matters: numa_nodes and mig_profiles before the GPUs that refer to them.
     std::optional<YAML::Node> defaults_n, gpus_n, count_n, nvlink_n;
     bool have_driver = false, have_cuda = false;
-    ForEachKey(root, "",
-               {"name", "driver_version", "cuda_version", "seed", "init_error", "numa_nodes",
-                "mig_profiles", "defaults", "count", "gpus", "nvlink"},
-               [&](const std::string& key, const YAML::Node& v) {
-                 if (key == "name") {
-                   f.name = String(v, key);
-                 } else if (key == "driver_version") {
-                   f.driver_version = String(v, key);
-                   have_driver = true;
-                 } else if (key == "cuda_version") {
-                   f.cuda_version = static_cast<int>(Uint32(v, key, 999999));
-                   if (f.cuda_version < 1000) Fail(v, key, "expected e.g. 12040 for CUDA 12.4");
-                   have_cuda = true;
-                 } else if (key == "seed") {
-                   f.seed = Uint(v, key);
-                 } else if (key == "init_error") {
-                   auto rc = NvmlReturnFromName(String(v, key));
-                   if (!rc || *rc == NVML_SUCCESS) {
-                     Fail(v, key, "unknown NVML error name \"" + v.Scalar() + "\"");
-                   }
-                   f.init_error = *rc;
-                 } else if (key == "numa_nodes") {
-                   RequireSeq(v, key);
-                   for (size_t i = 0; i < v.size(); ++i) {
-                     const std::string nf = key + "[" + std::to_string(i) + "]";
-                     std::string cpus;
-                     ForEachKey(v[i], nf, {"cpus"}, [&](const std::string& k, const YAML::Node& c) {
-                       cpus = String(c, nf + "." + k);
-                       for (char ch : cpus) {
-                         if (!(std::isdigit(static_cast<unsigned char>(ch)) || ch == '-' ||
-                               ch == ',')) {
-                           Fail(c, nf + "." + k, "expected a CPU list like \"0-55,112-167\"");
-                         }
-                       }
-                     });
-                     f.numa_cpus.push_back(cpus);
-                   }
-                 } else if (key == "mig_profiles") {
-                   RequireMap(v, key);
-                   for (auto it = v.begin(); it != v.end(); ++it) {
-                     const std::string pname = it->first.Scalar();
-                     const std::string pf = key + "." + pname;
-                     MigProfile p;
-                     bool have[3] = {false, false, false};
-                     ForEachKey(it->second, pf, {"slices", "memory_mb", "sms"},
-                                [&](const std::string& k, const YAML::Node& pv) {
-                                  if (k == "slices") {
-                                    p.slices = Uint32(pv, pf + "." + k, 7);
-                                    have[0] = p.slices > 0;
-                                    if (!have[0]) Fail(pv, pf + "." + k, "must be 1..7");
-                                  } else if (k == "memory_mb") {
-                                    p.memory_mb = Uint(pv, pf + "." + k);
-                                    have[1] = true;
-                                  } else {
-                                    p.sms = Uint32(pv, pf + "." + k);
-                                    have[2] = true;
-                                  }
-                                });
-                     const char* names[3] = {"slices", "memory_mb", "sms"};
-                     for (int i = 0; i < 3; ++i) {
-                       if (!have[i]) Fail(it->second, pf + "." + names[i], "required");
-                     }
-                     f.mig_profiles[pname] = p;
-                   }
-                 } else if (key == "defaults") {
-                   defaults_n.emplace(v);
-                 } else if (key == "count") {
-                   count_n.emplace(v);
-                 } else if (key == "gpus") {
-                   gpus_n.emplace(v);
-                 } else if (key == "nvlink") {
-                   nvlink_n.emplace(v);
-                 }
-               });
+    ForEachKey(
+        root, "",
+        {"name", "driver_version", "cuda_version", "seed", "init_error", "numa_nodes",
+         "mig_profiles", "defaults", "count", "gpus", "nvlink"},
+        [&](const std::string& key, const YAML::Node& v) {
+          if (key == "name") {
+            f.name = String(v, key);
+          } else if (key == "driver_version") {
+            f.driver_version = String(v, key);
+            have_driver = true;
+          } else if (key == "cuda_version") {
+            f.cuda_version = static_cast<int>(Uint32(v, key, 999999));
+            if (f.cuda_version < 1000) Fail(v, key, "expected e.g. 12040 for CUDA 12.4");
+            have_cuda = true;
+          } else if (key == "seed") {
+            f.seed = Uint(v, key);
+          } else if (key == "init_error") {
+            auto rc = NvmlReturnFromName(String(v, key));
+            if (!rc || *rc == NVML_SUCCESS) {
+              Fail(v, key, "unknown NVML error name \"" + v.Scalar() + "\"");
+            }
+            f.init_error = *rc;
+          } else if (key == "numa_nodes") {
+            RequireSeq(v, key);
+            for (size_t i = 0; i < v.size(); ++i) {
+              const std::string nf = key + "[" + std::to_string(i) + "]";
+              std::string cpus;
+              ForEachKey(v[i], nf, {"cpus"}, [&](const std::string& k, const YAML::Node& c) {
+                cpus = String(c, nf + "." + k);
+                for (char ch : cpus) {
+                  if (!(std::isdigit(static_cast<unsigned char>(ch)) || ch == '-' || ch == ',')) {
+                    Fail(c, nf + "." + k, "expected a CPU list like \"0-55,112-167\"");
+                  }
+                }
+              });
+              f.numa_cpus.push_back(cpus);
+            }
+          } else if (key == "mig_profiles") {
+            RequireMap(v, key);
+            for (auto it = v.begin(); it != v.end(); ++it) {
+              const std::string pname = it->first.Scalar();
+              const std::string pf = key + "." + pname;
+              MigProfile p;
+              bool have[3] = {false, false, false};
+              ForEachKey(it->second, pf, {"slices", "memory_mb", "sms"},
+                         [&](const std::string& k, const YAML::Node& pv) {
+                           if (k == "slices") {
+                             p.slices = Uint32(pv, pf + "." + k, 7);
+                             have[0] = p.slices > 0;
+                             if (!have[0]) Fail(pv, pf + "." + k, "must be 1..7");
+                           } else if (k == "memory_mb") {
+                             p.memory_mb = Uint(pv, pf + "." + k);
+                             have[1] = true;
+                           } else {
+                             p.sms = Uint32(pv, pf + "." + k);
+                             have[2] = true;
+                           }
+                         });
+              const char* names[3] = {"slices", "memory_mb", "sms"};
+              for (int i = 0; i < 3; ++i) {
+                if (!have[i]) Fail(it->second, pf + "." + names[i], "required");
+              }
+              f.mig_profiles[pname] = p;
+            }
+          } else if (key == "defaults") {
+            defaults_n.emplace(v);
+          } else if (key == "count") {
+            count_n.emplace(v);
+          } else if (key == "gpus") {
+            gpus_n.emplace(v);
+          } else if (key == "nvlink") {
+            nvlink_n.emplace(v);
+          }
+        });
     if (!have_driver) Fail(root, "driver_version", "required");
     if (!have_cuda) Fail(root, "cuda_version", "required");
     // Absent sections stay undefined (a default-constructed YAML::Node is a defined null).
@@ -476,8 +488,8 @@ class Parser {
                "duplicate gi " + std::to_string(m.gi) + " / ci " + std::to_string(m.ci));
         }
         if (m.uuid.empty()) {
-          m.uuid = DerivedUuid("MIG-", g.uuid + "/" + std::to_string(m.gi) + "/" +
-                                           std::to_string(m.ci));
+          m.uuid =
+              DerivedUuid("MIG-", g.uuid + "/" + std::to_string(m.gi) + "/" + std::to_string(m.ci));
         }
       }
       if (slices > 7) {
@@ -532,8 +544,8 @@ Result<Fixture> ParseFixture(const std::string& text, const std::string& file) {
   } catch (const FixtureError& e) {
     return Status(ErrorCode::kInvalidInput, e.what());
   } catch (const YAML::Exception& e) {
-    return Status(ErrorCode::kInvalidInput, file + ":" + std::to_string(e.mark.line + 1) +
-                                                ": (syntax): " + e.msg);
+    return Status(ErrorCode::kInvalidInput,
+                  file + ":" + std::to_string(e.mark.line + 1) + ": (syntax): " + e.msg);
   }
 }
 

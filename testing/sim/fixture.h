@@ -41,7 +41,7 @@ struct MigDeviceSpec {
   unsigned gi = 0;      // GPU instance id
   unsigned ci = 0;      // compute instance id
   unsigned placement = 0;
-  std::string uuid;     // "MIG-…"
+  std::string uuid;  // "MIG-…"
   MigProfile facts;
 };
 
@@ -76,7 +76,7 @@ struct Fixture {
   std::string driver_version;
   int cuda_version = 0;
   uint64_t seed = 0;
-  std::optional<int> init_error;  // an nvmlReturn_t
+  std::optional<int> init_error;       // an nvmlReturn_t
   std::vector<std::string> numa_cpus;  // index: NUMA node id
   std::map<std::string, MigProfile> mig_profiles;
   std::vector<GpuSpec> gpus;

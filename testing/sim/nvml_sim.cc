@@ -42,9 +42,9 @@ struct nvmlDevice_st {
 };
 
 struct nvmlEventSet_st {
-  uint64_t next_seq = 0;                       // first event sequence this set may see
+  uint64_t next_seq = 0;  // first event sequence this set may see
   std::vector<std::pair<unsigned, unsigned long long>> registered;  // (gpu, event mask)
-  int inotify_fd = -1;                         // watches the state dir for control changes
+  int inotify_fd = -1;  // watches the state dir for control changes
 };
 
 namespace gpulet::sim {
@@ -64,7 +64,7 @@ class Driver {
   std::unique_ptr<ControlFile> control;
   std::unique_ptr<ControlFileWatch> watch;
   ControlState state;
-  std::vector<std::unique_ptr<nvmlDevice_st>> gpus;              // by GPU index
+  std::vector<std::unique_ptr<nvmlDevice_st>> gpus;               // by GPU index
   std::vector<std::vector<std::unique_ptr<nvmlDevice_st>>> migs;  // by GPU index, MIG index
   std::unordered_set<const nvmlDevice_st*> valid;
   std::unordered_set<nvmlEventSet_st*> event_sets;
@@ -305,33 +305,60 @@ SIM_EXPORT nvmlReturn_t nvmlShutdown(void) {
 
 SIM_EXPORT const char* nvmlErrorString(nvmlReturn_t result) {
   switch (result) {
-    case NVML_SUCCESS: return "Success";
-    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
-    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
-    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
-    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
-    case NVML_ERROR_ALREADY_INITIALIZED: return "Already Initialized";
-    case NVML_ERROR_NOT_FOUND: return "Not Found";
-    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
-    case NVML_ERROR_INSUFFICIENT_POWER: return "Insufficient External Power";
-    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
-    case NVML_ERROR_TIMEOUT: return "Timeout";
-    case NVML_ERROR_IRQ_ISSUE: return "Interrupt request issue";
-    case NVML_ERROR_LIBRARY_NOT_FOUND: return "NVML Shared Library Not Found";
-    case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
-    case NVML_ERROR_CORRUPTED_INFOROM: return "Corrupted infoROM";
-    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
-    case NVML_ERROR_RESET_REQUIRED: return "GPU requires restart";
-    case NVML_ERROR_OPERATING_SYSTEM: return "The operating system has blocked the request.";
-    case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "RM has detected an NVML/RM version mismatch.";
-    case NVML_ERROR_IN_USE: return "In use by another client";
-    case NVML_ERROR_MEMORY: return "Insufficient Memory";
-    case NVML_ERROR_NO_DATA: return "No data";
-    case NVML_ERROR_INSUFFICIENT_RESOURCES: return "Insufficient resources";
-    case NVML_ERROR_NOT_READY: return "Not ready";
-    case NVML_ERROR_GPU_NOT_FOUND: return "GPU not found";
-    case NVML_ERROR_INVALID_STATE: return "Invalid state";
-    default: return "Unknown Error";
+    case NVML_SUCCESS:
+      return "Success";
+    case NVML_ERROR_UNINITIALIZED:
+      return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT:
+      return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED:
+      return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION:
+      return "Insufficient Permissions";
+    case NVML_ERROR_ALREADY_INITIALIZED:
+      return "Already Initialized";
+    case NVML_ERROR_NOT_FOUND:
+      return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE:
+      return "Insufficient Size";
+    case NVML_ERROR_INSUFFICIENT_POWER:
+      return "Insufficient External Power";
+    case NVML_ERROR_DRIVER_NOT_LOADED:
+      return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT:
+      return "Timeout";
+    case NVML_ERROR_IRQ_ISSUE:
+      return "Interrupt request issue";
+    case NVML_ERROR_LIBRARY_NOT_FOUND:
+      return "NVML Shared Library Not Found";
+    case NVML_ERROR_FUNCTION_NOT_FOUND:
+      return "Function Not Found";
+    case NVML_ERROR_CORRUPTED_INFOROM:
+      return "Corrupted infoROM";
+    case NVML_ERROR_GPU_IS_LOST:
+      return "GPU is lost";
+    case NVML_ERROR_RESET_REQUIRED:
+      return "GPU requires restart";
+    case NVML_ERROR_OPERATING_SYSTEM:
+      return "The operating system has blocked the request.";
+    case NVML_ERROR_LIB_RM_VERSION_MISMATCH:
+      return "RM has detected an NVML/RM version mismatch.";
+    case NVML_ERROR_IN_USE:
+      return "In use by another client";
+    case NVML_ERROR_MEMORY:
+      return "Insufficient Memory";
+    case NVML_ERROR_NO_DATA:
+      return "No data";
+    case NVML_ERROR_INSUFFICIENT_RESOURCES:
+      return "Insufficient resources";
+    case NVML_ERROR_NOT_READY:
+      return "Not ready";
+    case NVML_ERROR_GPU_NOT_FOUND:
+      return "GPU not found";
+    case NVML_ERROR_INVALID_STATE:
+      return "Invalid state";
+    default:
+      return "Unknown Error";
   }
 }
 
@@ -479,8 +506,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsi
                        });
 }
 
-SIM_EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device,
-                                                            unsigned int index,
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
                                                             nvmlDevice_t* mig) {
   return Guard([&]() -> nvmlReturn_t {
     Session s;
@@ -599,8 +625,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned i
                        });
 }
 
-SIM_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device,
-                                                            unsigned int link,
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link,
                                                             nvmlPciInfo_t* pci) {
   return PhysicalQuery(device, pci != nullptr,
                        [&](Session& s, const gpulet::sim::GpuSpec& g) -> nvmlReturn_t {
@@ -621,20 +646,18 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device,
                        });
 }
 
-SIM_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device,
-                                                            unsigned int link,
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned int link,
                                                             nvmlIntNvLinkDeviceType_t* type) {
-  return PhysicalQuery(device, type != nullptr,
-                       [&](Session& s, const gpulet::sim::GpuSpec& g) -> nvmlReturn_t {
-                         int peer = -1;
-                         bool to_switch = false;
-                         nvmlReturn_t rc = NvlinkPeer(s, g, link, &peer, &to_switch);
-                         if (rc != NVML_SUCCESS) return rc;
-                         if (peer == -1) return NVML_ERROR_NOT_SUPPORTED;
-                         *type = to_switch ? NVML_NVLINK_DEVICE_TYPE_SWITCH
-                                           : NVML_NVLINK_DEVICE_TYPE_GPU;
-                         return NVML_SUCCESS;
-                       });
+  return PhysicalQuery(
+      device, type != nullptr, [&](Session& s, const gpulet::sim::GpuSpec& g) -> nvmlReturn_t {
+        int peer = -1;
+        bool to_switch = false;
+        nvmlReturn_t rc = NvlinkPeer(s, g, link, &peer, &to_switch);
+        if (rc != NVML_SUCCESS) return rc;
+        if (peer == -1) return NVML_ERROR_NOT_SUPPORTED;
+        *type = to_switch ? NVML_NVLINK_DEVICE_TYPE_SWITCH : NVML_NVLINK_DEVICE_TYPE_GPU;
+        return NVML_SUCCESS;
+      });
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device,
@@ -684,9 +707,15 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockTyp
                        [&](Session& s, const gpulet::sim::GpuSpec& g) {
                          const auto now = gpulet::sim::Now(s, g);
                          switch (clock) {
-                           case NVML_CLOCK_MEM: *mhz = now.mem_clock_mhz; break;
-                           case NVML_CLOCK_VIDEO: *mhz = now.sm_clock_mhz * 9 / 10; break;
-                           default: *mhz = now.sm_clock_mhz; break;
+                           case NVML_CLOCK_MEM:
+                             *mhz = now.mem_clock_mhz;
+                             break;
+                           case NVML_CLOCK_VIDEO:
+                             *mhz = now.sm_clock_mhz * 9 / 10;
+                             break;
+                           default:
+                             *mhz = now.sm_clock_mhz;
+                             break;
                          }
                          return NVML_SUCCESS;
                        });
@@ -697,17 +726,16 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device,
                                                     nvmlEccCounterType_t counterType,
                                                     unsigned long long* count) {
   const int error = RawEnum(errorType), counter = RawEnum(counterType);
-  const bool known = (error == NVML_MEMORY_ERROR_TYPE_CORRECTED ||
-                      error == NVML_MEMORY_ERROR_TYPE_UNCORRECTED) &&
-                     (counter == NVML_VOLATILE_ECC || counter == NVML_AGGREGATE_ECC);
-  return PhysicalQuery(device, count != nullptr && known,
-                       [&](Session& s, const gpulet::sim::GpuSpec& g) {
-                         const auto now = gpulet::sim::Now(s, g);
-                         *count = error == NVML_MEMORY_ERROR_TYPE_CORRECTED
-                                      ? now.ecc_corrected
-                                      : now.ecc_uncorrected;
-                         return NVML_SUCCESS;
-                       });
+  const bool known =
+      (error == NVML_MEMORY_ERROR_TYPE_CORRECTED || error == NVML_MEMORY_ERROR_TYPE_UNCORRECTED) &&
+      (counter == NVML_VOLATILE_ECC || counter == NVML_AGGREGATE_ECC);
+  return PhysicalQuery(
+      device, count != nullptr && known, [&](Session& s, const gpulet::sim::GpuSpec& g) {
+        const auto now = gpulet::sim::Now(s, g);
+        *count =
+            error == NVML_MEMORY_ERROR_TYPE_CORRECTED ? now.ecc_corrected : now.ecc_uncorrected;
+        return NVML_SUCCESS;
+      });
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int* value) {
@@ -720,8 +748,8 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsi
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t* mode) {
   return PhysicalQuery(device, mode != nullptr, [&](Session& s, const gpulet::sim::GpuSpec& g) {
     const auto* o = s.d.Overrides(g.index);
-    *mode = static_cast<nvmlComputeMode_t>(o != nullptr && o->compute_mode ? *o->compute_mode
-                                                                           : NVML_COMPUTEMODE_DEFAULT);
+    *mode = static_cast<nvmlComputeMode_t>(
+        o != nullptr && o->compute_mode ? *o->compute_mode : NVML_COMPUTEMODE_DEFAULT);
     return NVML_SUCCESS;
   });
 }
@@ -729,7 +757,8 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComput
 SIM_EXPORT nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t device, nvmlComputeMode_t mode) {
   const int raw = RawEnum(mode);
   const bool known = raw == NVML_COMPUTEMODE_DEFAULT || raw == NVML_COMPUTEMODE_EXCLUSIVE_THREAD ||
-                     raw == NVML_COMPUTEMODE_PROHIBITED || raw == NVML_COMPUTEMODE_EXCLUSIVE_PROCESS;
+                     raw == NVML_COMPUTEMODE_PROHIBITED ||
+                     raw == NVML_COMPUTEMODE_EXCLUSIVE_PROCESS;
   return PhysicalQuery(device, known, [&](Session& s, const gpulet::sim::GpuSpec& g) {
     gpulet::sim::GpuOverrides set;
     set.compute_mode = raw;
@@ -817,8 +846,7 @@ SIM_EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t* set) {
   });
 }
 
-SIM_EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device,
-                                                 unsigned long long eventTypes,
+SIM_EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes,
                                                  nvmlEventSet_t set) {
   return Guard([&]() -> nvmlReturn_t {
     Session s;
@@ -826,7 +854,8 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device,
     bool set_ok = set != nullptr && s.d.event_sets.count(set) != 0;
     if (nvmlReturn_t rc = Resolve(s, device, set_ok, &t); rc != NVML_SUCCESS) return rc;
     if (t.mig != nullptr) return NVML_ERROR_NOT_SUPPORTED;  // register on the parent GPU
-    if (eventTypes == 0 || (eventTypes & ~gpulet::sim::kSupportedEvents) != 0) return NVML_ERROR_NOT_SUPPORTED;
+    if (eventTypes == 0 || (eventTypes & ~gpulet::sim::kSupportedEvents) != 0)
+      return NVML_ERROR_NOT_SUPPORTED;
     for (auto& [gpu, mask] : set->registered) {
       if (gpu == t.gpu->index) {
         mask |= eventTypes;

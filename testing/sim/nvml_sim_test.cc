@@ -55,7 +55,7 @@ class SimDriverTest : public ::testing::Test {
   void LoadLibrary(const std::string& path) {
     lib_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     ASSERT_NE(lib_, nullptr) << dlerror();
-#define GPULET_SIM_RESOLVE(name, ret, params)                        \
+#define GPULET_SIM_RESOLVE(name, ret, params)                      \
   api_.name = reinterpret_cast<ret(*) params>(dlsym(lib_, #name)); \
   ASSERT_NE(api_.name, nullptr) << #name;
     GPULET_NVML_ALL_FUNCTIONS(GPULET_SIM_RESOLVE)
@@ -98,8 +98,10 @@ class SimDriverTest : public ::testing::Test {
 
 TEST_F(SimDriverTest, ExportsOnlyNvmlFunctions) {
   Open("l4-pcie");
-  EXPECT_EQ(dlsym(lib_, "_ZN6gpulet3sim11LoadFixtureERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"),
-            nullptr);
+  EXPECT_EQ(
+      dlsym(lib_,
+            "_ZN6gpulet3sim11LoadFixtureERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"),
+      nullptr);
   std::ifstream in("/proc/self/maps");  // the library is mapped from the build dir
   std::string maps((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_THAT(maps, ::testing::HasSubstr("libnvidia-ml.so.1"));
@@ -259,8 +261,8 @@ TEST_F(SimDriverTest, DirectNvlinksLeadToPeerGpus) {
     ASSERT_EQ(api_.nvmlDeviceGetNvLinkRemotePciInfo_v2(Handle(0), link, &remote), NVML_SUCCESS);
     links_to[remote.busId]++;
   }
-  EXPECT_EQ(links_to, (std::map<std::string, unsigned>{{"00000000:02:00.0", 4},
-                                                       {"00000000:03:00.0", 2}}));
+  EXPECT_EQ(links_to,
+            (std::map<std::string, unsigned>{{"00000000:02:00.0", 4}, {"00000000:03:00.0", 2}}));
   nvmlEnableState_t active{};
   ASSERT_EQ(api_.nvmlDeviceGetNvLinkState(Handle(1), 4, &active), NVML_SUCCESS);
   EXPECT_EQ(active, NVML_FEATURE_DISABLED);
@@ -433,8 +435,7 @@ TEST_F(SimDriverTest, LostGpuFailsEveryCallUntilRestored) {
   nvmlMemory_t mem{};
   EXPECT_EQ(api_.nvmlDeviceGetMemoryInfo(d, &mem), NVML_ERROR_GPU_IS_LOST);
   nvmlGpuTopologyLevel_t level{};
-  EXPECT_EQ(api_.nvmlDeviceGetTopologyCommonAncestor(Handle(1), d, &level),
-            NVML_ERROR_GPU_IS_LOST);
+  EXPECT_EQ(api_.nvmlDeviceGetTopologyCommonAncestor(Handle(1), d, &level), NVML_ERROR_GPU_IS_LOST);
   EXPECT_EQ(api_.nvmlDeviceGetMemoryInfo(Handle(1), &mem), NVML_SUCCESS) << "others still work";
 
   InOtherProcess([&] { return SetLost(*control_, 0, false).ok(); });
@@ -486,13 +487,11 @@ TEST_F(SimDriverTest, EventSetSeesOnlyLaterEventsForItsDevicesAndTypes) {
   ASSERT_TRUE(InjectXid(*control_, fixture_, {0, std::nullopt}, 13).ok());  // before the set
   nvmlEventSet_t set = nullptr;
   ASSERT_EQ(api_.nvmlEventSetCreate(&set), NVML_SUCCESS);
-  ASSERT_EQ(api_.nvmlDeviceRegisterEvents(Handle(0),
-                                          nvmlEventTypeXidCriticalError |
-                                              nvmlEventTypeDoubleBitEccError,
-                                          set),
+  ASSERT_EQ(api_.nvmlDeviceRegisterEvents(
+                Handle(0), nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError, set),
             NVML_SUCCESS);
   EXPECT_EQ(api_.nvmlDeviceRegisterEvents(Handle(0), 1ULL << 40, set), NVML_ERROR_NOT_SUPPORTED);
-  ASSERT_TRUE(InjectXid(*control_, fixture_, {1, std::nullopt}, 48).ok());  // unregistered GPU
+  ASSERT_TRUE(InjectXid(*control_, fixture_, {1, std::nullopt}, 48).ok());    // unregistered GPU
   ASSERT_TRUE(InjectEcc(*control_, fixture_, {0, std::nullopt}, 1, 0).ok());  // unregistered type
   ASSERT_TRUE(InjectXid(*control_, fixture_, {0, 3u}, 43).ok());  // MIG device 3 of GPU 0
   nvmlEventData_t data{};

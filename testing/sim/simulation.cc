@@ -1,5 +1,7 @@
 #include "sim/simulation.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
@@ -7,8 +9,6 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
-
-#include <unistd.h>
 
 #include "gpu/nvml_api.h"
 
@@ -136,8 +136,8 @@ Status WriteFakeSystemTree(const Fixture& fixture, const std::string& state_dir)
       const std::string prefix = "gpu" + std::to_string(g.minor) + "/gi" + std::to_string(gi);
       mig_minors += prefix + "/access " + std::to_string(base) + "\n";
       for (unsigned ci = 0; ci < 8; ++ci) {
-        mig_minors += prefix + "/ci" + std::to_string(ci) + "/access " +
-                      std::to_string(base + 1 + ci) + "\n";
+        mig_minors +=
+            prefix + "/ci" + std::to_string(ci) + "/access " + std::to_string(base + 1 + ci) + "\n";
       }
     }
   }

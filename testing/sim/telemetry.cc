@@ -20,7 +20,9 @@ uint64_t Mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-double Load(double t, double p) { return 0.5 + kA * std::sin(kW1 * t + p) + kB * std::sin(kW2 * t + 2 * p); }
+double Load(double t, double p) {
+  return 0.5 + kA * std::sin(kW1 * t + p) + kB * std::sin(kW2 * t + 2 * p);
+}
 
 // Integral of Load from 0 to t (seconds); non-decreasing because Load >= 0.
 double LoadIntegral(double t, double p) {
@@ -28,7 +30,9 @@ double LoadIntegral(double t, double p) {
          kB / kW2 * (std::cos(2 * p) - std::cos(kW2 * t + 2 * p));
 }
 
-unsigned Percent(double x) { return static_cast<unsigned>(std::lround(std::clamp(x, 0.0, 1.0) * 100)); }
+unsigned Percent(double x) {
+  return static_cast<unsigned>(std::lround(std::clamp(x, 0.0, 1.0) * 100));
+}
 
 }  // namespace
 
@@ -57,7 +61,8 @@ Telemetry ComputeTelemetry(const Fixture& fixture, const GpuSpec& gpu, int64_t n
   out.energy_mj = static_cast<uint64_t>((idle * t + span * LoadIntegral(t, phase)) * 1000);
   out.memory_used_mib =
       static_cast<uint64_t>(static_cast<double>(gpu.memory_mib) * (0.08 + 0.72 * slow));
-  out.sm_clock_mhz = static_cast<unsigned>(std::lround(gpu.max_sm_clock_mhz * (0.55 + 0.45 * load)));
+  out.sm_clock_mhz =
+      static_cast<unsigned>(std::lround(gpu.max_sm_clock_mhz * (0.55 + 0.45 * load)));
   out.mem_clock_mhz = gpu.mem_clock_mhz;
   out.pcie_replays = static_cast<unsigned>(t / (86400.0 * (1 + h % 4)));
   out.ecc_corrected = static_cast<uint64_t>(t / (43200.0 * (1 + (h >> 8) % 8)));
