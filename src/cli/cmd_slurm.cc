@@ -90,7 +90,8 @@ Status WriteFileAtomic(const std::string& path, const std::string& content) {
   std::vector<char> name(tmpl.begin(), tmpl.end());
   name.push_back('\0');
   int fd = mkstemp(name.data());
-  if (fd < 0) return Status(ErrorCode::kNotFound, path + ": cannot create a file in " + dir.string());
+  if (fd < 0)
+    return Status(ErrorCode::kNotFound, path + ": cannot create a file in " + dir.string());
   bool ok = true;
   size_t off = 0;
   while (ok && off < content.size()) {
@@ -119,8 +120,8 @@ struct GresFlags {
 int RunGres(const GlobalOptions& global, GresFlags& f) {
   if (f.opts.node_name.empty()) f.opts.node_name = ShortHostname();
   if (!slurm::IsValidNodeName(f.opts.node_name)) {  // before touching the driver
-    return ReportError(Status(ErrorCode::kUsage, "--node-name \"" + f.opts.node_name +
-                                                     "\": not a valid Slurm hostname"));
+    return ReportError(Status(
+        ErrorCode::kUsage, "--node-name \"" + f.opts.node_name + "\": not a valid Slurm hostname"));
   }
   Result<NodeContext> node = OpenNode(global);
   if (!node.ok()) return ReportError(node.status());
@@ -135,10 +136,9 @@ int RunGres(const GlobalOptions& global, GresFlags& f) {
 #else
   f.opts.generator = "gpulet";
 #endif
-  f.opts.source = "driver " + inv->driver_version + " (" +
-                  (node->simulated ? "simulated, fixture " + node->fixture_path
-                                   : inv->nvml_library) +
-                  ")";
+  f.opts.source =
+      "driver " + inv->driver_version + " (" +
+      (node->simulated ? "simulated, fixture " + node->fixture_path : inv->nvml_library) + ")";
   Result<slurm::NodeGres> gres = slurm::PlanNodeGres(*inv, f.opts);
   if (!gres.ok()) return ReportError(gres.status());
   for (const std::string& w : gres->warnings) {
@@ -158,8 +158,7 @@ int RunGres(const GlobalOptions& global, GresFlags& f) {
     if (!problems.empty()) {
       return ReportError(Status(ErrorCode::kInvalidInput,
                                 f.check + ": " + std::to_string(problems.size()) +
-                                    " mismatch(es) with the hardware of node " +
-                                    f.opts.node_name +
+                                    " mismatch(es) with the hardware of node " + f.opts.node_name +
                                     " (slurmd would mark the node invalid or bind badly)"));
     }
     std::printf("%s: matches the hardware of node %s (%zu GRES records)\n", f.check.c_str(),
@@ -202,8 +201,8 @@ struct HealthFlags {
 int RunHealth(const GlobalOptions& global, HealthFlags& f) {
   if (f.node_name.empty()) f.node_name = ShortHostname();
   if (!slurm::IsValidNodeName(f.node_name)) {
-    return ReportError(
-        Status(ErrorCode::kUsage, "--node-name \"" + f.node_name + "\": not a valid Slurm hostname"));
+    return ReportError(Status(ErrorCode::kUsage,
+                              "--node-name \"" + f.node_name + "\": not a valid Slurm hostname"));
   }
   const char* dis = std::getenv("DP_DISABLE_HEALTHCHECKS");
   const char* en = std::getenv("DP_ENABLE_HEALTHCHECKS");
@@ -285,19 +284,22 @@ int RunHealth(const GlobalOptions& global, HealthFlags& f) {
 }  // namespace
 
 void RegisterSlurm(CLI::App& app, GlobalOptions& global, int& exit_code) {
-  CLI::App* slurm = app.add_subcommand(
-      "slurm", "Describe this node to Slurm (gres.conf, slurm.conf), drain it on GPU faults, map jobs to GPUs");
+  CLI::App* slurm = app.add_subcommand("slurm",
+                                       "Describe this node to Slurm (gres.conf, slurm.conf), drain "
+                                       "it on GPU faults, map jobs to GPUs");
   slurm->require_subcommand(1);
 
   auto gf = std::make_shared<GresFlags>();
   CLI::App* gres = slurm->add_subcommand(
-      "gres", "Print this node's gres.conf lines and slurm.conf NodeName line, or --check a gres.conf");
+      "gres",
+      "Print this node's gres.conf lines and slurm.conf NodeName line, or --check a gres.conf");
   gres->add_option("--node-name", gf->opts.node_name, "Slurm node name (default: short hostname)")
       ->envname("GPULET_SLURM_NODE_NAME");
   gres->add_option("--dev-root", gf->opts.dev_root,
                    "Prefix for device paths (File=<dev-root>/dev/nvidia<N>); for tests and chroots")
       ->envname("GPULET_SLURM_DEV_ROOT");
-  gres->add_option("--shards", gf->opts.shards, "Shards per whole GPU (Name=shard Count=N); 0 = none")
+  gres->add_option("--shards", gf->opts.shards,
+                   "Shards per whole GPU (Name=shard Count=N); 0 = none")
       ->envname("GPULET_SLURM_SHARDS");
   gres->add_flag("--mps", gf->opts.mps, "Add Name=mps Count=100 per whole GPU")
       ->envname("GPULET_SLURM_MPS");
@@ -329,12 +331,14 @@ void RegisterSlurm(CLI::App& app, GlobalOptions& global, int& exit_code) {
   health->add_option("--scontrol", hf->scontrol, "scontrol program")
       ->envname("GPULET_SCONTROL")
       ->capture_default_str();
-  health->add_option("--recovery-after", hf->recovery_after_s,
-                     "Seconds without a new fault before a GPU counts as healthy again (0: never; "
-                     "default 60)")
+  health
+      ->add_option("--recovery-after", hf->recovery_after_s,
+                   "Seconds without a new fault before a GPU counts as healthy again (0: never; "
+                   "default 60)")
       ->envname("GPULET_HEALTH_RECOVERY_AFTER");
-  health->add_option("--resync-interval", hf->resync_s,
-                     "Seconds between checks of the node's Slurm state when nothing changes")
+  health
+      ->add_option("--resync-interval", hf->resync_s,
+                   "Seconds between checks of the node's Slurm state when nothing changes")
       ->capture_default_str();
   health->add_option("--probe-interval", hf->probe_s, "Seconds between GPU probes")
       ->capture_default_str();
@@ -342,7 +346,8 @@ void RegisterSlurm(CLI::App& app, GlobalOptions& global, int& exit_code) {
 
   auto jf = std::make_shared<slurm::JobMapperOptions>();
   CLI::App* jobs = slurm->add_subcommand(
-      "jobs", "Show which Slurm job holds each GPU of this node (what the exporter's hpc_job label uses)");
+      "jobs",
+      "Show which Slurm job holds each GPU of this node (what the exporter's hpc_job label uses)");
   jobs->add_option("--node-name", jf->node_name, "Slurm node name (default: short hostname)")
       ->envname("GPULET_SLURM_NODE_NAME");
   jobs->add_option("--scontrol", jf->scontrol, "scontrol program")->envname("GPULET_SCONTROL");

@@ -51,7 +51,8 @@ Result<CommandOutput> ProcessRunner::Run(const std::vector<std::string>& argv,
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) {
     if (rc == ENOENT) {
-      return Status(ErrorCode::kNotFound, argv[0] + ": command not found (is it installed and on PATH?)");
+      return Status(ErrorCode::kNotFound,
+                    argv[0] + ": command not found (is it installed and on PATH?)");
     }
     return Status(ErrorCode::kInternal, argv[0] + ": cannot start: " + std::strerror(rc));
   }

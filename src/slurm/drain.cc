@@ -6,11 +6,16 @@ namespace gpulet::slurm {
 
 const char* DrainActionName(DrainAction a) {
   switch (a) {
-    case DrainAction::kNone: return "none";
-    case DrainAction::kDrained: return "drained";
-    case DrainAction::kReasonUpdated: return "reason_updated";
-    case DrainAction::kResumed: return "resumed";
-    case DrainAction::kLeftAdminDrain: return "left_admin_drain";
+    case DrainAction::kNone:
+      return "none";
+    case DrainAction::kDrained:
+      return "drained";
+    case DrainAction::kReasonUpdated:
+      return "reason_updated";
+    case DrainAction::kResumed:
+      return "resumed";
+    case DrainAction::kLeftAdminDrain:
+      return "left_admin_drain";
   }
   return "?";
 }
@@ -44,8 +49,7 @@ Result<DrainAction> NodeDrainer::Reconcile(const gpu::HealthSnapshot& snapshot) 
     bool update = node->drained();
     if (Status s = client_.Drain(node_, want); !s.ok()) return s;
     spdlog::warn("event={} node={} reason=\"{}\" state={}",
-                 update ? "slurm_drain_reason_updated" : "slurm_drained", node_, want,
-                 node->state);
+                 update ? "slurm_drain_reason_updated" : "slurm_drained", node_, want, node->state);
     return update ? DrainAction::kReasonUpdated : DrainAction::kDrained;
   }
   if (!node->drained()) return DrainAction::kNone;

@@ -437,8 +437,7 @@ Result<ParsedGresConf> ParseGresConf(const std::string& text, const std::string&
     while (tokens >> tok) {
       size_t eq = tok.find('=');
       if (eq == std::string::npos || eq == 0) {
-        return Status(ErrorCode::kInvalidInput,
-                      where(tok) + "expected Key=Value");
+        return Status(ErrorCode::kInvalidInput, where(tok) + "expected Key=Value");
       }
       std::string key = Lower(tok.substr(0, eq));
       if (kv.count(key)) {
@@ -553,8 +552,8 @@ std::vector<std::string> CompareGres(const NodeGres& expected, const ParsedGresC
     return file + ":" + std::to_string(r.line) + ": " + r.describe() + ": ";
   };
   if (actual.autodetect && !IEquals(*actual.autodetect, "off")) {
-    problems.push_back(file + ":" + std::to_string(actual.autodetect_line) + ": AutoDetect=" +
-                       *actual.autodetect +
+    problems.push_back(file + ":" + std::to_string(actual.autodetect_line) +
+                       ": AutoDetect=" + *actual.autodetect +
                        ": must be off (Debian's Slurm 22.05 has no NVML plugin; the lines "
                        "below describe the devices)");
   }

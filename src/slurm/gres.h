@@ -2,7 +2,8 @@
 // two never disagree about what a node has. Pure functions: no I/O, no NVML.
 //
 //   Inventory + GresOptions ──PlanNodeGres──▶ NodeGres ──RenderGresConf──▶ gres.conf text
-//                                                  │      └RenderSlurmConf─▶ GresTypes + NodeName line
+//                                                  │      └RenderSlurmConf─▶ GresTypes + NodeName
+//                                                  line
 //   existing gres.conf ──ParseGresConf──▶ records ─┴─CompareGres──▶ mismatches (each named)
 //
 // What is generated (Slurm 22.05 semantics, verified against a real slurmctld/slurmd):
@@ -48,11 +49,11 @@ struct GresRecord {
   std::string type;                // gpu only; may be empty in a parsed file
   std::vector<std::string> files;  // File (one) or MultipleFiles (several)
   bool multiple_files = false;
-  std::optional<uint64_t> count;   // shard/mps Count
-  std::optional<std::string> cores;              // canonical id list ("0-55"); nullopt = absent
-  std::optional<std::vector<int>> links;         // nullopt = absent
-  int line = 0;                    // line in the parsed file; 0 for generated records
-  std::string describe() const;    // "Name=gpu Type=h100 File=/dev/nvidia0"
+  std::optional<uint64_t> count;          // shard/mps Count
+  std::optional<std::string> cores;       // canonical id list ("0-55"); nullopt = absent
+  std::optional<std::vector<int>> links;  // nullopt = absent
+  int line = 0;                           // line in the parsed file; 0 for generated records
+  std::string describe() const;           // "Name=gpu Type=h100 File=/dev/nvidia0"
 };
 
 struct NodeGres {

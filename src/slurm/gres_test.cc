@@ -107,8 +107,8 @@ TEST(NodeName, Validation) {
   for (const char* ok : {"n1", "gpu-node-01", "dgx01.cluster.local", "A1"}) {
     EXPECT_TRUE(IsValidNodeName(ok)) << ok;
   }
-  for (const char* bad : {"", "-n1", "n1-", "node_1", "n[1-2]", "a b", "n1,n2", "n1.", ".n1",
-                          "n=1"}) {
+  for (const char* bad :
+       {"", "-n1", "n1-", "node_1", "n[1-2]", "a b", "n1,n2", "n1.", ".n1", "n=1"}) {
     EXPECT_FALSE(IsValidNodeName(bad)) << bad;
   }
   EXPECT_FALSE(IsValidNodeName(std::string(64, 'a')));
@@ -291,8 +291,9 @@ TEST(GresCheck, NamesEachMismatch) {
     if (lines[i].find("/dev/nvidia7 ") != std::string::npos) l7 = i;
   }
   ASSERT_TRUE(l2 && l5 && l7);
-  lines[l2] = "NodeName=dgx01 Name=gpu Type=a100 File=/dev/nvidia2 Cores=0-55 "
-              "Links=18,18,-1,18,18,18,18,18";
+  lines[l2] =
+      "NodeName=dgx01 Name=gpu Type=a100 File=/dev/nvidia2 Cores=0-55 "
+      "Links=18,18,-1,18,18,18,18,18";
   lines[l5] = "NodeName=dgx01 Name=gpu Type=h100 File=/dev/nvidia5 Cores=0-55";
   lines.erase(lines.begin() + static_cast<long>(l7));
   lines.push_back("NodeName=dgx01 Name=gpu Type=h100 File=/dev/nvidia9");
@@ -302,20 +303,21 @@ TEST(GresCheck, NamesEachMismatch) {
   std::string n2 = "gres.conf:" + std::to_string(l2 + 1) + ": ";
   std::string n5 = "gres.conf:" + std::to_string(l5 + 1) + ": ";
   std::string n9 = "gres.conf:" + std::to_string(lines.size() - 1) + ": ";
-  EXPECT_THAT(Check(c, text),
-              ElementsAre(n2 + "Name=gpu Type=a100 File=/dev/nvidia2: Type is a100, hardware has h100",
-                          n5 + "Name=gpu Type=h100 File=/dev/nvidia5: Cores is 0-55, hardware has 56-111",
-                          n5 + "Name=gpu Type=h100 File=/dev/nvidia5: Links missing, hardware has "
-                               "18,18,18,18,18,-1,18,18",
-                          n9 + "Name=gpu Type=h100 File=/dev/nvidia9: no such device on this node",
-                          "missing: Name=gpu Type=h100 File=/dev/nvidia7"));
+  EXPECT_THAT(
+      Check(c, text),
+      ElementsAre(n2 + "Name=gpu Type=a100 File=/dev/nvidia2: Type is a100, hardware has h100",
+                  n5 + "Name=gpu Type=h100 File=/dev/nvidia5: Cores is 0-55, hardware has 56-111",
+                  n5 + "Name=gpu Type=h100 File=/dev/nvidia5: Links missing, hardware has "
+                       "18,18,18,18,18,-1,18,18",
+                  n9 + "Name=gpu Type=h100 File=/dev/nvidia9: no such device on this node",
+                  "missing: Name=gpu Type=h100 File=/dev/nvidia7"));
 }
 
 TEST(GresCheck, AutoDetectDuplicatesAndUnrequestedShares) {
   CheckCase c = MakeCase(Node(2, "NVIDIA L4"), Opts("l4"));
   std::string text =
       "AutoDetect=nvml\n"
-      "Name=gpu Type=l4 File=/dev/nvidia[0-1]\n"      // no NodeName: applies to every node
+      "Name=gpu Type=l4 File=/dev/nvidia[0-1]\n"              // no NodeName: applies to every node
       "NodeName=l[3-4] Name=gpu Type=l4 File=/dev/nvidia1\n"  // l3, l4: applies
       "Name=shard Count=8 File=/dev/nvidia[0-1]\n";
   EXPECT_THAT(Check(c, text),

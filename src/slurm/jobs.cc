@@ -81,8 +81,9 @@ bool Holds(const std::string& state) {
 
 }  // namespace
 
-Result<JobsByGpuMap> ParseJobGpus(const std::string& text, const std::string& node_name,
-                                  const std::map<std::string, std::vector<unsigned>>& gpu_of_index) {
+Result<JobsByGpuMap> ParseJobGpus(
+    const std::string& text, const std::string& node_name,
+    const std::map<std::string, std::vector<unsigned>>& gpu_of_index) {
   // (length, id) sorts numeric ids numerically.
   std::map<unsigned, std::set<std::pair<size_t, std::string>>> holders;
   std::stringstream lines(text);
@@ -107,13 +108,11 @@ Result<JobsByGpuMap> ParseJobGpus(const std::string& text, const std::string& no
           if (idx == std::string::npos) continue;  // no device indexes (e.g. a license-like GRES)
           size_t close = item.find(')', idx);
           std::string name = item.substr(0, std::min(item.find(':'), idx));
-          auto ids = ParseIdList(item.substr(idx + 5, close == std::string::npos
-                                                         ? std::string::npos
-                                                         : close - idx - 5));
+          auto ids = ParseIdList(item.substr(
+              idx + 5, close == std::string::npos ? std::string::npos : close - idx - 5));
           if (close == std::string::npos || !ids) {
-            return Status(ErrorCode::kInvalidInput,
-                          "scontrol show job -d: job " + job + ": cannot read GRES \"" + item +
-                              "\"");
+            return Status(ErrorCode::kInvalidInput, "scontrol show job -d: job " + job +
+                                                        ": cannot read GRES \"" + item + "\"");
           }
           auto map = gpu_of_index.find(name);
           for (unsigned i : *ids) {

@@ -8,8 +8,8 @@
 namespace gpulet::slurm {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::FakeRunner;
+using ::testing::HasSubstr;
 
 // Shapes captured from Slurm 22.05.8 `scontrol show job -d -o` (fields between trimmed).
 const char* kJobs =
@@ -31,8 +31,7 @@ const char* kJobs =
 TEST(JobGpus, ParsesIndexesPerNode) {
   Result<JobsByGpuMap> n1 = ParseJobGpus(kJobs, "n1", {});
   ASSERT_TRUE(n1.ok()) << n1.status().message();
-  EXPECT_EQ(*n1, (JobsByGpuMap{{0, "1,14"}, {1, "8"}, {2, "12"}, {3, "12"}, {5, "12"},
-                               {6, "14"}}));
+  EXPECT_EQ(*n1, (JobsByGpuMap{{0, "1,14"}, {1, "8"}, {2, "12"}, {3, "12"}, {5, "12"}, {6, "14"}}));
   Result<JobsByGpuMap> n2 = ParseJobGpus(kJobs, "n2", {});
   ASSERT_TRUE(n2.ok());
   EXPECT_EQ(*n2, (JobsByGpuMap{{0, "9"}, {1, "14"}, {2, "12"}, {3, "12"}, {5, "12"}}));

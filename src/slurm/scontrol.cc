@@ -84,8 +84,7 @@ Result<CommandOutput> SlurmClient::Call(const std::vector<std::string>& args) co
   if (Contains(msg, "Invalid node name") || Contains(msg, "not found")) {
     return Status(ErrorCode::kNotFound, what + ": " + msg);
   }
-  return Status(ErrorCode::kInternal,
-                what + ": exit " + std::to_string(r->exit_code) + ": " + msg);
+  return Status(ErrorCode::kInternal, what + ": exit " + std::to_string(r->exit_code) + ": " + msg);
 }
 
 Result<NodeStatus> SlurmClient::ShowNode(const std::string& node) const {
@@ -98,8 +97,7 @@ Result<NodeStatus> SlurmClient::ShowNode(const std::string& node) const {
 }
 
 Status SlurmClient::Drain(const std::string& node, const std::string& reason) const {
-  Result<CommandOutput> r =
-      Call({"update", "NodeName=" + node, "State=DRAIN", "Reason=" + reason});
+  Result<CommandOutput> r = Call({"update", "NodeName=" + node, "State=DRAIN", "Reason=" + reason});
   return r.status();
 }
 

@@ -10,8 +10,8 @@ namespace gpulet::slurm {
 namespace {
 
 using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using testing::FakeRunner;
+using ::testing::HasSubstr;
 
 // Captured from Slurm 22.05.8 (`scontrol show node -o n1`), shortened in the middle.
 const char* kDrainedByUs =
@@ -81,9 +81,9 @@ const gpu::HealthSnapshot kXid = Snapshot({{"GPU-a", {}}, {"GPU-b", {false, "XID
 TEST(DrainReason, NamesFirstUnhealthyDeviceAndCount) {
   EXPECT_EQ(DrainReason(kHealthy), "");
   EXPECT_EQ(DrainReason(kXid), "gpulet: GPU GPU-b XID 79");
-  EXPECT_EQ(DrainReason(Snapshot({{"GPU-a", {false, "GPU is lost"}},
-                                  {"MIG-c", {false, "XID 79"}}})),
-            "gpulet: GPU GPU-a GPU is lost (+1 more)");
+  EXPECT_EQ(
+      DrainReason(Snapshot({{"GPU-a", {false, "GPU is lost"}}, {"MIG-c", {false, "XID 79"}}})),
+      "gpulet: GPU GPU-a GPU is lost (+1 more)");
   EXPECT_EQ(DrainReason(Snapshot({{"MIG-c", {false, ""}}})), "gpulet: MIG device MIG-c unhealthy");
 }
 
@@ -96,9 +96,10 @@ TEST(NodeDrainer, DrainsHealthyNodeOnBadGpu) {
   Result<DrainAction> a = drainer.Reconcile(kXid);
   ASSERT_TRUE(a.ok()) << a.status().message();
   EXPECT_EQ(*a, DrainAction::kDrained);
-  EXPECT_THAT(runner->calls(),
-              ElementsAre("scontrol show node -o n1",
-                          "scontrol update NodeName=n1 State=DRAIN Reason=gpulet: GPU GPU-b XID 79"));
+  EXPECT_THAT(
+      runner->calls(),
+      ElementsAre("scontrol show node -o n1",
+                  "scontrol update NodeName=n1 State=DRAIN Reason=gpulet: GPU GPU-b XID 79"));
 }
 
 TEST(NodeDrainer, ResumesOnlyItsOwnDrain) {
@@ -149,8 +150,7 @@ TEST(NodeDrainer, ControllerDownChangesNothing) {
     ASSERT_FALSE(a.ok());
     EXPECT_EQ(a.status().code(), ErrorCode::kUnavailable);
   }
-  EXPECT_THAT(runner->calls(),
-              ElementsAre("scontrol show node -o n1", "scontrol show node -o n1"));
+  EXPECT_THAT(runner->calls(), ElementsAre("scontrol show node -o n1", "scontrol show node -o n1"));
 }
 
 }  // namespace

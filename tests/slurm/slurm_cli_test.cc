@@ -37,9 +37,10 @@ TEST_F(SlurmCli, GresForMigAndPcieNodes) {
   CommandResult a100 = RunCommand(Gpulet("dgx-a100") + " slurm gres --node-name a1 --print gres");
   ASSERT_EQ(a100.exit_code, 0) << a100.output;
   if (a100.output.find("MultipleFiles=") != std::string::npos) {
-    EXPECT_THAT(a100.output, ::testing::ContainsRegex(
-                                 "Name=gpu Type=a100_[0-9a-z.]+ MultipleFiles=/dev/nvidia[0-9]+,"
-                                 "/dev/nvidia-caps/nvidia-cap[0-9]+,/dev/nvidia-caps/nvidia-cap[0-9]+"));
+    EXPECT_THAT(a100.output,
+                ::testing::ContainsRegex(
+                    "Name=gpu Type=a100_[0-9a-z.]+ MultipleFiles=/dev/nvidia[0-9]+,"
+                    "/dev/nvidia-caps/nvidia-cap[0-9]+,/dev/nvidia-caps/nvidia-cap[0-9]+"));
   }
   TempDir other;
   CommandResult l4 = RunCommand(GpuletBinary() + " --simulate l4-pcie --sim-state " + other.path() +
@@ -58,7 +59,8 @@ TEST_F(SlurmCli, CheckMatchingAndMismatchingFiles) {
   for (const auto& e : std::filesystem::directory_iterator(dir_.path())) {
     EXPECT_THAT(e.path().filename().string(), Not(HasSubstr(".gres.conf."))) << e.path();
   }
-  CommandResult ok = RunCommand(Gpulet("dgx-h100") + " slurm gres --node-name dgx01 --check " + file);
+  CommandResult ok =
+      RunCommand(Gpulet("dgx-h100") + " slurm gres --node-name dgx01 --check " + file);
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
   EXPECT_THAT(ok.output, HasSubstr("matches the hardware of node dgx01 (8 GRES records)"));
 
@@ -74,7 +76,8 @@ TEST_F(SlurmCli, CheckMatchingAndMismatchingFiles) {
   }
   edited += "NodeName=dgx01 Name=gpu Type=h100 File=/dev/nvidia8\n";
   WriteFile(file, edited);
-  CommandResult bad = RunCommand(Gpulet("dgx-h100") + " slurm gres --node-name dgx01 --check " + file);
+  CommandResult bad =
+      RunCommand(Gpulet("dgx-h100") + " slurm gres --node-name dgx01 --check " + file);
   EXPECT_EQ(bad.exit_code, 3) << bad.output;
   EXPECT_THAT(bad.output, ::testing::ContainsRegex(
                               file + ":[0-9]+: Name=gpu Type=a100 File=/dev/nvidia2: Type is a100, "

@@ -62,19 +62,19 @@ TEST_F(SlurmCluster, JobsGetTheDevicesOfGpuletsGresConf) {
   EXPECT_EQ(EnvValue(out, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "50") << out;
 
   // The same generator, in --check mode, accepts the file Slurm runs with.
-  CommandResult check = RunCommand(GpuletA() + " slurm gres --node-name gpua --dev-root " +
-                                   cluster_.dir() + "/gpua --shards 4 --check " + cluster_.dir() +
-                                   "/gres.conf");
+  CommandResult check =
+      RunCommand(GpuletA() + " slurm gres --node-name gpua --dev-root " + cluster_.dir() +
+                 "/gpua --shards 4 --check " + cluster_.dir() + "/gres.conf");
   EXPECT_EQ(check.exit_code, 0) << check.output;
   EXPECT_THAT(check.output, HasSubstr("matches the hardware of node gpua"));
   // ... and names what differs when the node asks for something else (MPS instead of shards).
   check = RunCommand(GpuletA() + " slurm gres --node-name gpua --dev-root " + cluster_.dir() +
                      "/gpua --mps --check " + cluster_.dir() + "/gres.conf");
   EXPECT_EQ(check.exit_code, 3) << check.output;
-  EXPECT_THAT(check.output, HasSubstr("missing: Name=mps File=" + cluster_.dir() +
-                                      "/gpua/dev/nvidia0"));
-  EXPECT_THAT(check.output, HasSubstr("Name=shard File=" + cluster_.dir() +
-                                      "/gpua/dev/nvidia3: not expected"));
+  EXPECT_THAT(check.output,
+              HasSubstr("missing: Name=mps File=" + cluster_.dir() + "/gpua/dev/nvidia0"));
+  EXPECT_THAT(check.output,
+              HasSubstr("Name=shard File=" + cluster_.dir() + "/gpua/dev/nvidia3: not expected"));
 }
 
 TEST_F(SlurmCluster, RunningJobMapsToItsGpus) {
@@ -94,16 +94,19 @@ TEST_F(SlurmCluster, RunningJobMapsToItsGpus) {
   int held = 0;
   for (unsigned gpu = 0; gpu < 4; ++gpu) {
     std::smatch line;
-    ASSERT_TRUE(std::regex_search(r.output, line,
-                                  std::regex("GPU " + std::to_string(gpu) + " GPU-[^ ]+ job=([^\n]+)")))
+    ASSERT_TRUE(std::regex_search(
+        r.output, line, std::regex("GPU " + std::to_string(gpu) + " GPU-[^ ]+ job=([^\n]+)")))
         << r.output;
-    if (line[1].str() == job) ++held;
-    else EXPECT_EQ(line[1].str(), "-") << r.output;
+    if (line[1].str() == job)
+      ++held;
+    else
+      EXPECT_EQ(line[1].str(), "-") << r.output;
   }
   EXPECT_EQ(held, 2) << "Slurm says IDX:" << idx << "\n" << r.output;
   // Node gpub has no jobs.
-  CommandResult b = cluster_.Sh(GpuletBinary() + " --simulate " + FixturePath("slurm-l4") +
-                                " --sim-state " + cluster_.dir() + "/sim-gpub slurm jobs --node-name gpub");
+  CommandResult b =
+      cluster_.Sh(GpuletBinary() + " --simulate " + FixturePath("slurm-l4") + " --sim-state " +
+                  cluster_.dir() + "/sim-gpub slurm jobs --node-name gpub");
   EXPECT_EQ(b.exit_code, 0) << b.output;
   EXPECT_THAT(b.output, Not(HasSubstr("job=" + job)));
   cluster_.Sh("scancel " + job);
@@ -140,14 +143,17 @@ class HealthDaemon {
 };
 
 TEST_F(SlurmCluster, HealthDrainsOnXidAndResumesOnlyItsOwnDrain) {
-  HealthDaemon daemon(cluster_, GpuletA(),
-                      "--node-name gpua --recovery-after 3 --resync-interval 1 --probe-interval 0.2");
+  HealthDaemon daemon(
+      cluster_, GpuletA(),
+      "--node-name gpua --recovery-after 3 --resync-interval 1 --probe-interval 0.2");
   ASSERT_TRUE(WaitFor([&] { return daemon.Count("action=none") > 0; })) << daemon.log();
 
   CommandResult inject = RunCommand(GpuletA() + " sim xid --gpu 3 --code 79");
   ASSERT_EQ(inject.exit_code, 0) << inject.output;
-  ASSERT_TRUE(WaitFor([&] { return cluster_.NodeLine("gpua").find("+DRAIN") != std::string::npos; }))
-      << cluster_.NodeLine("gpua") << daemon.log();
+  ASSERT_TRUE(WaitFor([&] {
+    return cluster_.NodeLine("gpua").find("+DRAIN") != std::string::npos;
+  })) << cluster_.NodeLine("gpua")
+      << daemon.log();
   std::string line = cluster_.NodeLine("gpua");
   EXPECT_THAT(line, ::testing::ContainsRegex("Reason=gpulet: GPU GPU-[^ ]+ XID 79"));
 

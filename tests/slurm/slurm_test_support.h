@@ -99,8 +99,8 @@ class Cluster {
   // sbatch --parsable; returns the job id ("" on failure, with the output in *error).
   std::string Submit(const std::string& args, const std::string& script,
                      std::string* error = nullptr) const {
-    CommandResult r = Sh("sbatch --parsable -o " + dir() + "/out/%j.out " + args + " --wrap '" +
-                         script + "'");
+    CommandResult r =
+        Sh("sbatch --parsable -o " + dir() + "/out/%j.out " + args + " --wrap '" + script + "'");
     std::string id = r.output.substr(0, r.output.find_first_of(";\n"));
     if (r.exit_code != 0 || id.empty()) {
       if (error) *error = r.output;
