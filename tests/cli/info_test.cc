@@ -93,10 +93,11 @@ TEST(InfoCommand, GpuLostDuringDiscoveryFailsWholeWithExitThirteen) {
 TEST(InfoCommand, NvmlInitFailureExitsTwelve) {
   const std::string dir = TempDir();
   const std::string path = dir + "/no-driver.yaml";
-  std::ofstream(path) << "driver_version: 550.54.15\ncuda_version: 12040\n"
-                         "init_error: DRIVER_NOT_LOADED\ngpus:\n"
-                         "  - {name: NVIDIA L4, bus_id: \"0000:01:00.0\", memory_mib: 23034,\n"
-                         "     compute_capability: \"8.9\"}\n";
+  {
+    std::ifstream in(std::string(GPULET_SOURCE_DIR) + "/testing/fixtures/l4-pcie.yaml");
+    std::ofstream out(path);
+    out << in.rdbuf() << "\ninit_error: DRIVER_NOT_LOADED\n";
+  }
   CommandResult r = RunCommand(Gpulet("--simulate " + path + " --sim-state " + dir + "/s info"));
   EXPECT_EQ(r.exit_code, 12) << r.output;
   EXPECT_NE(r.output.find("DRIVER_NOT_LOADED"), std::string::npos) << r.output;
