@@ -57,8 +57,11 @@ class Result {
   T& operator*() & { return value(); }
   const T* operator->() const { return &value(); }
   T* operator->() { return &value(); }
-  // The error; Status::Ok() when this holds a value.
-  Status status() const { return ok() ? Status::Ok() : std::get<Status>(v_); }
+  // The error; an ok Status when this holds a value. The reference lives as long as this Result.
+  const Status& status() const {
+    static const Status kOk;
+    return ok() ? kOk : std::get<Status>(v_);
+  }
 
  private:
   std::variant<T, Status> v_;
