@@ -158,7 +158,8 @@ class SignalThread {
               spdlog::info("event=signal signal=SIGHUP action=reload");
               on_hup();
             } else if (sig == SIGTERM || sig == SIGINT) {
-              spdlog::info("event=signal signal={} action=stop", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+              spdlog::info("event=signal signal={} action=stop",
+                           sig == SIGTERM ? "SIGTERM" : "SIGINT");
               on_stop();
             }
           }
@@ -192,7 +193,8 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args) {
   // nothing, as NVIDIA's plugin does (so a DaemonSet on mixed nodes does not crash-loop).
   auto wait_for_stop = [&signals] {
     std::atomic<bool> stop{false};
-    SignalThread st(signals, [] {}, [&stop] { stop = true; });
+    SignalThread st(
+        signals, [] {}, [&stop] { stop = true; });
     while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     return 0;
   };
@@ -241,7 +243,8 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args) {
                quiet->count());
   Status run;
   {
-    SignalThread st(signals, [&manager] { manager.RequestReload(); }, [&manager] { manager.Stop(); });
+    SignalThread st(
+        signals, [&manager] { manager.RequestReload(); }, [&manager] { manager.Stop(); });
     run = manager.Run(std::move(setup).value());
   }
   monitor.Stop();
@@ -262,21 +265,24 @@ void RegisterPlugin(CLI::App& app, GlobalOptions& global, int& exit_code) {
   cmd->add_option("--config", args->config_file,
                   "Config file in NVIDIA's device plugin v1 format (reloaded when it changes)")
       ->envname("CONFIG_FILE");
-  CLI::Option* fail_opt = cmd->add_option("--fail-on-init-error", args->fail_on_init_error,
-                  "Exit non-zero when the driver or discovery fails (default true); false: stay up "
-                  "and serve nothing")
-      ->expected(0, 1)
-      ->envname("FAIL_ON_INIT_ERROR");
+  CLI::Option* fail_opt =
+      cmd->add_option(
+             "--fail-on-init-error", args->fail_on_init_error,
+             "Exit non-zero when the driver or discovery fails (default true); false: stay up "
+             "and serve nothing")
+          ->expected(0, 1)
+          ->envname("FAIL_ON_INIT_ERROR");
   cmd->add_option("--device-id-strategy", args->device_id_strategy,
                   "uuid|index: how containers are told their GPUs (default uuid)")
       ->envname("DEVICE_ID_STRATEGY");
   cmd->add_option("--device-list-strategy", args->device_list_strategy,
                   "envvar|volume-mounts|cdi-annotations|cdi-cri, or a comma list (default envvar)")
       ->envname("DEVICE_LIST_STRATEGY");
-  CLI::Option* specs_opt = cmd->add_option("--pass-device-specs", args->pass_device_specs,
-                  "Also return DeviceSpecs for /dev/nvidia* (default false)")
-      ->expected(0, 1)
-      ->envname("PASS_DEVICE_SPECS");
+  CLI::Option* specs_opt =
+      cmd->add_option("--pass-device-specs", args->pass_device_specs,
+                      "Also return DeviceSpecs for /dev/nvidia* (default false)")
+          ->expected(0, 1)
+          ->envname("PASS_DEVICE_SPECS");
   cmd->add_option("--nvidia-driver-root", args->nvidia_driver_root,
                   "Root of the driver installation on the host (default /)")
       ->envname("NVIDIA_DRIVER_ROOT");
@@ -299,7 +305,8 @@ void RegisterPlugin(CLI::App& app, GlobalOptions& global, int& exit_code) {
       ->capture_default_str();
   cmd->callback([&global, &exit_code, args, fail_opt, specs_opt] {
     // A bare boolean flag means true.
-    if (fail_opt->count() > 0 && args->fail_on_init_error.empty()) args->fail_on_init_error = "true";
+    if (fail_opt->count() > 0 && args->fail_on_init_error.empty())
+      args->fail_on_init_error = "true";
     if (specs_opt->count() > 0 && args->pass_device_specs.empty()) args->pass_device_specs = "true";
     exit_code = RunPlugin(global, *args);
   });

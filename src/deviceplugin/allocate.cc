@@ -41,7 +41,8 @@ Result<v1beta1::ContainerAllocateResponse> BuildContainerAllocateResponse(
     const AllocateOptions& options, const std::vector<std::string>& device_ids,
     const std::string& unique) {
   if (device_ids.empty()) {
-    return Status(ErrorCode::kInvalidInput, "allocate request for " + resource.name + " names no devices");
+    return Status(ErrorCode::kInvalidInput,
+                  "allocate request for " + resource.name + " names no devices");
   }
   std::vector<const sharing::AdvertisedDevice*> devices;
   std::set<std::string> seen;

@@ -97,8 +97,8 @@ void Manager::Apply(ServingSetup setup) {
     Entry e;
     std::string name = r.name;
     std::string path = SocketPath(r);
-    e.server = std::make_unique<ResourceServer>(std::move(r), inventory_, setup.allocate, health_,
-                                                path);
+    e.server =
+        std::make_unique<ResourceServer>(std::move(r), inventory_, setup.allocate, health_, path);
     Status s = e.server->Start();
     if (!s.ok()) spdlog::error("event=serve_failed resource={} error=\"{}\"", name, s.message());
     next[name] = std::move(e);
@@ -143,8 +143,8 @@ void Manager::Reconcile() {
                    fs::path(e.server->socket_path()).filename().string(), took.count());
     } else {
       e.registered = false;
-      e.backoff = std::min(std::max(e.backoff * 2, std::chrono::milliseconds(100)),
-                           options_.max_backoff);
+      e.backoff =
+          std::min(std::max(e.backoff * 2, std::chrono::milliseconds(100)), options_.max_backoff);
       e.next_attempt = Clock::now() + e.backoff;
       spdlog::warn("event=register_failed resource={} retry_ms={} error=\"{}\"", name,
                    e.backoff.count(), s.message());
@@ -156,10 +156,11 @@ Status Manager::Run(ServingSetup initial) {
   std::error_code ec;
   fs::create_directories(options_.plugin_dir, ec);
   if (ec) {
-    return Status(ErrorCode::kUnavailable,
-                  "cannot create device plugin directory " + options_.plugin_dir + ": " + ec.message());
+    return Status(ErrorCode::kUnavailable, "cannot create device plugin directory " +
+                                               options_.plugin_dir + ": " + ec.message());
   }
-  if (wake_fd_ < 0) return Status(ErrorCode::kInternal, std::string("eventfd: ") + std::strerror(errno));
+  if (wake_fd_ < 0)
+    return Status(ErrorCode::kInternal, std::string("eventfd: ") + std::strerror(errno));
   int inotify_fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   int dir_wd = -1, config_wd = -1;
   std::string config_name;
@@ -196,8 +197,9 @@ Status Manager::Run(ServingSetup initial) {
     const Clock::time_point now = Clock::now();
     for (const auto& [name, e] : entries_) {
       if (e.registered || e.next_attempt <= now) continue;
-      wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(
-                                e.next_attempt - now) + std::chrono::milliseconds(1));
+      wait = std::min(wait,
+                      std::chrono::duration_cast<std::chrono::milliseconds>(e.next_attempt - now) +
+                          std::chrono::milliseconds(1));
     }
     pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {inotify_fd, POLLIN, 0}};
     int n = ::poll(fds, inotify_fd >= 0 ? 2 : 1, static_cast<int>(wait.count()));
@@ -233,7 +235,8 @@ Status Manager::Run(ServingSetup initial) {
       }
     }
     if (reload_requested_.exchange(false) && !stop_requested_) {
-      Result<ServingSetup> setup = loader_ ? loader_() : Result<ServingSetup>(Status(ErrorCode::kInternal, "no loader"));
+      Result<ServingSetup> setup =
+          loader_ ? loader_() : Result<ServingSetup>(Status(ErrorCode::kInternal, "no loader"));
       if (setup.ok()) {
         spdlog::info("event=reload resources={}", setup->plan.resources.size());
         Apply(std::move(setup).value());

@@ -10,12 +10,18 @@ namespace {
 // Closeness of two GPUs over PCIe; higher is closer.
 int PcieCloseness(gpu::PcieRelation r) {
   switch (r) {
-    case gpu::PcieRelation::kSameBoard: return 5;
-    case gpu::PcieRelation::kSameSwitch: return 4;
-    case gpu::PcieRelation::kHostBridge: return 3;
-    case gpu::PcieRelation::kSameCpu: return 2;
-    case gpu::PcieRelation::kCrossCpu: return 1;
-    case gpu::PcieRelation::kUnknown: return 0;
+    case gpu::PcieRelation::kSameBoard:
+      return 5;
+    case gpu::PcieRelation::kSameSwitch:
+      return 4;
+    case gpu::PcieRelation::kHostBridge:
+      return 3;
+    case gpu::PcieRelation::kSameCpu:
+      return 2;
+    case gpu::PcieRelation::kCrossCpu:
+      return 1;
+    case gpu::PcieRelation::kUnknown:
+      return 0;
   }
   return 0;
 }
@@ -97,11 +103,12 @@ Result<std::vector<std::string>> PreferredAllocation(const sharing::Resource& re
   for (const std::string& id : must_include) {
     auto it = position.find(id);
     if (it == position.end()) {
-      return Status(ErrorCode::kInvalidInput, "must-include device ID \"" + id +
-                                                  "\" is not a device of " + resource.name);
+      return Status(ErrorCode::kInvalidInput,
+                    "must-include device ID \"" + id + "\" is not a device of " + resource.name);
     }
     if (!must_set.insert(it->second).second) {
-      return Status(ErrorCode::kInvalidInput, "must-include device ID \"" + id + "\" is listed twice");
+      return Status(ErrorCode::kInvalidInput,
+                    "must-include device ID \"" + id + "\" is listed twice");
     }
   }
   std::set<size_t> free_set;
@@ -117,10 +124,10 @@ Result<std::vector<std::string>> PreferredAllocation(const sharing::Resource& re
   }
   const size_t want = static_cast<size_t>(size);
   if (must_set.size() + free_set.size() < want) {
-    return Status(ErrorCode::kInvalidInput,
-                  "allocation size " + std::to_string(size) + " exceeds the " +
-                      std::to_string(must_set.size() + free_set.size()) + " available devices of " +
-                      resource.name);
+    return Status(ErrorCode::kInvalidInput, "allocation size " + std::to_string(size) +
+                                                " exceeds the " +
+                                                std::to_string(must_set.size() + free_set.size()) +
+                                                " available devices of " + resource.name);
   }
 
   // Local numbering: must-include first, then the free candidates in plan order.

@@ -17,8 +17,8 @@ v1beta1::ListAndWatchResponse DeviceList(const sharing::Resource& resource,
   for (const sharing::AdvertisedDevice& d : resource.devices) {
     v1beta1::Device* dev = resp.add_devices();
     dev->set_id(d.id);
-    bool healthy = health.Get(d.uuid).healthy &&
-                   (d.parent_uuid.empty() || health.Get(d.parent_uuid).healthy);
+    bool healthy =
+        health.Get(d.uuid).healthy && (d.parent_uuid.empty() || health.Get(d.parent_uuid).healthy);
     dev->set_health(healthy ? kHealthy : kUnhealthy);
     if (d.numa_node) dev->mutable_topology()->add_nodes()->set_id(*d.numa_node);
   }
@@ -61,7 +61,8 @@ Status ResourceServer::Start() {
   builder.RegisterService(this);
   server_ = builder.BuildAndStart();
   if (!server_) {
-    return Status(ErrorCode::kUnavailable, "cannot serve " + resource_.name + " on " + socket_path_);
+    return Status(ErrorCode::kUnavailable,
+                  "cannot serve " + resource_.name + " on " + socket_path_);
   }
   struct stat st {};
   socket_inode_ = ::stat(socket_path_.c_str(), &st) == 0 ? st.st_ino : 0;
@@ -134,9 +135,9 @@ grpc::Status ResourceServer::ListAndWatch(
   return grpc::Status::OK;
 }
 
-grpc::Status ResourceServer::GetPreferredAllocation(
-    grpc::ServerContext*, const v1beta1::PreferredAllocationRequest* req,
-    v1beta1::PreferredAllocationResponse* resp) {
+grpc::Status ResourceServer::GetPreferredAllocation(grpc::ServerContext*,
+                                                    const v1beta1::PreferredAllocationRequest* req,
+                                                    v1beta1::PreferredAllocationResponse* resp) {
   for (const v1beta1::ContainerPreferredAllocationRequest& c : req->container_requests()) {
     std::vector<std::string> available(c.available_deviceids().begin(),
                                        c.available_deviceids().end());

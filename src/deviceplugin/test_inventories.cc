@@ -52,8 +52,8 @@ gpu::Inventory DgxH100Like() {
 
 gpu::Inventory L4PcieLike() {
   return Make(
-      4, [](unsigned i) { return i < 2 ? 0 : 1; }, [](unsigned i) { return static_cast<int>(i / 2); },
-      [](unsigned, unsigned) { return 0u; });
+      4, [](unsigned i) { return i < 2 ? 0 : 1; },
+      [](unsigned i) { return static_cast<int>(i / 2); }, [](unsigned, unsigned) { return 0u; });
 }
 
 gpu::Inventory PartialNvlink() {

@@ -23,8 +23,7 @@ HealthSnapshot HealthBoard::Current() const {
 HealthSnapshot HealthBoard::WaitNewer(uint64_t seen, std::chrono::milliseconds timeout,
                                       const std::function<bool()>& stop) const {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, timeout,
-               [&] { return snapshot_.version > seen || (stop && stop()); });
+  cv_.wait_for(lock, timeout, [&] { return snapshot_.version > seen || (stop && stop()); });
   return snapshot_;
 }
 
@@ -101,7 +100,8 @@ Result<HealthPolicy> ParseHealthPolicy(const std::string& disable_env,
   if (!enabled.ok()) return enabled.status();
 
   std::string lower;
-  for (char c : disable_env) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (char c : disable_env)
+    lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   // "all" switches off every check; "xids" only the XID-based ones.
   if (lower.find("all") != std::string::npos) policy.all_disabled = true;
   if (disabled->all) policy.all_xids_ignored = true;
@@ -233,14 +233,14 @@ Status HealthMonitor::Start() {
     nvmlDevice_t dev = nullptr;
     rc = fn.nvmlDeviceGetHandleByIndex_v2(gpu.index, &dev);
     if (rc != NVML_SUCCESS) {
-      spdlog::warn("event=health_handle_failed gpu={} error=\"{}\"", gpu.index, nvml_->ErrorText(rc));
+      spdlog::warn("event=health_handle_failed gpu={} error=\"{}\"", gpu.index,
+                   nvml_->ErrorText(rc));
       continue;
     }
     handles_[gpu.index] = dev;
     if (!set) continue;
-    const unsigned long long mask =
-        nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError |
-        nvmlEventTypeSingleBitEccError;
+    const unsigned long long mask = nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError |
+                                    nvmlEventTypeSingleBitEccError;
     rc = fn.nvmlDeviceRegisterEvents(dev, mask, set);
     if (rc != NVML_SUCCESS) {
       spdlog::warn("event=health_register_failed gpu={} uuid={} error=\"{}\" fallback=probe",
@@ -285,7 +285,8 @@ void HealthMonitor::Run() {
   while (!stopped()) {
     if (set) {
       nvmlEventData_t data{};
-      nvmlReturn_t rc = fn.nvmlEventSetWait_v2(set, &data, static_cast<unsigned>(options_.event_wait.count()));
+      nvmlReturn_t rc =
+          fn.nvmlEventSetWait_v2(set, &data, static_cast<unsigned>(options_.event_wait.count()));
       if (rc == NVML_SUCCESS) {
         unsigned index = static_cast<unsigned>(handles_.size());
         for (size_t i = 0; i < handles_.size(); ++i) {

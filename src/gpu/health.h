@@ -57,7 +57,8 @@ class SteadyClock : public Clock {
 
 struct DeviceHealth {
   bool healthy = true;
-  std::string reason;  // why it is unhealthy ("XID 79", "double-bit ECC", "GPU is lost"); empty when healthy
+  std::string reason;  // why it is unhealthy ("XID 79", "double-bit ECC", "GPU is lost"); empty
+                       // when healthy
   bool operator==(const DeviceHealth&) const = default;
 };
 
@@ -93,8 +94,8 @@ class HealthBoard {
 
 // Which XIDs count, from DP_DISABLE_HEALTHCHECKS / DP_ENABLE_HEALTHCHECKS.
 struct HealthPolicy {
-  bool all_disabled = false;       // DP_DISABLE_HEALTHCHECKS=all: no checks at all
-  bool all_xids_ignored = false;   // every XID ignored (probe and ECC still count)
+  bool all_disabled = false;      // DP_DISABLE_HEALTHCHECKS=all: no checks at all
+  bool all_xids_ignored = false;  // every XID ignored (probe and ECC still count)
   std::set<uint64_t> ignored_xids;
   std::chrono::milliseconds quiet_period{std::chrono::minutes(1)};  // 0: never recover
 
@@ -106,7 +107,8 @@ const std::set<uint64_t>& DefaultIgnoredXids();
 
 // Builds the policy from the two variables' values (empty = unset). Errors (kInvalidInput) name
 // the variable and the bad entry.
-Result<HealthPolicy> ParseHealthPolicy(const std::string& disable_env, const std::string& enable_env);
+Result<HealthPolicy> ParseHealthPolicy(const std::string& disable_env,
+                                       const std::string& enable_env);
 
 // Physical GPU or MIG device an event or probe refers to.
 struct HealthTarget {
@@ -151,7 +153,7 @@ class HealthTracker {
 
 struct HealthMonitorOptions {
   HealthPolicy policy;
-  std::chrono::milliseconds event_wait{100};      // nvmlEventSetWait_v2 timeout (stop latency)
+  std::chrono::milliseconds event_wait{100};       // nvmlEventSetWait_v2 timeout (stop latency)
   std::chrono::milliseconds probe_interval{1000};  // GPU_IS_LOST probe and recovery check
 };
 
@@ -177,7 +179,7 @@ class HealthMonitor {
   HealthMonitorOptions options_;
   const Clock& clock_;
   HealthTracker tracker_;
-  void* event_set_ = nullptr;  // nvmlEventSet_t
+  void* event_set_ = nullptr;   // nvmlEventSet_t
   std::vector<void*> handles_;  // nvmlDevice_t per GPU index (null when unavailable)
   std::mutex mu_;
   std::condition_variable cv_;

@@ -44,8 +44,7 @@ Result<Plan> BuildPlan(const gpu::Inventory& inventory, const config::Config& co
   const config::MigStrategy mig = config.flags.mig_strategy.value_or(config::MigStrategy::kNone);
   if (mig != config::MigStrategy::kNone) {
     return Status(ErrorCode::kInvalidInput,
-                  config.source + ": flags.migStrategy: \"" +
-                      config::MigStrategyName(mig) +
+                  config.source + ": flags.migStrategy: \"" + config::MigStrategyName(mig) +
                       "\" is not supported by this version yet (use none)");
   }
   if (config.sharing.time_slicing) {

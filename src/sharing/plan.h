@@ -20,13 +20,13 @@ namespace gpulet::sharing {
 
 // One advertised device ID and what backs it.
 struct AdvertisedDevice {
-  std::string id;            // what the kubelet sees: "GPU-…", "MIG-…", or "<uuid>::<n>"
-  int replica = -1;          // n of "::<n>"; -1 when the device is not a replica
-  unsigned gpu_index = 0;    // physical GPU
+  std::string id;          // what the kubelet sees: "GPU-…", "MIG-…", or "<uuid>::<n>"
+  int replica = -1;        // n of "::<n>"; -1 when the device is not a replica
+  unsigned gpu_index = 0;  // physical GPU
   std::optional<unsigned> mig_index;  // MIG device on that GPU, when MIG-backed
-  std::string uuid;          // the backing GPU or MIG UUID (health key)
-  std::string parent_uuid;   // MIG only: the parent GPU's UUID (its health counts too)
-  std::string index;         // deviceIDStrategy=index form: "3" or "3:1" for MIG
+  std::string uuid;                   // the backing GPU or MIG UUID (health key)
+  std::string parent_uuid;            // MIG only: the parent GPU's UUID (its health counts too)
+  std::string index;                  // deviceIDStrategy=index form: "3" or "3:1" for MIG
   std::optional<int> numa_node;
 
   bool operator==(const AdvertisedDevice&) const = default;
@@ -38,9 +38,9 @@ struct Resource {
   std::string name;         // "nvidia.com/gpu"
   std::string socket_name;  // "nvidia-gpu.sock"
   SharingKind sharing = SharingKind::kNone;
-  int replicas = 1;                           // per backing device (1 = not shared)
+  int replicas = 1;  // per backing device (1 = not shared)
   bool fail_requests_greater_than_one = false;
-  std::vector<AdvertisedDevice> devices;      // ordered by GPU index, then MIG index, then replica
+  std::vector<AdvertisedDevice> devices;  // ordered by GPU index, then MIG index, then replica
 
   const AdvertisedDevice* Find(const std::string& id) const;
   bool operator==(const Resource&) const = default;

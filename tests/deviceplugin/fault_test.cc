@@ -52,7 +52,8 @@ TEST_F(PluginFixture, PluginKilledAndRestarted) {
   StartPlugin();
   WaitForDevices(8, 8);
   EXPECT_EQ(plugin_->Stop(SIGKILL), -1);
-  Status ended = harness_->WaitFor(kGpu, [](const ResourceState& s) { return s.stream_ended; }, 30s);
+  Status ended = harness_->WaitFor(
+      kGpu, [](const ResourceState& s) { return s.stream_ended; }, 30s);
   ASSERT_TRUE(ended.ok()) << ended.message();
   EXPECT_EQ(harness_->State(kGpu)->HealthyCount(), 0u);  // the kubelet marks them unhealthy
 

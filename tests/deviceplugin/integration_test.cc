@@ -32,7 +32,8 @@ TEST_F(PluginFixture, RegistersEightHealthyGpusAndAllocates) {
 
   EXPECT_EQ(plugin_->Stop(SIGTERM), 0);
   EXPECT_TRUE(Sockets() == std::vector<std::string>{"kubelet.sock"});
-  Status ended = harness_->WaitFor(kGpu, [](const ResourceState& s) { return s.stream_ended; }, 30s);
+  Status ended = harness_->WaitFor(
+      kGpu, [](const ResourceState& s) { return s.stream_ended; }, 30s);
   EXPECT_TRUE(ended.ok()) << ended.message();
 }
 
@@ -61,7 +62,8 @@ TEST_F(PluginFixture, AllocateRejectsUnknownAndDuplicatedIds) {
 
 TEST_F(PluginFixture, WaitsForAbsentKubelet) {
   StartPlugin();
-  ASSERT_TRUE(Eventually([&] { return Sockets() == std::vector<std::string>{"nvidia-gpu.sock"}; }, 60s))
+  ASSERT_TRUE(
+      Eventually([&] { return Sockets() == std::vector<std::string>{"nvidia-gpu.sock"}; }, 60s))
       << plugin_->Log();
   // It keeps serving (and retrying) without a kubelet.
   ASSERT_TRUE(plugin_->WaitForLog("event=plugin_manager_started", 30s));
@@ -137,7 +139,8 @@ struct BadConfig {
 TEST_F(PluginFixture, MalformedConfigFilesExitWithClearErrors) {
   const BadConfig corpus[] = {
       {"bad_enum", "version: v1\nflags:\n  migStrategy: bogus\n", "config.yaml:3"},
-      {"unknown_key", "version: v1\nflags:\n  plugin:\n    passDeviceSpec: true\n", "passDeviceSpec"},
+      {"unknown_key", "version: v1\nflags:\n  plugin:\n    passDeviceSpec: true\n",
+       "passDeviceSpec"},
       {"unknown_version", "version: v2\n", "version"},
       {"not_yaml", "version: v1\nflags: [\n", "config.yaml"},
       {"wrong_type", "version: v1\nflags:\n  failOnInitError: maybe\n", "failOnInitError"},

@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <map>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,7 +32,8 @@ class PluginFixture : public ::testing::Test {
     std::filesystem::create_directories(plugin_dir_);
   }
   void TearDown() override {
-    if (plugin_ && HasFailure()) std::fprintf(stderr, "--- plugin log ---\n%s\n", plugin_->Log().c_str());
+    if (plugin_ && HasFailure())
+      std::fprintf(stderr, "--- plugin log ---\n%s\n", plugin_->Log().c_str());
     plugin_.reset();
     if (harness_) harness_->Stop();
   }
@@ -46,18 +47,18 @@ class PluginFixture : public ::testing::Test {
   }
 
   std::vector<std::string> PluginArgs(std::vector<std::string> extra = {}) const {
-    std::vector<std::string> args = {"--simulate", fixture_, "--sim-state", sim_state_, "plugin",
-                                     "--device-plugin-path", plugin_dir_,
-                                     "--health-quiet-period", "2s"};
+    std::vector<std::string> args = {
+        "--simulate",           fixture_,    "--sim-state",           sim_state_, "plugin",
+        "--device-plugin-path", plugin_dir_, "--health-quiet-period", "2s"};
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
   }
 
   void StartPlugin(std::vector<std::string> extra = {},
                    std::map<std::string, std::string> env = {}) {
-    plugin_ = std::make_unique<GpuletProcess>(PluginArgs(std::move(extra)),
-                                              tmp_.path() + "/plugin-" + std::to_string(++starts_) + ".log",
-                                              std::move(env));
+    plugin_ = std::make_unique<GpuletProcess>(
+        PluginArgs(std::move(extra)), tmp_.path() + "/plugin-" + std::to_string(++starts_) + ".log",
+        std::move(env));
     ASSERT_TRUE(plugin_->Start());
   }
 
