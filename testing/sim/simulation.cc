@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -174,7 +175,8 @@ Result<DeviceRef> FindDevice(const Fixture& fixture, const std::string& gpu,
                              std::optional<unsigned> mig) {
   DeviceRef ref;
   bool found = false;
-  if (!gpu.empty() && std::all_of(gpu.begin(), gpu.end(), ::isdigit)) {
+  if (!gpu.empty() &&
+      std::all_of(gpu.begin(), gpu.end(), [](unsigned char c) { return std::isdigit(c) != 0; })) {
     ref.gpu = static_cast<unsigned>(std::stoul(gpu));
     if (Status s = CheckGpu(fixture, ref.gpu); !s.ok()) return s;
     found = true;
