@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include <regex>
+#include <set>
 
 #include "tests/slurm/slurm_test_support.h"
 
@@ -109,6 +110,55 @@ TEST_F(SlurmCluster, RunningJobMapsToItsGpus) {
                   cluster_.dir() + "/sim-gpub slurm jobs --node-name gpub");
   EXPECT_EQ(b.exit_code, 0) << b.output;
   EXPECT_THAT(b.output, Not(HasSubstr("job=" + job)));
+  cluster_.Sh("scancel " + job);
+}
+
+// The exporter's hpc_job label on a real Slurm: the same JobMapper, through `gpulet exporter
+// --slurm-node`.
+TEST_F(SlurmCluster, ExporterLabelsSeriesWithTheJobHoldingTheGpu) {
+  if (RunCommand(GpuletBinary() + " exporter --help").output.find("--slurm-node") ==
+      std::string::npos) {
+    GTEST_SKIP() << "gpulet exporter has no --slurm-node";
+  }
+  std::string err;
+  std::string job = cluster_.Submit("-w gpua --gres=gpu:h100:2", "sleep 120", &err);
+  ASSERT_NE(job, "") << err;
+  ASSERT_TRUE(cluster_.WaitJobState(job, "RUNNING")) << cluster_.JobState(job);
+  std::string port = RunCommand(
+                         "python3 -c 'import socket; s=socket.socket(); s.bind((\"127.0.0.1\",0)); "
+                         "print(s.getsockname()[1])'")
+                         .output;
+  port = port.substr(0, port.find('\n'));
+  const std::string log = cluster_.dir() + "/exporter.log";
+  CommandResult started =
+      cluster_.Sh(GpuletA() + " exporter -a 127.0.0.1:" + port +
+                  " --slurm-node gpua --slurm-refresh-interval 200 >" + log + " 2>&1 & echo $!");
+  int pid = std::atoi(started.output.c_str());
+  ASSERT_GT(pid, 0) << started.output;
+  const std::string get =
+      "python3 -c 'import urllib.request,sys; "
+      "sys.stdout.write(urllib.request.urlopen(\"http://127.0.0.1:" +
+      port + "/metrics\", timeout=5).read().decode())'";
+  const std::string want = "hpc_job=\"" + job + "\"";
+  std::string metrics;
+  bool labelled = WaitFor([&] {
+    metrics = RunCommand(get).output;
+    return metrics.find(want) != std::string::npos;
+  });
+  kill(pid, SIGTERM);
+  WaitFor([&] { return kill(pid, 0) != 0; }, std::chrono::seconds(20));
+  ASSERT_TRUE(labelled) << metrics.substr(0, 2000) << ReadFile(log);
+  // Exactly the job's two GPUs carry the label, on every per-GPU series (one checked here).
+  std::set<std::string> gpus;
+  std::stringstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("DCGM_FI_DEV_GPU_UTIL{", 0) != 0 || line.find(want) == std::string::npos) {
+      continue;
+    }
+    std::smatch m;
+    if (std::regex_search(line, m, std::regex("gpu=\"([0-9]+)\""))) gpus.insert(m[1].str());
+  }
+  EXPECT_EQ(gpus.size(), 2u) << metrics.substr(0, 3000);
   cluster_.Sh("scancel " + job);
 }
 
