@@ -76,7 +76,11 @@ struct Node {
         tmp.path() + "/plugin.log");
     if (!plugin->Start()) Die("cannot start gpulet plugin");
     s = harness.WaitFor(
-        kGpu, [](const ResourceState& st) { return st.streaming; }, 60s);
+        kGpu,
+        [](const ResourceState& st) {
+          return st.streaming && !st.devices.empty() && st.HealthyCount() == st.devices.size();
+        },
+        60s);
     if (!s.ok()) Die(s.message() + "\n" + plugin->Log());
   }
   ~Node() {
