@@ -103,6 +103,28 @@ TEST(InfoCommand, NvmlInitFailureExitsTwelve) {
   EXPECT_NE(r.output.find("DRIVER_NOT_LOADED"), std::string::npos) << r.output;
 }
 
+TEST(SimCommand, SetXidAndResetChangeTheStateAnotherProcessReads) {
+  const std::string sim = "--simulate dgx-h100 --sim-state " + TempDir() + " ";
+  ASSERT_EQ(RunCommand(Gpulet(sim + "sim set --gpu 1 --temperature 91")).exit_code, 0);
+  ASSERT_EQ(RunCommand(Gpulet(sim + "sim xid --gpu 2 --code 79")).exit_code, 0);
+  CommandResult show = RunCommand(Gpulet(sim + "sim show 2>/dev/null"));
+  ASSERT_EQ(show.exit_code, 0) << show.output;
+  nlohmann::json j = nlohmann::json::parse(show.output);
+  EXPECT_EQ(j["gpus"][1]["temperature_c"], 91);
+  ASSERT_EQ(j["control"]["events"].size(), 1u);
+  ASSERT_EQ(RunCommand(Gpulet(sim + "sim reset")).exit_code, 0);
+  j = nlohmann::json::parse(RunCommand(Gpulet(sim + "sim show 2>/dev/null")).output);
+  EXPECT_NE(j["gpus"][1]["temperature_c"], 91) << "reset drops the override";
+  EXPECT_TRUE(j["control"]["events"].empty());
+}
+
+TEST(SimCommand, UnknownGpuIsAnErrorNamingIt) {
+  const std::string sim = "--simulate l4-pcie --sim-state " + TempDir() + " ";
+  CommandResult r = RunCommand(Gpulet(sim + "sim xid --gpu 9 --code 79"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("9"), std::string::npos) << r.output;
+}
+
 TEST(Cli, EveryCommandHasHelp) {
   for (const char* cmd : {"", "info", "version", "sim"}) {
     CommandResult r = RunCommand(Gpulet(std::string(cmd) + " --help"));
