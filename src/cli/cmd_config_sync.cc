@@ -26,7 +26,8 @@ struct ConfigSyncFlags {
 int RunConfigSync(const ConfigSyncFlags& f) {
   const size_t slash = f.configmap.find('/');
   if (slash == std::string::npos || slash == 0 || slash + 1 == f.configmap.size()) {
-    return ReportError({ErrorCode::kUsage, "--configmap: want NAMESPACE/NAME, got \"" + f.configmap + "\""});
+    return ReportError(
+        {ErrorCode::kUsage, "--configmap: want NAMESPACE/NAME, got \"" + f.configmap + "\""});
   }
   Result<k8s::ClusterAccess> access = k8s::ResolveClusterAccess(f.kubeconfig);
   if (!access.ok()) return ReportError(access.status());

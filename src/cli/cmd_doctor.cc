@@ -56,7 +56,8 @@ int RunDoctor(const GlobalOptions& global, const DoctorFlags& f) {
       o.api = client.get();
       o.node_name = f.node_name;
     } else {
-      std::fprintf(stderr, "gpulet: warning: no API access: %s\n", access.status().message().c_str());
+      std::fprintf(stderr, "gpulet: warning: no API access: %s\n",
+                   access.status().message().c_str());
     }
   }
   doctor::DriverState driver;
@@ -95,11 +96,13 @@ void RegisterDoctor(CLI::App& app, GlobalOptions& global, int& exit_code) {
   cmd->add_option("--runtime-config", f->runtime_configs,
                   "Container runtime config files to look for the nvidia runtime in")
       ->capture_default_str();
-  cmd->add_option("--device-plugin-path", f->device_plugin_path, "The kubelet's device-plugins directory")
-      ->envname("DP_DEVICE_PLUGIN_PATH")
+  cmd->add_option("--device-plugin-path", f->device_plugin_path,
+                  "The kubelet's device-plugins directory")
+      ->envname("DEVICE_PLUGIN_PATH")
       ->capture_default_str();
-  cmd->add_option("--kubelet-checkpoint", f->kubelet_checkpoint,
-                  "The kubelet's device checkpoint (default <device-plugin-path>/kubelet_internal_checkpoint)");
+  cmd->add_option(
+      "--kubelet-checkpoint", f->kubelet_checkpoint,
+      "The kubelet's device checkpoint (default <device-plugin-path>/kubelet_internal_checkpoint)");
   cmd->add_option("--mps-root", f->mps_root, "MPS root directory")
       ->envname("GPULET_MPS_ROOT")
       ->capture_default_str();

@@ -29,9 +29,11 @@ int RunQuota(const QuotaFlags& f) {
     o.allow_overcommit = f.allow_overcommit;
     Result<quota::CheckReport> r = quota::CheckAgainstFleet(*tenants, fleet, o);
     if (!r.ok()) return ReportError(r.status());
-    for (const std::string& w : r->warnings) std::fprintf(stderr, "gpulet: warning: %s\n", w.c_str());
+    for (const std::string& w : r->warnings)
+      std::fprintf(stderr, "gpulet: warning: %s\n", w.c_str());
   } else {
-    std::fprintf(stderr, "gpulet: warning: no --inventory: budgets not checked against the fleet\n");
+    std::fprintf(stderr,
+                 "gpulet: warning: no --inventory: budgets not checked against the fleet\n");
   }
   std::fputs(quota::RenderManifests(*tenants).c_str(), stdout);
   return 0;
@@ -40,9 +42,10 @@ int RunQuota(const QuotaFlags& f) {
 }  // namespace
 
 void RegisterQuota(CLI::App& app, GlobalOptions& /*global*/, int& exit_code) {
-  CLI::App* cmd = app.add_subcommand(
-      "quota", "Render per-tenant ResourceQuota + LimitRange for GPU, shared GPU and MIG "
-               "resources, checked against the fleet's inventory");
+  CLI::App* cmd =
+      app.add_subcommand("quota",
+                         "Render per-tenant ResourceQuota + LimitRange for GPU, shared GPU and MIG "
+                         "resources, checked against the fleet's inventory");
   auto f = std::make_shared<QuotaFlags>();
   cmd->add_option("--tenants", f->tenants, "Tenants file (YAML, see docs/quotas.md)")
       ->envname("GPULET_TENANTS")

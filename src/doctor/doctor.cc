@@ -66,10 +66,14 @@ std::string ResourceOfSocket(const std::string& file) {
 
 const char* VerdictName(Verdict v) {
   switch (v) {
-    case Verdict::kPass: return "PASS";
-    case Verdict::kWarn: return "WARN";
-    case Verdict::kFail: return "FAIL";
-    case Verdict::kSkip: return "SKIP";
+    case Verdict::kPass:
+      return "PASS";
+    case Verdict::kWarn:
+      return "WARN";
+    case Verdict::kFail:
+      return "FAIL";
+    case Verdict::kSkip:
+      return "SKIP";
   }
   return "?";
 }
@@ -80,16 +84,18 @@ Check CheckDriver(const DriverState& d) {
     std::string fix;
     switch (d.load.code()) {
       case ErrorCode::kNvmlLibraryMissing:
-        fix = "install the NVIDIA driver on the node; in a pod, run with the NVIDIA container "
-              "runtime (NVIDIA_VISIBLE_DEVICES=all, NVIDIA_DRIVER_CAPABILITIES=utility) so "
-              "libnvidia-ml.so.1 is mounted, or pass --nvml-library";
+        fix =
+            "install the NVIDIA driver on the node; in a pod, run with the NVIDIA container "
+            "runtime (NVIDIA_VISIBLE_DEVICES=all, NVIDIA_DRIVER_CAPABILITIES=utility) so "
+            "libnvidia-ml.so.1 is mounted, or pass --nvml-library";
         break;
       case ErrorCode::kNvmlSymbolMissing:
         fix = "the driver is too old for gpulet or the library is not NVML: upgrade the driver";
         break;
       case ErrorCode::kNvmlInitFailed:
-        fix = "the kernel module is not loaded or does not match the library: `nvidia-smi` on the "
-              "host shows which; reboot after a driver upgrade or `modprobe nvidia`";
+        fix =
+            "the kernel module is not loaded or does not match the library: `nvidia-smi` on the "
+            "host shows which; reboot after a driver upgrade or `modprobe nvidia`";
         break;
       default:
         fix = "check the driver with `nvidia-smi` on the host";
@@ -112,11 +118,13 @@ Check CheckDriver(const DriverState& d) {
 Check CheckDeviceNodes(const DriverState& d, const std::string& dev_root) {
   std::vector<std::string> wanted = {dev_root + "/nvidiactl", dev_root + "/nvidia-uvm"};
   if (d.inventory) {
-    for (const gpu::Gpu& g : d.inventory->gpus) wanted.push_back(dev_root + "/nvidia" + std::to_string(g.minor));
+    for (const gpu::Gpu& g : d.inventory->gpus)
+      wanted.push_back(dev_root + "/nvidia" + std::to_string(g.minor));
   } else if (d.nvml) {
     unsigned count = 0;
     if (d.nvml->fn().nvmlDeviceGetCount_v2(&count) == NVML_SUCCESS) {
-      for (unsigned i = 0; i < count; ++i) wanted.push_back(dev_root + "/nvidia" + std::to_string(i));
+      for (unsigned i = 0; i < count; ++i)
+        wanted.push_back(dev_root + "/nvidia" + std::to_string(i));
     }
   }
   std::vector<std::string> missing;
@@ -199,7 +207,8 @@ Check CheckPluginRegistration(const std::string& dir, const std::string& checkpo
                 "gpulet node is not running on this node: `kubectl -n gpulet-system get pods "
                 "-o wide` and its log; check the DaemonSet's node affinity matches this node");
   }
-  const std::string cp = checkpoint_path.empty() ? dir + "/kubelet_internal_checkpoint" : checkpoint_path;
+  const std::string cp =
+      checkpoint_path.empty() ? dir + "/kubelet_internal_checkpoint" : checkpoint_path;
   const std::string text = ReadAll(cp);
   nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (text.empty() || j.is_discarded() || !j.is_object()) {
@@ -210,8 +219,9 @@ Check CheckPluginRegistration(const std::string& dir, const std::string& checkpo
                 "stays missing, the kubelet never accepted a Register call: see gpulet's log");
   }
   const nlohmann::json registered =
-      j.contains("Data") && j["Data"].is_object() ? j["Data"].value("RegisteredDevices", nlohmann::json::object())
-                                                  : nlohmann::json::object();
+      j.contains("Data") && j["Data"].is_object()
+          ? j["Data"].value("RegisteredDevices", nlohmann::json::object())
+          : nlohmann::json::object();
   std::vector<std::string> ok, missing, stale;
   std::set<std::string> socket_resources;
   for (const std::string& s : sockets) {
@@ -231,8 +241,9 @@ Check CheckPluginRegistration(const std::string& dir, const std::string& checkpo
     }
   }
   if (!missing.empty()) {
-    return Make(id, Verdict::kFail, "not registered with the kubelet: " + Join(missing) +
-                                        (ok.empty() ? "" : "; registered: " + Join(ok)),
+    return Make(id, Verdict::kFail,
+                "not registered with the kubelet: " + Join(missing) +
+                    (ok.empty() ? "" : "; registered: " + Join(ok)),
                 "gpulet serves the socket but the kubelet has not accepted it: check gpulet's log "
                 "for event=register errors and the kubelet's for \"device plugin\"; restarting the "
                 "gpulet pod re-registers");
@@ -283,8 +294,10 @@ Check CheckGpuHealth(const DriverState& d) {
     unsigned corr = 0, unc = 0, pending = 0, failure = 0;
     if (fn.nvmlDeviceGetRemappedRows != nullptr &&
         fn.nvmlDeviceGetRemappedRows(dev, &corr, &unc, &pending, &failure) == NVML_SUCCESS) {
-      if (failure) failed.push_back(name + ": row remapping failed");
-      else if (pending) warned.push_back(name + ": row remapping pending");
+      if (failure)
+        failed.push_back(name + ": row remapping failed");
+      else if (pending)
+        warned.push_back(name + ": row remapping pending");
     }
   }
   if (!failed.empty()) {
@@ -296,8 +309,10 @@ Check CheckGpuHealth(const DriverState& d) {
     return Make(id, Verdict::kWarn, Join(warned, "; "),
                 "reset the GPU when idle (`nvidia-smi -r -i N`) to apply the remapping");
   }
-  return Make(id, Verdict::kPass, std::to_string(d.inventory->gpus.size()) + " GPUs respond, no "
-                                      "uncorrectable ECC errors");
+  return Make(id, Verdict::kPass,
+              std::to_string(d.inventory->gpus.size()) +
+                  " GPUs respond, no "
+                  "uncorrectable ECC errors");
 }
 
 Check CheckMigStrategy(const std::optional<gpu::Inventory>& inv,
@@ -332,22 +347,24 @@ Check CheckMigStrategy(const std::optional<gpu::Inventory>& inv,
                     "use migStrategy: mixed, or repartition every GPU alike (`gpulet mig apply`)");
       }
       if (!whole_gpus.empty()) {
-        return Make(id, Verdict::kFail,
-                    sname + " but MIG is disabled on GPU " + Join(whole_gpus),
+        return Make(id, Verdict::kFail, sname + " but MIG is disabled on GPU " + Join(whole_gpus),
                     "enable MIG on every GPU, or use migStrategy: mixed");
       }
       break;
     case config::MigStrategy::kMixed:
       if (mig_gpus.empty()) {
-        return Make(id, Verdict::kWarn, sname + " but no GPU has MIG enabled: no mig-* resources",
-                    "partition the GPUs (`gpulet mig apply -f FILE -c NAME`) or use migStrategy: none");
+        return Make(
+            id, Verdict::kWarn, sname + " but no GPU has MIG enabled: no mig-* resources",
+            "partition the GPUs (`gpulet mig apply -f FILE -c NAME`) or use migStrategy: none");
       }
       break;
   }
-  return Make(id, Verdict::kPass,
-              sname + ", " + std::to_string(mig_gpus.size()) + " MIG-enabled GPUs" +
-                  (profiles.empty() ? std::string() :
-                   " (" + Join(std::vector<std::string>(profiles.begin(), profiles.end())) + ")"));
+  return Make(
+      id, Verdict::kPass,
+      sname + ", " + std::to_string(mig_gpus.size()) + " MIG-enabled GPUs" +
+          (profiles.empty()
+               ? std::string()
+               : " (" + Join(std::vector<std::string>(profiles.begin(), profiles.end())) + ")"));
 }
 
 Check CheckMps(const std::optional<config::Config>& cfg, const std::string& mps_root) {
@@ -368,10 +385,11 @@ Check CheckMps(const std::optional<config::Config>& cfg, const std::string& mps_
     }
   }
   if (pipes.empty()) {
-    return Make(id, Verdict::kFail, "sharing.mps is configured but no MPS control daemon pipe under " + mps_root,
+    return Make(id, Verdict::kFail,
+                "sharing.mps is configured but no MPS control daemon pipe under " + mps_root,
                 "gpulet starts nvidia-cuda-mps-control for the shared GPUs: check gpulet's log for "
-                "event=mps_*, that the binary exists in the driver root, and that " + mps_root +
-                    " is mounted into the pod");
+                "event=mps_*, that the binary exists in the driver root, and that " +
+                    mps_root + " is mounted into the pod");
   }
   std::sort(pipes.begin(), pipes.end());
   return Make(id, Verdict::kPass, "MPS control daemon pipe " + Join(pipes));
@@ -401,10 +419,12 @@ Check CheckKubernetes(const k8s::Client* api, const std::string& node_name) {
     if (it.key().rfind("nvidia.com/", 0) != 0 || !it->is_string()) continue;
     const long long c = std::atoll(it->get<std::string>().c_str());
     const long long a = alloc.contains(it.key()) && alloc[it.key()].is_string()
-                            ? std::atoll(alloc[it.key()].get<std::string>().c_str()) : 0;
+                            ? std::atoll(alloc[it.key()].get<std::string>().c_str())
+                            : 0;
     total += c;
     if (a < c) short_alloc = true;
-    lines.push_back(it.key() + " capacity " + std::to_string(c) + ", allocatable " + std::to_string(a));
+    lines.push_back(it.key() + " capacity " + std::to_string(c) + ", allocatable " +
+                    std::to_string(a));
   }
   if (total == 0) {
     return Make(id, Verdict::kFail,
@@ -453,7 +473,8 @@ std::string FormatText(const std::vector<Check>& checks) {
     out << head << c.detail << "\n";
     if (!c.fix.empty()) out << "       fix: " << c.fix << "\n";
   }
-  out << "\n" << counts[Verdict::kPass] << " passed, " << counts[Verdict::kWarn] << " warnings, "
+  out << "\n"
+      << counts[Verdict::kPass] << " passed, " << counts[Verdict::kWarn] << " warnings, "
       << counts[Verdict::kFail] << " failed, " << counts[Verdict::kSkip] << " skipped\n";
   return out.str();
 }

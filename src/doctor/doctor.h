@@ -7,11 +7,10 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "config/config.h"
@@ -28,7 +27,7 @@ enum class Verdict { kPass, kWarn, kFail, kSkip };
 const char* VerdictName(Verdict v);  // "PASS", "WARN", "FAIL", "SKIP"
 
 struct Check {
-  std::string id;      // "driver", "device-nodes", …
+  std::string id;  // "driver", "device-nodes", …
   Verdict verdict = Verdict::kPass;
   std::string detail;  // what was found
   std::string fix;     // what to do (empty for PASS/SKIP)
@@ -36,9 +35,9 @@ struct Check {
 
 // What opening the driver gave (the caller runs OpenNode and Discover).
 struct DriverState {
-  Status load;                          // loading + nvmlInit
-  std::shared_ptr<gpu::Nvml> nvml;      // set when load is ok
-  Status discover;                      // gpu::Discover
+  Status load;                      // loading + nvmlInit
+  std::shared_ptr<gpu::Nvml> nvml;  // set when load is ok
+  Status discover;                  // gpu::Discover
   std::optional<gpu::Inventory> inventory;
 };
 
@@ -52,7 +51,7 @@ struct DoctorOptions {
   std::string mps_root = "/run/nvidia/mps";
   std::optional<config::Config> config;  // gpulet's config (MIG strategy, MPS); absent: defaults
   std::string node_name;
-  const k8s::Client* api = nullptr;      // null: the kubernetes check is skipped
+  const k8s::Client* api = nullptr;  // null: the kubernetes check is skipped
 };
 
 std::vector<Check> RunChecks(const DriverState& driver, const DoctorOptions& options);

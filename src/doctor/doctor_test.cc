@@ -78,8 +78,9 @@ class DoctorTest : public ::testing::Test {
     opts_.cdi_dirs = {root_ + "/cdi"};
     opts_.runtime_configs = {root_ + "/containerd.toml"};
     fs::create_directories(root_ + "/cdi");
-    std::ofstream(root_ + "/cdi/nvidia.yaml") << "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n"
-                                                 "  - name: all\n";
+    std::ofstream(root_ + "/cdi/nvidia.yaml")
+        << "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n"
+           "  - name: all\n";
     // The kubelet with gpulet registered.
     opts_.device_plugin_path = root_ + "/dp";
     fs::create_directories(opts_.device_plugin_path);
@@ -87,8 +88,9 @@ class DoctorTest : public ::testing::Test {
     plugin_ = std::make_unique<UnixListener>(opts_.device_plugin_path + "/nvidia-gpu.sock");
     WriteCheckpoint({"nvidia.com/gpu"});
     // MPS configured and its daemon's control pipe present.
-    opts_.config = ParseOrDie("version: v1\nflags:\n  migStrategy: none\nsharing:\n  mps:\n"
-                              "    resources:\n      - name: nvidia.com/gpu\n        replicas: 4\n");
+    opts_.config = ParseOrDie(
+        "version: v1\nflags:\n  migStrategy: none\nsharing:\n  mps:\n"
+        "    resources:\n      - name: nvidia.com/gpu\n        replicas: 4\n");
     opts_.mps_root = root_ + "/mps";
     fs::create_directories(opts_.mps_root + "/nvidia.com-gpu/pipe");
     ASSERT_EQ(::mkfifo((opts_.mps_root + "/nvidia.com-gpu/pipe/control").c_str(), 0600), 0);
@@ -128,9 +130,9 @@ class DoctorTest : public ::testing::Test {
   void WriteCheckpoint(const std::vector<std::string>& resources) {
     nlohmann::json reg = nlohmann::json::object();
     for (const std::string& r : resources) reg[r] = {"GPU-a", "GPU-b"};
-    std::ofstream(opts_.device_plugin_path + "/kubelet_internal_checkpoint")
-        << nlohmann::json{{"Data", {{"PodDeviceEntries", nullptr}, {"RegisteredDevices", reg}}},
-                          {"Checksum", 12345}}.dump();
+    std::ofstream(opts_.device_plugin_path + "/kubelet_internal_checkpoint") << nlohmann::json{
+        {"Data", {{"PodDeviceEntries", nullptr}, {"RegisteredDevices", reg}}},
+        {"Checksum", 12345}}.dump();
   }
   Check Find(const std::vector<Check>& checks, const std::string& id) {
     for (const Check& c : checks) {
@@ -161,9 +163,15 @@ class DoctorTest : public ::testing::Test {
 
 TEST_F(DoctorTest, HealthyNodePassesEveryCheckInOrder) {
   std::vector<Check> checks = RunChecks(driver_, opts_);
-  const std::vector<std::string> order = {"driver", "device-nodes", "container-runtime",
-                                          "kubelet", "plugin-registration", "gpu-health",
-                                          "mig-strategy", "mps", "kubernetes"};
+  const std::vector<std::string> order = {"driver",
+                                          "device-nodes",
+                                          "container-runtime",
+                                          "kubelet",
+                                          "plugin-registration",
+                                          "gpu-health",
+                                          "mig-strategy",
+                                          "mps",
+                                          "kubernetes"};
   ASSERT_EQ(checks.size(), order.size());
   for (size_t i = 0; i < checks.size(); ++i) {
     EXPECT_EQ(checks[i].id, order[i]);

@@ -13,15 +13,15 @@ namespace {
 Status Invalid(const std::string& file, const YAML::Node& at, const std::string& field,
                const std::string& problem) {
   const int line = at.IsDefined() ? at.Mark().line + 1 : 0;
-  return {ErrorCode::kInvalidInput, file + ":" + std::to_string(line) + ": " + field + ": " + problem};
+  return {ErrorCode::kInvalidInput,
+          file + ":" + std::to_string(line) + ": " + field + ": " + problem};
 }
 
 // The entry of `list` (a sequence of {name, <kind>: {...}}) called `name`.
 YAML::Node Entry(const YAML::Node& list, const std::string& name) {
   if (!list.IsSequence()) return YAML::Node(YAML::NodeType::Undefined);
   for (const YAML::Node& item : list) {
-    if (item.IsMap() && item["name"] && item["name"].IsScalar() &&
-        item["name"].Scalar() == name) {
+    if (item.IsMap() && item["name"] && item["name"].IsScalar() && item["name"].Scalar() == name) {
       return item;
     }
   }
@@ -43,13 +43,21 @@ Result<std::string> DecodeBase64(const std::string& text) {
   for (char c : text) {
     if (c == ' ' || c == '\n' || c == '\r' || c == '\t') continue;
     int v;
-    if (c >= 'A' && c <= 'Z') v = c - 'A';
-    else if (c >= 'a' && c <= 'z') v = c - 'a' + 26;
-    else if (c >= '0' && c <= '9') v = c - '0' + 52;
-    else if (c == '+') v = 62;
-    else if (c == '/') v = 63;
-    else if (c == '=') { ++padding; continue; }
-    else return Status(ErrorCode::kInvalidInput, "invalid base64 character");
+    if (c >= 'A' && c <= 'Z')
+      v = c - 'A';
+    else if (c >= 'a' && c <= 'z')
+      v = c - 'a' + 26;
+    else if (c >= '0' && c <= '9')
+      v = c - '0' + 52;
+    else if (c == '+')
+      v = 62;
+    else if (c == '/')
+      v = 63;
+    else if (c == '=') {
+      ++padding;
+      continue;
+    } else
+      return Status(ErrorCode::kInvalidInput, "invalid base64 character");
     if (padding > 0) return Status(ErrorCode::kInvalidInput, "base64 data after padding");
     buffer = (buffer << 6) | static_cast<unsigned>(v);
     bits += 6;
@@ -112,7 +120,8 @@ Result<ClusterAccess> LoadKubeconfig(const std::string& path, const std::string&
       ctx_name = root["current-context"].Scalar();
     }
     YAML::Node ctx = Entry(root["contexts"], ctx_name);
-    if (!ctx) return Invalid(path, root["contexts"], "contexts", "no context named \"" + ctx_name + "\"");
+    if (!ctx)
+      return Invalid(path, root["contexts"], "contexts", "no context named \"" + ctx_name + "\"");
     YAML::Node c = ctx["context"];
     if (!c || !c.IsMap() || !c["cluster"]) {
       return Invalid(path, ctx, "contexts[" + ctx_name + "].context.cluster", "missing");
@@ -126,7 +135,8 @@ Result<ClusterAccess> LoadKubeconfig(const std::string& path, const std::string&
     ClusterAccess a;
     YAML::Node cl = cluster["cluster"];
     const std::string cfield = "clusters[" + cluster_name + "].cluster.";
-    if (!cl["server"] || cl["server"].Scalar().empty()) return Invalid(path, cl, cfield + "server", "missing");
+    if (!cl["server"] || cl["server"].Scalar().empty())
+      return Invalid(path, cl, cfield + "server", "missing");
     a.server = cl["server"].Scalar();
     while (!a.server.empty() && a.server.back() == '/') a.server.pop_back();
     if (a.server.rfind("https://", 0) != 0 && a.server.rfind("http://", 0) != 0) {
@@ -135,10 +145,13 @@ Result<ClusterAccess> LoadKubeconfig(const std::string& path, const std::string&
     if (cl["certificate-authority"]) a.ca_file = Resolve(dir, cl["certificate-authority"].Scalar());
     if (cl["certificate-authority-data"]) {
       Result<std::string> d = DecodeBase64(cl["certificate-authority-data"].Scalar());
-      if (!d.ok()) return Invalid(path, cl["certificate-authority-data"], cfield + "certificate-authority-data", d.status().message());
+      if (!d.ok())
+        return Invalid(path, cl["certificate-authority-data"],
+                       cfield + "certificate-authority-data", d.status().message());
       a.ca_data = *d;
     }
-    if (cl["insecure-skip-tls-verify"]) a.insecure_skip_tls_verify = cl["insecure-skip-tls-verify"].as<bool>();
+    if (cl["insecure-skip-tls-verify"])
+      a.insecure_skip_tls_verify = cl["insecure-skip-tls-verify"].as<bool>();
 
     if (c["user"]) {
       const std::string user_name = c["user"].Scalar();
@@ -152,24 +165,28 @@ Result<ClusterAccess> LoadKubeconfig(const std::string& path, const std::string&
       if (u && u.IsMap()) {
         if (u["token"]) a.token = u["token"].Scalar();
         if (u["tokenFile"]) a.token_file = Resolve(dir, u["tokenFile"].Scalar());
-        if (u["client-certificate"]) a.client_cert_file = Resolve(dir, u["client-certificate"].Scalar());
+        if (u["client-certificate"])
+          a.client_cert_file = Resolve(dir, u["client-certificate"].Scalar());
         if (u["client-key"]) a.client_key_file = Resolve(dir, u["client-key"].Scalar());
-        for (const auto& [key, target] : {std::pair<const char*, std::string*>{"client-certificate-data", &a.client_cert_data},
-                                          {"client-key-data", &a.client_key_data}}) {
+        for (const auto& [key, target] :
+             {std::pair<const char*, std::string*>{"client-certificate-data", &a.client_cert_data},
+              {"client-key-data", &a.client_key_data}}) {
           if (!u[key]) continue;
           Result<std::string> d = DecodeBase64(u[key].Scalar());
           if (!d.ok()) return Invalid(path, u[key], ufield + key, d.status().message());
           *target = *d;
         }
         if (u["exec"] || u["auth-provider"]) {
-          return Invalid(path, u["exec"] ? u["exec"] : u["auth-provider"], ufield + (u["exec"] ? "exec" : "auth-provider"),
+          return Invalid(path, u["exec"] ? u["exec"] : u["auth-provider"],
+                         ufield + (u["exec"] ? "exec" : "auth-provider"),
                          "credential plugins are not supported; use a token or client certificate");
         }
       }
     }
     return a;
   } catch (const YAML::Exception& e) {
-    return Status(ErrorCode::kInvalidInput, path + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
+    return Status(ErrorCode::kInvalidInput,
+                  path + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
   }
 }
 

@@ -11,11 +11,11 @@
 namespace gpulet::k8s {
 
 struct ClusterAccess {
-  std::string server;          // "https://10.0.0.1:443", no trailing slash
-  std::string ca_file;         // PEM file of the CA that signed the server's certificate
-  std::string ca_data;         // or the PEM itself
-  std::string token;           // bearer token
-  std::string token_file;      // or a file holding it, re-read for every request (tokens rotate)
+  std::string server;      // "https://10.0.0.1:443", no trailing slash
+  std::string ca_file;     // PEM file of the CA that signed the server's certificate
+  std::string ca_data;     // or the PEM itself
+  std::string token;       // bearer token
+  std::string token_file;  // or a file holding it, re-read for every request (tokens rotate)
   std::string client_cert_file, client_cert_data;  // PEM
   std::string client_key_file, client_key_data;    // PEM
   bool insecure_skip_tls_verify = false;

@@ -61,16 +61,23 @@ CurlPtr NewHandle(const ClusterAccess& a, const std::string& method, const std::
     curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
     curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
   }
-  if (!a.ca_data.empty()) SetBlob(h, CURLOPT_CAINFO_BLOB, a.ca_data);
-  else if (!a.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, a.ca_file.c_str());
-  if (!a.client_cert_data.empty()) SetBlob(h, CURLOPT_SSLCERT_BLOB, a.client_cert_data);
-  else if (!a.client_cert_file.empty()) curl_easy_setopt(h, CURLOPT_SSLCERT, a.client_cert_file.c_str());
-  if (!a.client_key_data.empty()) SetBlob(h, CURLOPT_SSLKEY_BLOB, a.client_key_data);
-  else if (!a.client_key_file.empty()) curl_easy_setopt(h, CURLOPT_SSLKEY, a.client_key_file.c_str());
+  if (!a.ca_data.empty())
+    SetBlob(h, CURLOPT_CAINFO_BLOB, a.ca_data);
+  else if (!a.ca_file.empty())
+    curl_easy_setopt(h, CURLOPT_CAINFO, a.ca_file.c_str());
+  if (!a.client_cert_data.empty())
+    SetBlob(h, CURLOPT_SSLCERT_BLOB, a.client_cert_data);
+  else if (!a.client_cert_file.empty())
+    curl_easy_setopt(h, CURLOPT_SSLCERT, a.client_cert_file.c_str());
+  if (!a.client_key_data.empty())
+    SetBlob(h, CURLOPT_SSLKEY_BLOB, a.client_key_data);
+  else if (!a.client_key_file.empty())
+    curl_easy_setopt(h, CURLOPT_SSLKEY, a.client_key_file.c_str());
   curl_slist* list = curl_slist_append(nullptr, "Accept: application/json");
   const std::string token = ReadToken(a);
   if (!token.empty()) list = curl_slist_append(list, ("Authorization: Bearer " + token).c_str());
-  if (!content_type.empty()) list = curl_slist_append(list, ("Content-Type: " + content_type).c_str());
+  if (!content_type.empty())
+    list = curl_slist_append(list, ("Content-Type: " + content_type).c_str());
   headers.reset(list);
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, list);
   return c;
@@ -133,8 +140,8 @@ Result<nlohmann::json> Perform(const ClusterAccess& a, const std::string& method
 struct WatchState {
   const std::function<bool(const WatchEvent&)>* on_event = nullptr;
   const std::atomic<bool>* stop = nullptr;
-  std::string pending;   // bytes after the last newline
-  std::string body;      // whole body when the status is not 200 (an error Status)
+  std::string pending;  // bytes after the last newline
+  std::string body;     // whole body when the status is not 200 (an error Status)
   long http_status = 0;
   bool gone = false;
   bool stopped_by_callback = false;
@@ -237,8 +244,9 @@ WatchResult Client::Watch(const std::string& path,
     result.error = HttpError("WATCH", path, result.http_status, s.body);
   } else if (rc != CURLE_OK) {
     result.end = WatchEnd::kBroken;
-    result.error = Status(ErrorCode::kUnavailable, "WATCH " + access_.server + path + ": " +
-                                                       (errbuf[0] ? errbuf : curl_easy_strerror(rc)));
+    result.error =
+        Status(ErrorCode::kUnavailable, "WATCH " + access_.server + path + ": " +
+                                            (errbuf[0] ? errbuf : curl_easy_strerror(rc)));
   } else {
     if (!s.pending.empty()) HandleLine(s, s.pending);
     result.end = s.gone ? WatchEnd::kGone : WatchEnd::kClosed;

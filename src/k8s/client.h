@@ -9,9 +9,8 @@
 
 #include <atomic>
 #include <functional>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "common/status.h"
 #include "k8s/access.h"

@@ -1,6 +1,8 @@
 // The API client and the single-object watcher against the fake API server over real TLS:
 // in-cluster and kubeconfig access, GET/PATCH, bearer token and client certificates, watch
 // streams that break mid-line, and 410 Gone (as an ERROR event and as an HTTP status).
+#include "k8s/client.h"
+
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -10,7 +12,6 @@
 
 #include "apiserver/fake_apiserver.h"
 #include "k8s/access.h"
-#include "k8s/client.h"
 #include "k8s/watch.h"
 
 namespace gpulet::k8s {
@@ -41,14 +42,16 @@ std::string Base64(const std::string& in) {
   size_t i = 0;
   for (; i + 2 < in.size(); i += 3) {
     unsigned v = (static_cast<unsigned char>(in[i]) << 16) |
-                 (static_cast<unsigned char>(in[i + 1]) << 8) | static_cast<unsigned char>(in[i + 2]);
+                 (static_cast<unsigned char>(in[i + 1]) << 8) |
+                 static_cast<unsigned char>(in[i + 2]);
     out += {t[v >> 18], t[(v >> 12) & 63], t[(v >> 6) & 63], t[v & 63]};
   }
   if (i + 1 == in.size()) {
     unsigned v = static_cast<unsigned char>(in[i]) << 16;
     out += {t[v >> 18], t[(v >> 12) & 63], '=', '='};
   } else if (i + 2 == in.size()) {
-    unsigned v = (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8);
+    unsigned v =
+        (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8);
     out += {t[v >> 18], t[(v >> 12) & 63], t[(v >> 6) & 63], '='};
   }
   return out;
@@ -117,10 +120,12 @@ TEST_F(ApiTest, KubeconfigWithInlineCaAndClientCertificateReachesAServerThatDema
   StartServer(o);
   const std::string kc = dir_ + "/kubeconfig";
   std::ofstream(kc) << "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
-                       "clusters:\n- name: c1\n  cluster:\n    server: " << server_->url()
+                       "clusters:\n- name: c1\n  cluster:\n    server: "
+                    << server_->url()
                     << "/\n    certificate-authority-data: " << Base64(Slurp(pki_.ca_cert))
                     << "\nusers:\n- name: u1\n  user:\n    token: test-token\n"
-                       "    client-certificate-data: " << Base64(Slurp(pki_.client_cert))
+                       "    client-certificate-data: "
+                    << Base64(Slurp(pki_.client_cert))
                     << "\n    client-key: client.key\n"
                        "contexts:\n- name: test\n  context:\n    cluster: c1\n    user: u1\n";
   Result<ClusterAccess> a = LoadKubeconfig(kc);
@@ -182,18 +187,19 @@ TEST_F(ApiTest, PatchMergesLabelsAndBumpsTheResourceVersion) {
   StartServer();
   Client client(Access());
   const std::string before = (*client.Get(kNodePath))["metadata"]["resourceVersion"];
-  Result<nlohmann::json> merged = client.Patch(
-      kNodePath, {{"metadata", {{"labels", {{"nvidia.com/gpu.product", "H100"}}}}}},
-      PatchType::kMerge);
+  Result<nlohmann::json> merged =
+      client.Patch(kNodePath, {{"metadata", {{"labels", {{"nvidia.com/gpu.product", "H100"}}}}}},
+                   PatchType::kMerge);
   ASSERT_TRUE(merged.ok()) << merged.status().message();
   EXPECT_EQ((*merged)["metadata"]["labels"]["nvidia.com/gpu.product"], "H100");
   EXPECT_EQ((*merged)["metadata"]["labels"]["kubernetes.io/os"], "linux");
   EXPECT_NE((*merged)["metadata"]["resourceVersion"], before);
-  Result<nlohmann::json> smp = client.Patch(
-      kNodePath, {{"metadata", {{"labels", {{"nvidia.com/gpu.product", nullptr}}}}}},
-      PatchType::kStrategicMerge);
+  Result<nlohmann::json> smp =
+      client.Patch(kNodePath, {{"metadata", {{"labels", {{"nvidia.com/gpu.product", nullptr}}}}}},
+                   PatchType::kStrategicMerge);
   ASSERT_TRUE(smp.ok()) << smp.status().message();
-  EXPECT_FALSE((*server_->Object(kNodePath))["metadata"]["labels"].contains("nvidia.com/gpu.product"));
+  EXPECT_FALSE(
+      (*server_->Object(kNodePath))["metadata"]["labels"].contains("nvidia.com/gpu.product"));
   const auto reqs = server_->requests();
   EXPECT_EQ(reqs.back().content_type, "application/strategic-merge-patch+json");
   EXPECT_EQ(reqs.back().method, "PATCH");
@@ -271,7 +277,8 @@ TEST_F(WatchTest, DeliversTheObjectThenEveryChange) {
   for (const auto& r : server_->requests()) {
     if (r.query.find("watch=1") != std::string::npos) {
       found = true;
-      EXPECT_NE(r.query.find("fieldSelector=metadata.name%3Dgpu-node-1"), std::string::npos) << r.query;
+      EXPECT_NE(r.query.find("fieldSelector=metadata.name%3Dgpu-node-1"), std::string::npos)
+          << r.query;
       EXPECT_NE(r.query.find("resourceVersion="), std::string::npos) << r.query;
     }
   }

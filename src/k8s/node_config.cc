@@ -28,9 +28,9 @@ Result<ConfigChoice> SelectConfig(const std::optional<nlohmann::json>& node,
       choice.from_label = true;
     }
   }
-  const std::string why = choice.from_label
-                              ? "label " + o.label + "=" + choice.name + " on node " + o.node_name
-                              : "default config of node " + o.node_name + " (no " + o.label + " label)";
+  const std::string why =
+      choice.from_label ? "label " + o.label + "=" + choice.name + " on node " + o.node_name
+                        : "default config of node " + o.node_name + " (no " + o.label + " label)";
   if (!configmap) {
     return Status(ErrorCode::kNotFound, "configmap " + cm_name + " not found (" + why + ")");
   }
@@ -42,9 +42,9 @@ Result<ConfigChoice> SelectConfig(const std::optional<nlohmann::json>& node,
         available += (available.empty() ? "" : ", ") + it.key();
       }
     }
-    return Status(ErrorCode::kNotFound, "configmap " + cm_name + " has no config \"" + choice.name +
-                                            "\" (" + why + "); available: " +
-                                            (available.empty() ? "none" : available));
+    return Status(ErrorCode::kNotFound,
+                  "configmap " + cm_name + " has no config \"" + choice.name + "\" (" + why +
+                      "); available: " + (available.empty() ? "none" : available));
   }
   choice.content = data[choice.name].get<std::string>();
   Result<config::Config> parsed =
@@ -98,9 +98,8 @@ Result<ConfigChoice> NodeConfigSync::SyncOnce() {
   Result<nlohmann::json> cm =
       client_.Get(ConfigMapRef(options_.configmap_namespace, options_.configmap_name).ObjectPath());
   if (!cm.ok() && cm.status().code() != ErrorCode::kNotFound) return cm.status();
-  Result<ConfigChoice> choice =
-      SelectConfig(node.ok() ? std::optional(*node) : std::nullopt,
-                   cm.ok() ? std::optional(*cm) : std::nullopt, options_);
+  Result<ConfigChoice> choice = SelectConfig(node.ok() ? std::optional(*node) : std::nullopt,
+                                             cm.ok() ? std::optional(*cm) : std::nullopt, options_);
   if (!choice.ok()) return choice;
   Result<bool> wrote = WriteFileIfChanged(options_.output_path, choice->content);
   if (!wrote.ok()) return wrote.status();

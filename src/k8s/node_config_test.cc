@@ -1,6 +1,8 @@
 // Per-node config selection through the fake API server: the node label picks a named config
 // from the ConfigMap, changes to the label or the ConfigMap switch the file, a broken watch
 // recovers, and choices that cannot be honoured leave the file as it is.
+#include "k8s/node_config.h"
+
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -10,7 +12,6 @@
 #include <thread>
 
 #include "apiserver/fake_apiserver.h"
-#include "k8s/node_config.h"
 
 namespace gpulet::k8s {
 namespace {
@@ -77,7 +78,8 @@ TEST(SelectConfig, UnknownNameListsTheAvailableConfigs) {
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), ErrorCode::kNotFound);
   EXPECT_NE(c.status().message().find("no config \"nope\""), std::string::npos);
-  EXPECT_NE(c.status().message().find("label nvidia.com/device-plugin.config=nope"), std::string::npos);
+  EXPECT_NE(c.status().message().find("label nvidia.com/device-plugin.config=nope"),
+            std::string::npos);
   EXPECT_NE(c.status().message().find("available: default, mps, time-slicing"), std::string::npos)
       << c.status().message();
   EXPECT_EQ(SelectConfig(NodeWithLabel("mps"), std::nullopt, Options("/x")).status().code(),
@@ -86,8 +88,9 @@ TEST(SelectConfig, UnknownNameListsTheAvailableConfigs) {
 
 TEST(SelectConfig, InvalidConfigNamesTheConfigMapKeyLineAndField) {
   nlohmann::json cm = Recorded("configmap.json");
-  cm["data"]["bad"] = "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
-                      "      - name: nvidia.com/gpu\n        replicas: 1\n";
+  cm["data"]["bad"] =
+      "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+      "      - name: nvidia.com/gpu\n        replicas: 1\n";
   Result<ConfigChoice> c = SelectConfig(NodeWithLabel("bad"), cm, Options("/unused"));
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), ErrorCode::kInvalidInput);
@@ -202,7 +205,8 @@ TEST_F(SyncTest, ConfigMapChangeSwitchesTheFile) {
   StartSync();
   ASSERT_TRUE(WaitForFile(Config("mps")));
   const std::string updated =
-      "version: v1\nsharing:\n  mps:\n    resources:\n      - name: nvidia.com/gpu\n        replicas: 8\n";
+      "version: v1\nsharing:\n  mps:\n    resources:\n      - name: nvidia.com/gpu\n        "
+      "replicas: 8\n";
   SetConfig("mps", updated);
   ASSERT_TRUE(WaitForFile(updated));
   // A change to another config does not rewrite this node's file.
@@ -223,9 +227,9 @@ TEST_F(SyncTest, BrokenWatchRecoversAndCatchesTheChangeMadeMeanwhile) {
   server_->BreakWatches();
   SetLabel("mps");
   ASSERT_TRUE(WaitForFile(Config("mps")));
-  EXPECT_GE(sync_->node_watcher().stats().reconnects.load() +
-                sync_->node_watcher().stats().gone.load(),
-            2u);
+  EXPECT_GE(
+      sync_->node_watcher().stats().reconnects.load() + sync_->node_watcher().stats().gone.load(),
+      2u);
 }
 
 TEST_F(SyncTest, UnknownOrInvalidChoiceKeepsTheCurrentFile) {

@@ -112,7 +112,8 @@ void ObjectWatcher::Run(StopSignal& stop, const OnChange& on_change) {
       case WatchEnd::kStopped:
         return;
       case WatchEnd::kClosed:
-        spdlog::debug("event=k8s_watch_closed object={} resource_version={}", what, resource_version());
+        spdlog::debug("event=k8s_watch_closed object={} resource_version={}", what,
+                      resource_version());
         break;
       case WatchEnd::kGone:
         ++stats_.gone;
@@ -122,8 +123,9 @@ void ObjectWatcher::Run(StopSignal& stop, const OnChange& on_change) {
         break;
       case WatchEnd::kBroken:
       case WatchEnd::kFailed:
-        spdlog::warn("event=k8s_watch_broken object={} resource_version={} retry_ms={} error=\"{}\"",
-                     what, resource_version(), backoff.count(), r.error.message());
+        spdlog::warn(
+            "event=k8s_watch_broken object={} resource_version={} retry_ms={} error=\"{}\"", what,
+            resource_version(), backoff.count(), r.error.message());
         if (fail_wait()) return;
         break;
     }

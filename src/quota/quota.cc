@@ -14,7 +14,8 @@ int LineOf(const YAML::Node& n) { return n.IsDefined() ? n.Mark().line + 1 : 0; 
 
 Status InvalidAt(const std::string& file, int line, const std::string& field,
                  const std::string& problem) {
-  return {ErrorCode::kInvalidInput, file + ":" + std::to_string(line) + ": " + field + ": " + problem};
+  return {ErrorCode::kInvalidInput,
+          file + ":" + std::to_string(line) + ": " + field + ": " + problem};
 }
 
 Result<int> Count(const YAML::Node& n, const std::string& file, const std::string& field) {
@@ -57,7 +58,8 @@ Result<TenantsFile> ParseTenants(const std::string& text, const std::string& pat
   } catch (const YAML::Exception& e) {
     return InvalidAt(path, e.mark.line + 1, "(document)", e.msg);
   }
-  if (!root.IsMap()) return InvalidAt(path, LineOf(root), "(document)", "must be a mapping with tenants:");
+  if (!root.IsMap())
+    return InvalidAt(path, LineOf(root), "(document)", "must be a mapping with tenants:");
   for (const auto& kv : root) {
     if (kv.first.Scalar() != "tenants") {
       return InvalidAt(path, LineOf(kv.first), kv.first.Scalar(), "unknown key (want tenants)");
@@ -80,11 +82,13 @@ Result<TenantsFile> ParseTenants(const std::string& text, const std::string& pat
       const std::string field = base + "." + key;
       t.field_lines[key] = LineOf(kv.second);
       if (key == "namespace") {
-        if (!kv.second.IsScalar()) return InvalidAt(path, LineOf(kv.second), field, "must be a string");
+        if (!kv.second.IsScalar())
+          return InvalidAt(path, LineOf(kv.second), field, "must be a string");
         t.namespace_name = kv.second.Scalar();
         if (!std::regex_match(t.namespace_name, kDnsLabel)) {
-          return InvalidAt(path, LineOf(kv.second), field,
-                           "\"" + t.namespace_name + "\" is not a valid namespace name (DNS-1123 label)");
+          return InvalidAt(
+              path, LineOf(kv.second), field,
+              "\"" + t.namespace_name + "\" is not a valid namespace name (DNS-1123 label)");
         }
       } else if (key == "gpus" || key == "sharedGpus" || key == "maxPerContainer") {
         Result<int> n = Count(kv.second, path, field);
@@ -144,8 +148,10 @@ Status AddInventory(FleetCapacity& fleet, const std::string& text, const std::st
     const YAML::Node g = gpus[i];
     const std::string base = "gpus[" + std::to_string(i) + "]";
     const YAML::Node enabled = g["mig_enabled"];
-    if (!enabled || !enabled.IsScalar() || (enabled.Scalar() != "true" && enabled.Scalar() != "false")) {
-      return InvalidAt(path, LineOf(enabled ? enabled : g), base + ".mig_enabled", "missing or not a boolean");
+    if (!enabled || !enabled.IsScalar() ||
+        (enabled.Scalar() != "true" && enabled.Scalar() != "false")) {
+      return InvalidAt(path, LineOf(enabled ? enabled : g), base + ".mig_enabled",
+                       "missing or not a boolean");
     }
     if (enabled.Scalar() == "false") {
       ++fleet.whole_gpus;
@@ -153,7 +159,8 @@ Status AddInventory(FleetCapacity& fleet, const std::string& text, const std::st
     }
     const YAML::Node migs = g["mig_devices"];
     if (!migs || !migs.IsSequence()) {
-      return InvalidAt(path, LineOf(migs ? migs : g), base + ".mig_devices", "missing or not a list");
+      return InvalidAt(path, LineOf(migs ? migs : g), base + ".mig_devices",
+                       "missing or not a list");
     }
     for (size_t j = 0; j < migs.size(); ++j) {
       const YAML::Node p = migs[j]["profile"];
@@ -179,7 +186,8 @@ Result<CheckReport> CheckAgainstFleet(const TenantsFile& tf, const FleetCapacity
   CheckReport report;
   auto over = [&](int line, const std::string& field, const std::string& problem) -> Status {
     if (options.allow_overcommit) {
-      report.warnings.push_back(tf.path + ":" + std::to_string(line) + ": " + field + ": " + problem);
+      report.warnings.push_back(tf.path + ":" + std::to_string(line) + ": " + field + ": " +
+                                problem);
       return {};
     }
     return InvalidAt(tf.path, line, field, problem + " (--allow-overcommit to accept)");
@@ -236,14 +244,16 @@ Result<CheckReport> CheckAgainstFleet(const TenantsFile& tf, const FleetCapacity
 
 std::string RenderManifests(const TenantsFile& tf) {
   std::ostringstream out;
-  out << "# Rendered by `gpulet quota --tenants " << tf.path << "`. Quota first: a namespace\n"
+  out << "# Rendered by `gpulet quota --tenants " << tf.path
+      << "`. Quota first: a namespace\n"
          "# without a quota line for a GPU resource may request any number of it.\n";
   for (const Tenant& t : tf.tenants) {
     std::vector<std::pair<std::string, int>> resources = {{"nvidia.com/gpu", t.gpus},
                                                           {"nvidia.com/gpu.shared", t.shared_gpus}};
     for (const auto& [profile, n] : t.mig) resources.emplace_back(MigResourceName(profile), n);
     out << "---\napiVersion: v1\nkind: ResourceQuota\nmetadata:\n  name: gpu-quota\n"
-        << "  namespace: " << t.namespace_name << "\n  labels:\n    app.kubernetes.io/managed-by: gpulet\n"
+        << "  namespace: " << t.namespace_name
+        << "\n  labels:\n    app.kubernetes.io/managed-by: gpulet\n"
         << "spec:\n  hard:\n";
     // Extended resources are quota'd on requests only; a 0 line forbids the resource.
     for (const auto& [name, n] : resources) out << "    requests." << name << ": \"" << n << "\"\n";
@@ -253,7 +263,8 @@ std::string RenderManifests(const TenantsFile& tf) {
           << "\n  labels:\n    app.kubernetes.io/managed-by: gpulet\nspec:\n  limits:\n"
           << "    - type: Container\n      max:\n";
       for (const auto& [name, n] : resources) {
-        if (n > 0) out << "        " << name << ": \"" << std::min(n, t.max_per_container) << "\"\n";
+        if (n > 0)
+          out << "        " << name << ": \"" << std::min(n, t.max_per_container) << "\"\n";
       }
     }
   }

@@ -24,9 +24,9 @@ struct Tenant {
   std::string namespace_name;
   int gpus = 0;
   int shared_gpus = 0;
-  std::map<std::string, int> mig;  // profile as in the inventory ("1g.10gb", "1g.10gb+me")
-  int max_per_container = 0;       // 0: no LimitRange max
-  int line = 0;                    // of the entry, for errors
+  std::map<std::string, int> mig;          // profile as in the inventory ("1g.10gb", "1g.10gb+me")
+  int max_per_container = 0;               // 0: no LimitRange max
+  int line = 0;                            // of the entry, for errors
   std::map<std::string, int> field_lines;  // "gpus", "sharedGpus", "mig.<profile>" → line
 };
 
@@ -41,12 +41,13 @@ Result<TenantsFile> LoadTenants(const std::string& path);
 
 // What a fleet can grant, summed over its inventory files.
 struct FleetCapacity {
-  int whole_gpus = 0;                     // GPUs without MIG
-  std::map<std::string, int> mig;         // profile → MIG devices
-  std::vector<std::string> sources;       // files read
+  int whole_gpus = 0;                // GPUs without MIG
+  std::map<std::string, int> mig;    // profile → MIG devices
+  std::vector<std::string> sources;  // files read
 };
 
-// Adds one `gpulet info --output json` file. kInvalidInput "FILE:LINE: gpus[2].mig_devices[0].profile: …".
+// Adds one `gpulet info --output json` file. kInvalidInput "FILE:LINE:
+// gpus[2].mig_devices[0].profile: …".
 Status AddInventory(FleetCapacity& fleet, const std::string& json_text, const std::string& path);
 Status LoadInventory(FleetCapacity& fleet, const std::string& path);
 

@@ -59,22 +59,29 @@ TEST_P(BadTenantsTest, IsRejectedWithFileLineField) {
   Result<TenantsFile> tf = ParseTenants(GetParam().yaml, "t.yaml");
   ASSERT_FALSE(tf.ok());
   EXPECT_EQ(tf.status().code(), ErrorCode::kInvalidInput);
-  EXPECT_NE(tf.status().message().find(GetParam().error), std::string::npos) << tf.status().message();
+  EXPECT_NE(tf.status().message().find(GetParam().error), std::string::npos)
+      << tf.status().message();
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, BadTenantsTest,
-    ::testing::Values(
-        BadTenants{"tenants: []\n", "t.yaml:1: tenants: must be a non-empty list"},
-        BadTenants{"tenant:\n  - namespace: a\n", "t.yaml:1: tenant: unknown key"},
-        BadTenants{"tenants:\n  - namespace: a\n    gpus: -1\n", "t.yaml:3: tenants[0].gpus: must be an integer >= 0"},
-        BadTenants{"tenants:\n  - namespace: a\n    gpus: \"2\"\n", "t.yaml:3: tenants[0].gpus: must be an integer"},
-        BadTenants{"tenants:\n  - namespace: Team_A\n", "t.yaml:2: tenants[0].namespace: \"Team_A\" is not a valid"},
-        BadTenants{"tenants:\n  - gpus: 1\n", "t.yaml:2: tenants[0].namespace: missing"},
-        BadTenants{"tenants:\n  - namespace: a\n  - namespace: a\n", "t.yaml:3: tenants[1].namespace: \"a\" is listed twice"},
-        BadTenants{"tenants:\n  - namespace: a\n    mig:\n      big: 1\n", "t.yaml:4: tenants[0].mig.big: not a MIG profile"},
-        BadTenants{"tenants:\n  - namespace: a\n    gpu: 1\n", "t.yaml:3: tenants[0].gpu: unknown key"},
-        BadTenants{"tenants:\n  - namespace: a\n    gpus: [1\n", "t.yaml:"}));
+    ::testing::Values(BadTenants{"tenants: []\n", "t.yaml:1: tenants: must be a non-empty list"},
+                      BadTenants{"tenant:\n  - namespace: a\n", "t.yaml:1: tenant: unknown key"},
+                      BadTenants{"tenants:\n  - namespace: a\n    gpus: -1\n",
+                                 "t.yaml:3: tenants[0].gpus: must be an integer >= 0"},
+                      BadTenants{"tenants:\n  - namespace: a\n    gpus: \"2\"\n",
+                                 "t.yaml:3: tenants[0].gpus: must be an integer"},
+                      BadTenants{"tenants:\n  - namespace: Team_A\n",
+                                 "t.yaml:2: tenants[0].namespace: \"Team_A\" is not a valid"},
+                      BadTenants{"tenants:\n  - gpus: 1\n",
+                                 "t.yaml:2: tenants[0].namespace: missing"},
+                      BadTenants{"tenants:\n  - namespace: a\n  - namespace: a\n",
+                                 "t.yaml:3: tenants[1].namespace: \"a\" is listed twice"},
+                      BadTenants{"tenants:\n  - namespace: a\n    mig:\n      big: 1\n",
+                                 "t.yaml:4: tenants[0].mig.big: not a MIG profile"},
+                      BadTenants{"tenants:\n  - namespace: a\n    gpu: 1\n",
+                                 "t.yaml:3: tenants[0].gpu: unknown key"},
+                      BadTenants{"tenants:\n  - namespace: a\n    gpus: [1\n", "t.yaml:"}));
 
 TEST(Check, ExampleFitsTheExampleFleetExactly) {
   Result<TenantsFile> tf = LoadTenants(kExamples + "tenants.yaml");
@@ -89,7 +96,8 @@ TEST(Check, ExampleFitsTheExampleFleetExactly) {
 TEST(Check, OverSubscribedWholeGpusNameTheSumsAndTheFleet) {
   Result<TenantsFile> tf = ParseTenants(
       "tenants:\n  - namespace: a\n    gpus: 8\n  - namespace: b\n    gpus: 2\n"
-      "    sharedGpus: 5\n", "t.yaml");
+      "    sharedGpus: 5\n",
+      "t.yaml");
   ASSERT_TRUE(tf.ok());
   CheckOptions o;
   o.shared_replicas = 4;
@@ -109,13 +117,15 @@ TEST(Check, OverSubscribedWholeGpusNameTheSumsAndTheFleet) {
 TEST(Check, MigProfilesAreCheckedPerProfile) {
   Result<TenantsFile> tf = ParseTenants(
       "tenants:\n  - namespace: a\n    mig:\n      1g.5gb: 20\n  - namespace: b\n    mig:\n"
-      "      1g.5gb: 9\n", "t.yaml");
+      "      1g.5gb: 9\n",
+      "t.yaml");
   ASSERT_TRUE(tf.ok());
   Result<CheckReport> r = CheckAgainstFleet(*tf, ExampleFleet(), {});
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("t.yaml:4: tenants[*].mig.1g.5gb: requests.nvidia.com/mig-1g.5gb "
-                                      "sums to 29, the fleet has 28"),
-            std::string::npos)
+  EXPECT_NE(
+      r.status().message().find("t.yaml:4: tenants[*].mig.1g.5gb: requests.nvidia.com/mig-1g.5gb "
+                                "sums to 29, the fleet has 28"),
+      std::string::npos)
       << r.status().message();
   tf = ParseTenants("tenants:\n  - namespace: a\n    mig:\n      7g.80gb: 1\n", "t.yaml");
   r = CheckAgainstFleet(*tf, ExampleFleet(), {});
@@ -127,7 +137,8 @@ TEST(Check, MigProfilesAreCheckedPerProfile) {
 }
 
 TEST(Check, SharedGpusWithoutReplicasAreAWarningNotASilentPass) {
-  Result<TenantsFile> tf = ParseTenants("tenants:\n  - namespace: a\n    sharedGpus: 100\n", "t.yaml");
+  Result<TenantsFile> tf =
+      ParseTenants("tenants:\n  - namespace: a\n    sharedGpus: 100\n", "t.yaml");
   Result<CheckReport> r = CheckAgainstFleet(*tf, ExampleFleet(), {});
   ASSERT_TRUE(r.ok());
   ASSERT_EQ(r->warnings.size(), 1u);

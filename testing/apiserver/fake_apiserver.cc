@@ -24,9 +24,14 @@ Status RunOpenssl(const std::string& args) {
 }
 
 nlohmann::json StatusBody(int code, const std::string& reason, const std::string& message) {
-  return {{"kind", "Status"},     {"apiVersion", "v1"}, {"metadata", nlohmann::json::object()},
-          {"status", "Failure"},  {"message", message}, {"reason", reason},
+  return {{"kind", "Status"},    {"apiVersion", "v1"}, {"metadata", nlohmann::json::object()},
+          {"status", "Failure"}, {"message", message}, {"reason", reason},
           {"code", code}};
+}
+
+void Fail(httplib::Response& res, int code, const std::string& reason, const std::string& message) {
+  res.status = code;
+  res.set_content(StatusBody(code, reason, message).dump(), "application/json");
 }
 
 std::string SelectedName(const httplib::Request& req) {
@@ -118,14 +123,14 @@ struct FakeApiServer::State {
   bool Authorized(const httplib::Request& req, httplib::Response& res) {
     {
       std::lock_guard<std::mutex> lock(mu);
-      requests.push_back({req.method, req.path, req.target.find('?') == std::string::npos
-                                                    ? ""
-                                                    : req.target.substr(req.target.find('?') + 1),
+      requests.push_back({req.method, req.path,
+                          req.target.find('?') == std::string::npos
+                              ? ""
+                              : req.target.substr(req.target.find('?') + 1),
                           req.get_header_value("Content-Type")});
     }
     if (req.get_header_value("Authorization") == "Bearer " + options.token) return true;
-    res.status = 401;
-    res.set_content(StatusBody(401, "Unauthorized", "Unauthorized").dump(), "application/json");
+    Fail(res, 401, "Unauthorized", "Unauthorized");
     return false;
   }
 
@@ -140,9 +145,7 @@ struct FakeApiServer::State {
     std::lock_guard<std::mutex> lock(mu);
     auto it = objects.find(req.path);
     if (it == objects.end()) {
-      res.status = 404;
-      res.set_content(StatusBody(404, "NotFound", "\"" + req.path + "\" not found").dump(),
-                      "application/json");
+      Fail(res, 404, "NotFound", "\"" + req.path + "\" not found");
       return;
     }
     res.set_content(it->second.dump(), "application/json");
@@ -153,16 +156,13 @@ struct FakeApiServer::State {
     const std::string ct = req.get_header_value("Content-Type");
     nlohmann::json patch = nlohmann::json::parse(req.body, nullptr, false);
     if (patch.is_discarded()) {
-      res.status = 400;
-      res.set_content(StatusBody(400, "BadRequest", "body is not JSON").dump(), "application/json");
+      Fail(res, 400, "BadRequest", "body is not JSON");
       return;
     }
     std::lock_guard<std::mutex> lock(mu);
     auto it = objects.find(req.path);
     if (it == objects.end()) {
-      res.status = 404;
-      res.set_content(StatusBody(404, "NotFound", "\"" + req.path + "\" not found").dump(),
-                      "application/json");
+      Fail(res, 404, "NotFound", "\"" + req.path + "\" not found");
       return;
     }
     nlohmann::json updated = it->second;
@@ -173,14 +173,11 @@ struct FakeApiServer::State {
       try {
         updated = updated.patch(patch);
       } catch (const nlohmann::json::exception& e) {
-        res.status = 422;
-        res.set_content(StatusBody(422, "Invalid", e.what()).dump(), "application/json");
+        Fail(res, 422, "Invalid", e.what());
         return;
       }
     } else {
-      res.status = 415;
-      res.set_content(StatusBody(415, "UnsupportedMediaType", "unsupported patch type " + ct).dump(),
-                      "application/json");
+      Fail(res, 415, "UnsupportedMediaType", "unsupported patch type " + ct);
       return;
     }
     Record("MODIFIED", req.path, updated);
@@ -198,9 +195,7 @@ struct FakeApiServer::State {
     {
       std::lock_guard<std::mutex> lock(mu);
       if (!initial_added && from < expired_before && gone_as_http) {
-        res.status = 410;
-        res.set_content(StatusBody(410, "Expired", "too old resource version: " + rv_text).dump(),
-                        "application/json");
+        Fail(res, 410, "Expired", "too old resource version: " + rv_text);
         return;
       }
       ++open_watches;
@@ -231,7 +226,8 @@ struct FakeApiServer::State {
               const std::string line =
                   nlohmann::json{{"type", "ERROR"},
                                  {"object", StatusBody(410, "Expired", "too old resource version")}}
-                      .dump() + "\n";
+                      .dump() +
+                  "\n";
               lock.unlock();
               sink.write(line.data(), line.size());
               sink.done();
@@ -325,7 +321,9 @@ FakeApiServer::~FakeApiServer() {
   if (state_->thread.joinable()) state_->thread.join();
 }
 
-std::string FakeApiServer::url() const { return "https://127.0.0.1:" + std::to_string(state_->port); }
+std::string FakeApiServer::url() const {
+  return "https://127.0.0.1:" + std::to_string(state_->port);
+}
 
 uint64_t FakeApiServer::Put(const std::string& object_path, nlohmann::json object) {
   std::lock_guard<std::mutex> lock(state_->mu);

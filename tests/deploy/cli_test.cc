@@ -41,15 +41,17 @@ std::string Slurp(const std::string& path) {
 
 size_t Count(const std::string& haystack, const std::string& needle) {
   size_t n = 0;
-  for (size_t p = haystack.find(needle); p != std::string::npos; p = haystack.find(needle, p + 1)) ++n;
+  for (size_t p = haystack.find(needle); p != std::string::npos; p = haystack.find(needle, p + 1))
+    ++n;
   return n;
 }
 
 TEST(QuotaCommand, RendersTheExampleTenantsCheckedAgainstTheExampleFleet) {
   const std::string ex = kSource + "/deploy/examples/";
-  CommandResult r = RunCommand(GpuletBinary() + " quota --tenants " + ex + "tenants.yaml --inventory " +
-                               ex + "inventory-h100-node.json --inventory " + ex +
-                               "inventory-a100-mig-node.json --shared-replicas 4 2>/dev/null");
+  CommandResult r =
+      RunCommand(GpuletBinary() + " quota --tenants " + ex + "tenants.yaml --inventory " + ex +
+                 "inventory-h100-node.json --inventory " + ex +
+                 "inventory-a100-mig-node.json --shared-replicas 4 2>/dev/null");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(Count(r.output, "kind: ResourceQuota"), 4u);
   EXPECT_EQ(Count(r.output, "kind: LimitRange"), 4u);
@@ -133,8 +135,10 @@ TEST_F(DoctorCommand, BrokenKubeletExitsOneWithTheFix) {
 }
 
 TEST_F(DoctorCommand, NoDriverFailsTheDriverCheck) {
-  CommandResult r = RunCommand(GpuletBinary() + " --nvml-library /nonexistent/libnvidia-ml.so.1 doctor "
-                               "--dev-root " + dir_ + "/dev --device-plugin-path " + dir_ + "/dp");
+  CommandResult r = RunCommand(GpuletBinary() +
+                               " --nvml-library /nonexistent/libnvidia-ml.so.1 doctor "
+                               "--dev-root " +
+                               dir_ + "/dev --device-plugin-path " + dir_ + "/dp");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("[FAIL] driver"), std::string::npos) << r.output;
 }
@@ -152,13 +156,16 @@ class ConfigSyncCommand : public ::testing::Test {
     server_->Put(kCm, *LoadRecorded("configmap.json"));
     std::ofstream(dir_ + "/kubeconfig")
         << "apiVersion: v1\nkind: Config\ncurrent-context: t\nclusters:\n- name: c\n  cluster:\n"
-           "    server: " << server_->url() << "\n    certificate-authority: ca.crt\n"
+           "    server: "
+        << server_->url() << "\n    certificate-authority: ca.crt\n"
         << "users:\n- name: u\n  user:\n    token: test-token\ncontexts:\n- name: t\n  context:\n"
            "    cluster: c\n    user: u\n";
   }
   std::string Cmd(const std::string& extra) {
-    return GpuletBinary() + " config-sync --kubeconfig " + dir_ + "/kubeconfig --node-name gpu-node-1 "
-           "--configmap gpulet-system/gpulet-config --output " + dir_ + "/config.yaml " + extra;
+    return GpuletBinary() + " config-sync --kubeconfig " + dir_ +
+           "/kubeconfig --node-name gpu-node-1 "
+           "--configmap gpulet-system/gpulet-config --output " +
+           dir_ + "/config.yaml " + extra;
   }
   void SetLabel(const std::string& v) {
     nlohmann::json n = *server_->Object(kNode);

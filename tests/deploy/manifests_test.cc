@@ -27,8 +27,8 @@ std::string Kubectl() {
 
 std::vector<YAML::Node> Render(const std::string& overlay) {
   // stderr dropped: newer kustomize warns about the v2-compatible fields the overlays use.
-  CommandResult r =
-      RunCommand(Kubectl() + " kustomize " + kSource + "/deploy/overlays/" + overlay + " 2>/dev/null");
+  CommandResult r = RunCommand(Kubectl() + " kustomize " + kSource + "/deploy/overlays/" + overlay +
+                               " 2>/dev/null");
   EXPECT_EQ(r.exit_code, 0) << "kubectl kustomize deploy/overlays/" << overlay << ":\n" << r.output;
   if (r.exit_code != 0) return {};
   return YAML::LoadAll(r.output);
@@ -123,7 +123,8 @@ TEST_P(OverlayTest, RendersALeastPrivilegeDaemonSetOnGpuNodesOnly) {
   // Host paths, each mounted into the node container where gpulet expects it.
   std::map<std::string, std::string> host_path_of_volume;
   for (const YAML::Node& v : pod["volumes"]) {
-    if (v["hostPath"]) host_path_of_volume[v["name"].as<std::string>()] = v["hostPath"]["path"].as<std::string>();
+    if (v["hostPath"])
+      host_path_of_volume[v["name"].as<std::string>()] = v["hostPath"]["path"].as<std::string>();
   }
   std::map<std::string, std::pair<std::string, bool>> mounted;  // host path -> (mountPath, ro)
   for (const YAML::Node& m : node["volumeMounts"]) {
@@ -197,7 +198,8 @@ TEST_P(OverlayTest, MetricsServiceMonitorAndRulesSelectTheDaemonSet) {
   ASSERT_TRUE(svc && sm && ds);
   const YAML::Node pod_labels = ds["spec"]["template"]["metadata"]["labels"];
   for (const auto& kv : svc["spec"]["selector"]) {
-    EXPECT_EQ(pod_labels[kv.first.as<std::string>()].as<std::string>(), kv.second.as<std::string>());
+    EXPECT_EQ(pod_labels[kv.first.as<std::string>()].as<std::string>(),
+              kv.second.as<std::string>());
   }
   EXPECT_EQ(Named(svc["spec"]["ports"], "metrics")["port"].as<int>(), 9400);
   for (const auto& kv : sm["spec"]["selector"]["matchLabels"]) {
@@ -234,7 +236,8 @@ TEST(ConfigMap, EveryNamedConfigParsesAsANvidiaV1Config) {
   ASSERT_GE(cm["data"].size(), 4u);
   for (const auto& kv : cm["data"]) {
     const std::string name = kv.first.as<std::string>();
-    Result<config::Config> c = config::ParseConfig(kv.second.as<std::string>(), "configmap:" + name);
+    Result<config::Config> c =
+        config::ParseConfig(kv.second.as<std::string>(), "configmap:" + name);
     EXPECT_TRUE(c.ok()) << name << ": " << c.status().message();
   }
 }
