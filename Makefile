@@ -18,9 +18,12 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: deps build build-san demo test test-unit test-sanitize bench clean format
 
-# Installs only what is missing, so a second run costs one dpkg query.
+# Installs only what is missing, so a second run costs one dpkg query. kubectl may already come
+# from another package (e.g. a cloud SDK's); any kubectl renders the manifests.
 deps:
-	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	@missing=$$(for p in $(DEB_PACKAGES); do \
+	  case $$p in kubernetes-client) command -v kubectl >/dev/null 2>&1 && continue;; esac; \
+	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages: $$missing"; \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
