@@ -25,6 +25,9 @@ struct ExporterFlags {
   std::string web_config_file;
   int http_threads = 4;
   std::string hostname;
+  std::string slurm_node;
+  std::string scontrol = "scontrol";
+  int64_t slurm_refresh_ms = 10000;
 };
 
 // Serves until SIGINT/SIGTERM; SIGHUP or a change of the counters file reloads it.
@@ -53,6 +56,9 @@ int Serve(const GlobalOptions& global, const ExporterFlags& f) {
   opts.pod_resources.refresh = std::chrono::milliseconds(f.pod_refresh_ms);
   opts.series_per_pod = !f.one_series_per_gpu;
   opts.hostname = f.hostname;
+  opts.slurm_node = f.slurm_node;
+  opts.scontrol = f.scontrol;
+  opts.slurm_refresh = std::chrono::milliseconds(f.slurm_refresh_ms);
   auto exporter = metrics::Exporter::Create(node->nvml, std::move(inventory).value(), opts);
   if (!exporter.ok()) return ReportError(exporter.status());
   if (Status s = (*exporter)->Start(); !s.ok()) return ReportError(s);
@@ -116,6 +122,18 @@ void RegisterExporter(CLI::App& app, GlobalOptions& global, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--hostname", f->hostname, "Value of the Hostname label (default: the host name)")
       ->envname("GPULET_EXPORTER_HOSTNAME");
+  cmd->add_option("--slurm-node", f->slurm_node,
+                  "Slurm node name of this host: label series with the Slurm job(s) holding each "
+                  "GPU (hpc_job), from scontrol")
+      ->envname("GPULET_SLURM_NODE");
+  cmd->add_option("--scontrol", f->scontrol, "scontrol binary for --slurm-node")
+      ->envname("GPULET_SCONTROL")
+      ->capture_default_str();
+  cmd->add_option("--slurm-refresh-interval", f->slurm_refresh_ms,
+                  "How often to re-read Slurm jobs, in milliseconds")
+      ->envname("GPULET_SLURM_REFRESH_INTERVAL")
+      ->check(CLI::Range(int64_t{100}, int64_t{3600000}))
+      ->capture_default_str();
   cmd->callback([&global, &exit_code, f] { exit_code = Serve(global, *f); });
 }
 

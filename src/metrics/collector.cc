@@ -19,6 +19,13 @@ void Publisher::SetPods(PodMap pods) {
   if (snapshot_) RenderLocked();
 }
 
+void Publisher::SetJobs(JobMap jobs) {
+  std::lock_guard lock(render_mu_);
+  if (jobs == jobs_) return;
+  jobs_ = std::move(jobs);
+  if (snapshot_) RenderLocked();
+}
+
 std::shared_ptr<const Rendered> Publisher::Current() const {
   std::lock_guard lock(current_mu_);
   return current_;
@@ -26,8 +33,8 @@ std::shared_ptr<const Rendered> Publisher::Current() const {
 
 void Publisher::RenderLocked() {
   auto r = std::make_shared<Rendered>();
-  r->text = Render(*snapshot_, pods_, {Format::kText004, series_per_pod_});
-  r->openmetrics = Render(*snapshot_, pods_, {Format::kOpenMetrics, series_per_pod_});
+  r->text = Render(*snapshot_, pods_, {Format::kText004, series_per_pod_}, &jobs_);
+  r->openmetrics = Render(*snapshot_, pods_, {Format::kOpenMetrics, series_per_pod_}, &jobs_);
   r->collected_at_ms = snapshot_->collected_at_ms;
   size_t series = 0;
   bool line_start = true;
@@ -88,6 +95,7 @@ void Collector::CollectOnce() {
     counters = counters_;
   }
   auto snapshot = std::make_shared<const Snapshot>(sampler_.Sample(std::move(counters)));
+  if (before_publish_) before_publish_();
   publisher_.SetSnapshot(std::move(snapshot));
   collections_.fetch_add(1);
 }

@@ -40,6 +40,8 @@ class Publisher {
   void SetSnapshot(std::shared_ptr<const Snapshot> snapshot);
   // Re-renders only when the map differs from the current one.
   void SetPods(PodMap pods);
+  // Slurm jobs per GPU (hpc_job); re-renders only on a change.
+  void SetJobs(JobMap jobs);
   // Null until the first snapshot.
   std::shared_ptr<const Rendered> Current() const;
 
@@ -50,6 +52,7 @@ class Publisher {
   std::mutex render_mu_;  // serialises renderings; guards snapshot_ and pods_
   std::shared_ptr<const Snapshot> snapshot_;
   PodMap pods_;
+  JobMap jobs_;
   uint64_t generation_ = 0;
   mutable std::mutex current_mu_;
   std::shared_ptr<const Rendered> current_;
@@ -72,6 +75,8 @@ class Collector {
   // Collect now instead of at the next tick (an XID arrived, counters changed).
   void Wake();
   uint64_t collections() const { return collections_.load(); }
+  // Called on the collector thread before each snapshot is published (set before Start).
+  void SetBeforePublish(std::function<void()> hook) { before_publish_ = std::move(hook); }
 
  private:
   void CollectOnce();
@@ -86,6 +91,7 @@ class Collector {
   bool wake_ = false;
   bool stop_ = false;
   std::atomic<uint64_t> collections_{0};
+  std::function<void()> before_publish_;
   std::thread thread_;
 };
 

@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include "slurm/jobs.h"
+
 namespace gpulet::metrics {
 namespace {
 
@@ -61,6 +63,15 @@ Status Exporter::Start() {
     pods_ = std::make_unique<PodResourcesWatcher>(
         inventory_, options_.pod_resources, [this](PodMap m) { publisher_.SetPods(std::move(m)); });
   }
+  if (!options_.slurm_node.empty()) {
+    slurm::JobMapperOptions jo;
+    jo.node_name = options_.slurm_node;
+    jo.refresh = options_.slurm_refresh;
+    jo.scontrol = options_.scontrol;
+    jobs_ = slurm::JobMapper::ForNode(inventory_, jo);
+    jobs_->Start();
+    collector_->SetBeforePublish([this] { publisher_.SetJobs(jobs_->JobsByGpu()); });
+  }
   // Pods first, so the first rendering already carries their labels.
   if (pods_) pods_->Start();
   collector_->Start();
@@ -84,6 +95,7 @@ void Exporter::Stop() {
   if (xid_watcher_) xid_watcher_->Stop();
   if (pods_) pods_->Stop();
   if (collector_) collector_->Stop();
+  if (jobs_) jobs_->Stop();
 }
 
 bool Exporter::CountersFileChanged() const {

@@ -15,6 +15,10 @@
 #include "metrics/http_server.h"
 #include "metrics/pod_resources.h"
 
+namespace gpulet::slurm {
+class JobMapper;
+}
+
 namespace gpulet::metrics {
 
 struct ExporterOptions {
@@ -25,6 +29,10 @@ struct ExporterOptions {
   PodResourcesOptions pod_resources;
   bool series_per_pod = true;
   std::string hostname;  // empty: gethostname()
+  // Slurm: with a node name, `scontrol show job -d -o` is polled and series get `hpc_job`.
+  std::string slurm_node;
+  std::string scontrol = "scontrol";
+  std::chrono::milliseconds slurm_refresh{std::chrono::seconds(10)};
 };
 
 class Exporter {
@@ -70,6 +78,7 @@ class Exporter {
   std::unique_ptr<Collector> collector_;
   std::unique_ptr<XidWatcher> xid_watcher_;
   std::unique_ptr<PodResourcesWatcher> pods_;
+  std::unique_ptr<slurm::JobMapper> jobs_;
   std::unique_ptr<MetricsServer> server_;
 };
 

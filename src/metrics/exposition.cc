@@ -133,7 +133,8 @@ std::string_view XidMessage(int64_t code) {
   return "Unknown Error";
 }
 
-std::string Render(const Snapshot& snapshot, const PodMap& pods, const RenderOptions& options) {
+std::string Render(const Snapshot& snapshot, const PodMap& pods, const RenderOptions& options,
+                   const JobMap* jobs) {
   std::string out;
   if (!snapshot.counters) return out;
   const CounterSet& cs = *snapshot.counters;
@@ -148,6 +149,7 @@ std::string Render(const Snapshot& snapshot, const PodMap& pods, const RenderOpt
   // Per entity: the label text up to (not including) the attributes, and its pods.
   std::vector<std::string> bases(snapshot.entities.size());
   std::vector<const std::vector<PodRef>*> entity_pods(snapshot.entities.size(), nullptr);
+  std::vector<const std::string*> entity_job(snapshot.entities.size(), nullptr);
   for (size_t e = 0; e < snapshot.entities.size(); ++e) {
     const EntitySample& ent = snapshot.entities[e];
     bool first = true;
@@ -158,6 +160,10 @@ std::string Render(const Snapshot& snapshot, const PodMap& pods, const RenderOpt
     }
     auto it = pods.find(ent.key);
     if (it != pods.end() && !it->second.empty()) entity_pods[e] = &it->second;
+    if (jobs != nullptr) {
+      auto j = jobs->find(ent.key.gpu);
+      if (j != jobs->end() && !j->second.empty()) entity_job[e] = &j->second;
+    }
   }
   out.reserve(snapshot.entities.size() * cs.metrics.size() * (bases.empty() ? 0 : bases[0].size() + 64) +
               cs.metrics.size() * 128 + 1024);
@@ -194,6 +200,7 @@ std::string Render(const Snapshot& snapshot, const PodMap& pods, const RenderOpt
           attrs.emplace_back("err_code", std::to_string(code));
           attrs.emplace_back("err_msg", std::string(XidMessage(code)));
         }
+        if (entity_job[e] != nullptr) attrs.emplace_back("hpc_job", *entity_job[e]);
         if (holders != nullptr) {
           if (options.series_per_pod) {
             const PodRef& p = (*holders)[s];

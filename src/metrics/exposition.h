@@ -34,7 +34,12 @@ struct RenderOptions {
   bool series_per_pod = true;
 };
 
-std::string Render(const Snapshot& snapshot, const PodMap& pods, const RenderOptions& options);
+// GPU index → Slurm job id(s) ("12" or "12,15"), rendered as the `hpc_job` attribute (the label
+// dcgm-exporter's HPC job mapping uses).
+using JobMap = std::map<unsigned, std::string>;
+
+std::string Render(const Snapshot& snapshot, const PodMap& pods, const RenderOptions& options,
+                   const JobMap* jobs = nullptr);
 
 // Label value escaping (both formats): backslash, double quote, line feed.
 std::string EscapeLabelValue(std::string_view v);

@@ -135,3 +135,20 @@ TEST(Exposition, MissingValuesLeaveNoSeriesAndNoEmptyFamily) {
 
 }  // namespace
 }  // namespace gpulet::metrics
+
+namespace gpulet::metrics {
+namespace {
+
+TEST(Exposition, SlurmJobsBecomeHpcJobAttribute) {
+  Snapshot s = TwoGpus();
+  JobMap jobs = {{1, "12,15"}};
+  const std::string got = Render(s, {}, {}, &jobs);
+  EXPECT_NE(got.find("DCGM_FI_DRIVER_VERSION=\"550.54.15\",hpc_job=\"12,15\"} 41\n"), std::string::npos) << got;
+  // Attribute order: err_code, err_msg, hpc_job.
+  EXPECT_NE(got.find("err_msg=\"GPU has fallen off the bus\",hpc_job=\"12,15\"} 79\n"), std::string::npos);
+  EXPECT_NE(got.find("device=\"nvidia0\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"node-1\",DCGM_FI_DRIVER_VERSION=\"550.54.15\"} 40\n"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpulet::metrics

@@ -1,6 +1,8 @@
 #include "metrics/http_server.h"
 
 #include <httplib.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
 
@@ -85,6 +87,9 @@ Status MetricsServer::Start() {
   server_->set_socket_options([](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    // Inherited by accepted sockets: headers and body go out in separate writes, and without
+    // it Nagle + the client's delayed ACK add ~40 ms to a scrape.
+    setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof yes);
   });
   const auto headers = web.headers;
   server_->set_pre_routing_handler(
@@ -157,6 +162,10 @@ Status MetricsServer::Start() {
     port_ = port;
   }
   thread_ = std::thread([this] { server_->listen_after_bind(); });
+  // stop() is a no-op until the loop runs; wait for it so an early Stop() cannot be lost.
+  for (int i = 0; i < 5000 && !server_->is_running(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   spdlog::info("event=listening address={} port={} tls={} basic_auth={} threads={}",
                options_.address, port_, tls_, auth_->enabled(), threads);
   return Status::Ok();

@@ -54,12 +54,7 @@ class ExporterProcess : public ::testing::Test {
     argv.push_back("127.0.0.1:" + std::to_string(port_));
     argv.insert(argv.end(), extra.begin(), extra.end());
     ASSERT_TRUE(exporter_.Start(argv, dir_ + "/exporter.log"));
-    int status = 0;
-    ASSERT_TRUE(WaitFor([&] {
-      HttpGet(port_, "/health", &status);
-      return status == 200 || !exporter_.running();
-    })) << exporter_.log();
-    ASSERT_EQ(status, 200) << exporter_.log();
+    ASSERT_TRUE(WaitHealthy(exporter_, port_)) << exporter_.log();
   }
   std::string Metrics() { return HttpGet(port_, "/metrics"); }
 
@@ -218,6 +213,34 @@ TEST_F(ExporterProcess, CountersReloadOnChangeAndSighupWithoutGap) {
     return t.find("DCGM_FI_DEV_FB_USED{") != std::string::npos &&
            t.find("DCGM_FI_DEV_GPU_TEMP{") == std::string::npos;
   })) << exporter_.log();
+}
+
+TEST_F(ExporterProcess, SlurmJobsLabelTheirGpus) {
+  // A stand-in for scontrol: `scontrol show job -d -o` as Slurm 22.05 prints it.
+  const std::string scontrol = dir_ + "/scontrol";
+  std::ofstream(scontrol)
+      << "#!/bin/sh\n"
+      << "echo 'JobId=41 JobName=train JobState=RUNNING NodeList=node-a NumNodes=1 "
+         "JOB_GRES=gpu:2   Nodes=node-a CPU_IDs=0-3 Mem=100 GRES=gpu:2(IDX:0-1) MinCPUsNode=1 '\n"
+      << "echo 'JobId=42 JobState=COMPLETED NodeList=node-a JOB_GRES=gpu:1   Nodes=node-a "
+         "CPU_IDs=0 Mem=100 GRES=gpu:1(IDX:3) '\n";
+  std::filesystem::permissions(scontrol, std::filesystem::perms::owner_all);
+  StartExporter("dgx-h100", {"--slurm-node", "node-a", "--scontrol", scontrol,
+                             "--slurm-refresh-interval", "200"});
+  std::string text;
+  ASSERT_TRUE(WaitFor([&] {
+    text = Metrics();
+    return text.find("DCGM_FI_DEV_GPU_TEMP{gpu=\"1\"") != std::string::npos &&
+           text.find("hpc_job=\"41\"} ") != std::string::npos;
+  })) << text << exporter_.log();
+  for (const char* g : {"0", "1"}) {
+    const size_t at = text.find(std::string("DCGM_FI_DEV_GPU_TEMP{gpu=\"") + g + "\"");
+    ASSERT_NE(at, std::string::npos);
+    const std::string line = text.substr(at, text.find('\n', at) - at);
+    EXPECT_NE(line.find(",hpc_job=\"41\"} "), std::string::npos) << line;
+  }
+  const size_t at3 = text.find("DCGM_FI_DEV_GPU_TEMP{gpu=\"3\"");
+  EXPECT_EQ(text.substr(at3, text.find('\n', at3) - at3).find("hpc_job"), std::string::npos);
 }
 
 TEST_F(ExporterProcess, BadCountersFileFailsNamingTheLine) {

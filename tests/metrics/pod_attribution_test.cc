@@ -1,54 +1,30 @@
-// `gpulet exporter --kubernetes` against a pod-resources v1 server on a unix socket: whole,
+// `gpulet exporter --kubernetes` against the kubelet harness's pod-resources v1 service: whole,
 // time-sliced, MPS and MIG allocations get pod labels; the kubelet going away and coming back.
-#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "podresources_v1.grpc.pb.h"
+#include "kubelet/kubelet_harness.h"
 #include "process.h"
 
 namespace gpulet::testing {
 namespace {
 
-class Kubelet final : public v1::PodResourcesLister::Service {
- public:
-  grpc::Status List(grpc::ServerContext*, const v1::ListPodResourcesRequest*,
-                    v1::ListPodResourcesResponse* out) override {
-    std::lock_guard lock(mu_);
-    *out = response_;
-    return grpc::Status::OK;
-  }
-  void Set(v1::ListPodResourcesResponse r) {
-    std::lock_guard lock(mu_);
-    response_ = std::move(r);
-  }
+using Pods = std::vector<PodAssignment>;
 
- private:
-  std::mutex mu_;
-  v1::ListPodResourcesResponse response_;
-};
-
-void AddPod(v1::ListPodResourcesResponse& r, const std::string& ns, const std::string& name,
-            const std::string& resource, std::vector<std::string> ids) {
-  auto* pod = r.add_pod_resources();
-  pod->set_name(name);
-  pod->set_namespace_(ns);
-  auto* c = pod->add_containers();
-  c->set_name("main");
-  auto* d = c->add_devices();
-  d->set_resource_name(resource);
-  for (auto& id : ids) d->add_device_ids(id);
+PodAssignment Pod(const std::string& ns, const std::string& name, const std::string& resource,
+                  std::vector<std::string> ids) {
+  return {ns, name, "main", resource, std::move(ids)};
 }
 
 class PodAttribution : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = MakeTempDir("gpulet-podattr-test");
-    socket_ = dir_ + "/kubelet.sock";
+    std::filesystem::create_directories(dir_ + "/kubelet");
   }
   void TearDown() override {
     exporter_.Stop();
-    if (server_) server_->Shutdown();
+    kubelet_.Stop();
     if (!HasFailure()) std::filesystem::remove_all(dir_);
   }
   std::string Global(const std::string& fixture) {
@@ -60,11 +36,9 @@ class PodAttribution : public ::testing::Test {
     return nlohmann::json::parse(out.substr(out.find('{')));
   }
   void ServeKubelet() {
-    grpc::ServerBuilder b;
-    b.AddListeningPort("unix://" + socket_, grpc::InsecureServerCredentials());
-    b.RegisterService(&kubelet_);
-    server_ = b.BuildAndStart();
-    ASSERT_TRUE(server_);
+    Status s = kubelet_.Start(dir_ + "/kubelet");
+    ASSERT_TRUE(s.ok()) << s.message();
+    socket_ = kubelet_.pod_resources_socket();
   }
   void StartExporter(const std::string& fixture, std::vector<std::string> extra = {}) {
     port_ = FreePort();
@@ -74,19 +48,14 @@ class PodAttribution : public ::testing::Test {
                                      "--pod-resources-socket", socket_, "--pod-refresh-interval", "200"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     ASSERT_TRUE(exporter_.Start(argv, dir_ + "/exporter.log"));
-    int status = 0;
-    ASSERT_TRUE(WaitFor([&] {
-      HttpGet(port_, "/health", &status);
-      return status == 200 || !exporter_.running();
-    })) << exporter_.log();
+    ASSERT_TRUE(WaitHealthy(exporter_, port_)) << exporter_.log();
   }
   bool Has(const std::string& needle) {
     return WaitFor([&] { return HttpGet(port_, "/metrics").find(needle) != std::string::npos; });
   }
 
   std::string dir_, socket_;
-  Kubelet kubelet_;
-  std::unique_ptr<grpc::Server> server_;
+  KubeletHarness kubelet_;
   Child exporter_;
   int port_ = 0;
 };
@@ -94,12 +63,10 @@ class PodAttribution : public ::testing::Test {
 TEST_F(PodAttribution, WholeTimeSlicedAndMpsPodsGetLabels) {
   const auto info = Info("dgx-h100");
   const std::string gpu0 = info["gpus"][0]["uuid"], gpu1 = info["gpus"][1]["uuid"];
-  v1::ListPodResourcesResponse r;
-  AddPod(r, "ml", "whole", "nvidia.com/gpu", {gpu1});
-  AddPod(r, "ml", "ts-a", "nvidia.com/gpu.shared", {gpu0 + "::1"});
-  AddPod(r, "ml", "ts-b", "nvidia.com/gpu.shared", {gpu0 + "::2"});
-  AddPod(r, "ml", "mps-c", "nvidia.com/gpu", {"5::3"});
-  kubelet_.Set(r);
+  kubelet_.SetPodResources({Pod("ml", "whole", "nvidia.com/gpu", {gpu1}),
+                            Pod("ml", "ts-a", "nvidia.com/gpu.shared", {gpu0 + "::1"}),
+                            Pod("ml", "ts-b", "nvidia.com/gpu.shared", {gpu0 + "::2"}),
+                            Pod("ml", "mps-c", "nvidia.com/gpu", {"5::3"})});
   ServeKubelet();
   StartExporter("dgx-h100");
   const std::string gpu0_prefix = "DCGM_FI_DEV_GPU_TEMP{gpu=\"0\",UUID=\"" + gpu0 + "\"";
@@ -135,9 +102,7 @@ TEST_F(PodAttribution, MigDevicesMapToTheirGpuInstance) {
     if (gpu >= 0) break;
   }
   if (gpu < 0) GTEST_SKIP() << "dgx-a100 fixture has no MIG devices";
-  v1::ListPodResourcesResponse r;
-  AddPod(r, "inf", "mig-pod", "nvidia.com/mig-" + profile, {mig_uuid});
-  kubelet_.Set(r);
+  kubelet_.SetPodResources({Pod("inf", "mig-pod", "nvidia.com/mig-" + profile, {mig_uuid})});
   ServeKubelet();
   StartExporter("dgx-a100");
   EXPECT_TRUE(Has(",GPU_I_PROFILE=\"" + profile + "\""));
@@ -147,16 +112,13 @@ TEST_F(PodAttribution, MigDevicesMapToTheirGpuInstance) {
 TEST_F(PodAttribution, KubeletGoneKeepsServingAndReconnects) {
   const auto info = Info("dgx-h100");
   const std::string gpu0 = info["gpus"][0]["uuid"];
-  v1::ListPodResourcesResponse r;
-  AddPod(r, "ml", "first", "nvidia.com/gpu", {gpu0});
-  kubelet_.Set(r);
+  kubelet_.SetPodResources({Pod("ml", "first", "nvidia.com/gpu", {gpu0})});
   ServeKubelet();
   StartExporter("dgx-h100");
   ASSERT_TRUE(Has("pod=\"first\""));
 
-  server_->Shutdown();
-  server_.reset();
-  std::filesystem::remove(socket_);
+  kubelet_.Stop();  // both sockets removed
+  ASSERT_FALSE(std::filesystem::exists(socket_));
   ASSERT_TRUE(WaitFor([&] { return exporter_.log().find("pod_resources_unavailable") != std::string::npos; }));
   int status = 0;
   const std::string during = HttpGet(port_, "/metrics", &status);
@@ -164,9 +126,7 @@ TEST_F(PodAttribution, KubeletGoneKeepsServingAndReconnects) {
   EXPECT_NE(during.find("DCGM_FI_DEV_GPU_TEMP{gpu=\"7\""), std::string::npos);
   EXPECT_NE(during.find("pod=\"first\""), std::string::npos);  // last good mapping kept
 
-  v1::ListPodResourcesResponse later;
-  AddPod(later, "ml", "second", "nvidia.com/gpu", {gpu0});
-  kubelet_.Set(later);
+  kubelet_.SetPodResources({Pod("ml", "second", "nvidia.com/gpu", {gpu0})});
   ServeKubelet();  // a new socket file, as after a kubelet restart
   ASSERT_TRUE(Has("pod=\"second\"")) << exporter_.log();
   EXPECT_EQ(HttpGet(port_, "/metrics").find("pod=\"first\""), std::string::npos);
@@ -176,10 +136,8 @@ TEST_F(PodAttribution, KubeletGoneKeepsServingAndReconnects) {
 TEST_F(PodAttribution, OneSeriesPerGpuOptOut) {
   const auto info = Info("dgx-h100");
   const std::string gpu0 = info["gpus"][0]["uuid"];
-  v1::ListPodResourcesResponse r;
-  AddPod(r, "ml", "ts-a", "nvidia.com/gpu.shared", {gpu0 + "::1"});
-  AddPod(r, "ml", "ts-b", "nvidia.com/gpu.shared", {gpu0 + "::2"});
-  kubelet_.Set(r);
+  kubelet_.SetPodResources({Pod("ml", "ts-a", "nvidia.com/gpu.shared", {gpu0 + "::1"}),
+                            Pod("ml", "ts-b", "nvidia.com/gpu.shared", {gpu0 + "::2"})});
   ServeKubelet();
   StartExporter("dgx-h100", {"--one-series-per-gpu"});
   EXPECT_TRUE(Has("container=\"main,main\",namespace=\"ml,ml\",pod=\"ts-a,ts-b\"} "));

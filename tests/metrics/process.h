@@ -137,6 +137,16 @@ inline std::string HttpGet(int port, const std::string& path, int* status = null
   return r ? r->body : std::string();
 }
 
+// Waits until the child answers 200 on /health (false when it exits or the deadline passes).
+inline bool WaitHealthy(Child& child, int port) {
+  int status = 0;
+  WaitFor([&] {
+    HttpGet(port, "/health", &status);
+    return status == 200 || !child.running();
+  });
+  return status == 200;
+}
+
 // Runs a command through the shell; returns its exit code, output appended to *out.
 inline int RunShell(const std::string& cmd, std::string* out = nullptr) {
   FILE* p = popen((cmd + " 2>&1").c_str(), "r");
