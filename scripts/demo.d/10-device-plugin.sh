@@ -21,7 +21,7 @@ sleep 2
 "$GPULET" "${SIM[@]}" sim xid --gpu 3 --code 79
 sleep 1
 echo "-- the harness sees GPU 3 Unhealthy, the other 7 stay Healthy:"
-grep -E 'event=devices' "$STATE/watch.log" | tail -n 1 | tr ',' '\n' | grep -E 'Unhealthy|healthy=' || true
+grep -E 'event=devices' "$STATE/watch.log" | tail -n 1 | grep -oE 'total=[0-9]+ healthy=[0-9]+|GPU-[^,:]+:Unhealthy' || true
 echo "-- after the quiet period (3 s here) with no new critical event, GPU 3 is advertised Healthy again:"
 wait "$WATCH_PID" || true
 grep -E 'event=devices' "$STATE/watch.log" | tail -n 1 | grep -oE 'total=[0-9]+ healthy=[0-9]+'
