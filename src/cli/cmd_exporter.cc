@@ -8,27 +8,12 @@
 #include <ctime>
 #include <memory>
 
+#include "cli/agents.h"
 #include "cli/commands.h"
 #include "metrics/exporter.h"
 
 namespace gpulet::cli {
 namespace {
-
-struct ExporterFlags {
-  std::string collectors;
-  std::string address = ":9400";
-  int64_t interval_ms = 30000;
-  bool kubernetes = false;
-  std::string pod_resources_socket = std::string(metrics::kDefaultPodResourcesSocket);
-  int64_t pod_refresh_ms = 10000;
-  bool one_series_per_gpu = false;
-  std::string web_config_file;
-  int http_threads = 4;
-  std::string hostname;
-  std::string slurm_node;
-  std::string scontrol = "scontrol";
-  int64_t slurm_refresh_ms = 10000;
-};
 
 // Serves until SIGINT/SIGTERM; SIGHUP or a change of the counters file reloads it.
 int Serve(const GlobalOptions& global, const ExporterFlags& f) {
@@ -45,23 +30,8 @@ int Serve(const GlobalOptions& global, const ExporterFlags& f) {
   Result<gpu::Inventory> inventory = gpu::Discover(*node->nvml, node->discover);
   if (!inventory.ok()) return ReportError(inventory.status());
 
-  metrics::ExporterOptions opts;
-  opts.collectors_file = f.collectors;
-  opts.collect_interval = std::chrono::milliseconds(f.interval_ms);
-  opts.http.address = f.address;
-  opts.http.web_config_file = f.web_config_file;
-  opts.http.threads = f.http_threads;
-  opts.kubernetes = f.kubernetes;
-  opts.pod_resources.socket = f.pod_resources_socket;
-  opts.pod_resources.refresh = std::chrono::milliseconds(f.pod_refresh_ms);
-  opts.series_per_pod = !f.one_series_per_gpu;
-  opts.hostname = f.hostname;
-  opts.slurm_node = f.slurm_node;
-  opts.scontrol = f.scontrol;
-  opts.slurm_refresh = std::chrono::milliseconds(f.slurm_refresh_ms);
-  auto exporter = metrics::Exporter::Create(node->nvml, std::move(inventory).value(), opts);
+  auto exporter = StartExporter(node->nvml, std::move(inventory).value(), f);
   if (!exporter.ok()) return ReportError(exporter.status());
-  if (Status s = (*exporter)->Start(); !s.ok()) return ReportError(s);
 
   for (;;) {
     timespec tick{1, 0};
@@ -80,11 +50,30 @@ int Serve(const GlobalOptions& global, const ExporterFlags& f) {
 
 }  // namespace
 
-void RegisterExporter(CLI::App& app, GlobalOptions& global, int& exit_code) {
-  CLI::App* cmd = app.add_subcommand(
-      "exporter",
-      "Serve DCGM-compatible GPU metrics for Prometheus (drop-in for dcgm-exporter, no DCGM needed)");
-  auto f = std::make_shared<ExporterFlags>();
+Result<std::unique_ptr<metrics::Exporter>> StartExporter(std::shared_ptr<gpu::Nvml> nvml,
+                                                         gpu::Inventory inventory,
+                                                         const ExporterFlags& f) {
+  metrics::ExporterOptions opts;
+  opts.collectors_file = f.collectors;
+  opts.collect_interval = std::chrono::milliseconds(f.interval_ms);
+  opts.http.address = f.address;
+  opts.http.web_config_file = f.web_config_file;
+  opts.http.threads = f.http_threads;
+  opts.kubernetes = f.kubernetes;
+  opts.pod_resources.socket = f.pod_resources_socket;
+  opts.pod_resources.refresh = std::chrono::milliseconds(f.pod_refresh_ms);
+  opts.series_per_pod = !f.one_series_per_gpu;
+  opts.hostname = f.hostname;
+  opts.slurm_node = f.slurm_node;
+  opts.scontrol = f.scontrol;
+  opts.slurm_refresh = std::chrono::milliseconds(f.slurm_refresh_ms);
+  auto exporter = metrics::Exporter::Create(std::move(nvml), std::move(inventory), opts);
+  if (!exporter.ok()) return exporter.status();
+  if (Status s = (*exporter)->Start(); !s.ok()) return s;
+  return exporter;
+}
+
+void AddExporterOptions(CLI::App* cmd, ExporterFlags* f) {
   cmd->add_option("-f,--collectors", f->collectors,
                   "Counters file in dcgm-exporter's CSV format (field, type, help); default: "
                   "built-in set")
@@ -134,6 +123,14 @@ void RegisterExporter(CLI::App& app, GlobalOptions& global, int& exit_code) {
       ->envname("GPULET_SLURM_REFRESH_INTERVAL")
       ->check(CLI::Range(int64_t{100}, int64_t{3600000}))
       ->capture_default_str();
+}
+
+void RegisterExporter(CLI::App& app, GlobalOptions& global, int& exit_code) {
+  CLI::App* cmd = app.add_subcommand(
+      "exporter",
+      "Serve DCGM-compatible GPU metrics for Prometheus (drop-in for dcgm-exporter, no DCGM needed)");
+  auto f = std::make_shared<ExporterFlags>();
+  AddExporterOptions(cmd, f.get());
   cmd->callback([&global, &exit_code, f] { exit_code = Serve(global, *f); });
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "cli/agents.h"
 #include "cli/commands.h"
 #include "config/config.h"
 #include "deviceplugin/manager.h"
@@ -20,22 +21,6 @@
 
 namespace gpulet::cli {
 namespace {
-
-// Raw flag values as given on the command line or in the environment; empty = not given.
-struct PluginArgs {
-  std::string plugin_dir = "/var/lib/kubelet/device-plugins/";
-  std::string config_file;
-  std::string fail_on_init_error;
-  std::string device_id_strategy;
-  std::string device_list_strategy;
-  std::string pass_device_specs;
-  std::string nvidia_driver_root;
-  std::string nvidia_dev_root;
-  std::string mig_strategy;
-  std::string cdi_annotation_prefix;
-  std::string health_quiet_period = "60s";
-  std::string kubelet_socket = "kubelet.sock";
-};
 
 Result<bool> ParseBool(const std::string& name, const std::string& v) {
   if (v.empty() || v == "true" || v == "1" || v == "yes" || v == "on") return true;
@@ -174,7 +159,10 @@ class SignalThread {
   std::thread thread_;
 };
 
-int RunPlugin(const GlobalOptions& global, const PluginArgs& args) {
+}  // namespace
+
+int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
+              const CompanionAgent* companion) {
   sigset_t signals = BlockSignals();
   Result<config::Flags> cli = CliFlags(args);
   if (!cli.ok()) return ReportError(cli.status());
@@ -226,6 +214,13 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args) {
   gpu::HealthMonitor monitor(node->nvml, *inventory, health_options, clock, board);
   Status hs = monitor.Start();
   if (!hs.ok()) return ReportError(hs);
+  if (companion != nullptr) {
+    Status cs = companion->start(*node, *inventory);
+    if (!cs.ok()) {
+      monitor.Stop();
+      return ReportError(cs);
+    }
+  }
 
   deviceplugin::ManagerOptions mo;
   mo.plugin_dir = args.plugin_dir;
@@ -244,21 +239,24 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args) {
   Status run;
   {
     SignalThread st(
-        signals, [&manager] { manager.RequestReload(); }, [&manager] { manager.Stop(); });
+        signals,
+        [&manager, companion] {
+          manager.RequestReload();
+          if (companion != nullptr) companion->reload();
+        },
+        [&manager] { manager.Stop(); });
     run = manager.Run(std::move(setup).value());
   }
+  if (companion != nullptr) companion->stop();
   monitor.Stop();
   if (!run.ok()) return ReportError(run);
   spdlog::info("event=plugin_stopped");
   return 0;
 }
 
-}  // namespace
 
-void RegisterPlugin(CLI::App& app, GlobalOptions& global, int& exit_code) {
-  CLI::App* cmd = app.add_subcommand(
-      "plugin", "Serve the kubelet device plugin API (nvidia.com/gpu) for this node's GPUs");
-  auto args = std::make_shared<PluginArgs>();
+
+std::function<void()> AddPluginOptions(CLI::App* cmd, PluginArgs* args) {
   cmd->add_option("--device-plugin-path", args->plugin_dir, "Kubelet device plugin directory")
       ->envname("DEVICE_PLUGIN_PATH")
       ->capture_default_str();
@@ -303,11 +301,22 @@ void RegisterPlugin(CLI::App& app, GlobalOptions& global, int& exit_code) {
                   "Name of the kubelet's registration socket in the plugin directory")
       ->envname("GPULET_KUBELET_SOCKET")
       ->capture_default_str();
-  cmd->callback([&global, &exit_code, args, fail_opt, specs_opt] {
+  return [args, fail_opt, specs_opt] {
     // A bare boolean flag means true.
-    if (fail_opt->count() > 0 && args->fail_on_init_error.empty())
+    if (fail_opt->count() > 0 && args->fail_on_init_error.empty()) {
       args->fail_on_init_error = "true";
+    }
     if (specs_opt->count() > 0 && args->pass_device_specs.empty()) args->pass_device_specs = "true";
+  };
+}
+
+void RegisterPlugin(CLI::App& app, GlobalOptions& global, int& exit_code) {
+  CLI::App* cmd = app.add_subcommand(
+      "plugin", "Serve the kubelet device plugin API (nvidia.com/gpu) for this node's GPUs");
+  auto args = std::make_shared<PluginArgs>();
+  std::function<void()> finish = AddPluginOptions(cmd, args.get());
+  cmd->callback([&global, &exit_code, args, finish] {
+    finish();
     exit_code = RunPlugin(global, *args);
   });
 }

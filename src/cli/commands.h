@@ -44,6 +44,7 @@ void RegisterInfo(CLI::App& app, GlobalOptions& global, int& exit_code);
 void RegisterSim(CLI::App& app, GlobalOptions& global, int& exit_code);
 void RegisterPlugin(CLI::App& app, GlobalOptions& global, int& exit_code);
 void RegisterExporter(CLI::App& app, GlobalOptions& global, int& exit_code);
+void RegisterNode(CLI::App& app, GlobalOptions& global, int& exit_code);
 void RegisterSlurm(CLI::App& app, GlobalOptions& global, int& exit_code);
 void RegisterConfigSync(CLI::App& app, GlobalOptions& global, int& exit_code);
 void RegisterQuota(CLI::App& app, GlobalOptions& global, int& exit_code);

@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   RegisterInfo(app, global, exit_code);
   RegisterSim(app, global, exit_code);
   RegisterExporter(app, global, exit_code);
+  RegisterNode(app, global, exit_code);
   RegisterPlugin(app, global, exit_code);
   RegisterSlurm(app, global, exit_code);
   RegisterConfigSync(app, global, exit_code);

@@ -1,0 +1,72 @@
+// The two long-running agents, shared by `gpulet plugin`, `gpulet exporter` and `gpulet node`
+// (both in one process over one NVML session).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "metrics/exporter.h"
+
+namespace gpulet::cli {
+
+// Raw plugin flag values as given on the command line or in the environment; empty = not given.
+struct PluginArgs {
+  std::string plugin_dir = "/var/lib/kubelet/device-plugins/";
+  std::string config_file;
+  std::string fail_on_init_error;
+  std::string device_id_strategy;
+  std::string device_list_strategy;
+  std::string pass_device_specs;
+  std::string nvidia_driver_root;
+  std::string nvidia_dev_root;
+  std::string mig_strategy;
+  std::string cdi_annotation_prefix;
+  std::string health_quiet_period = "60s";
+  std::string kubelet_socket = "kubelet.sock";
+};
+
+// Adds the plugin's flags to `cmd`. Call the returned function in the command's callback: it
+// turns bare boolean flags into "true".
+std::function<void()> AddPluginOptions(CLI::App* cmd, PluginArgs* args);
+
+// Lets another agent share the plugin's process: started after discovery with the same NVML
+// session and inventory, reloaded on SIGHUP, stopped before the plugin returns.
+struct CompanionAgent {
+  std::function<Status(const NodeContext& node, const gpu::Inventory& inventory)> start;
+  std::function<void()> reload;
+  std::function<void()> stop;
+};
+
+// Runs the device plugin until SIGTERM/SIGINT; returns the exit code.
+int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
+              const CompanionAgent* companion = nullptr);
+
+struct ExporterFlags {
+  std::string collectors;
+  std::string address = ":9400";
+  int64_t interval_ms = 30000;
+  bool kubernetes = false;
+  std::string pod_resources_socket = std::string(metrics::kDefaultPodResourcesSocket);
+  int64_t pod_refresh_ms = 10000;
+  bool one_series_per_gpu = false;
+  std::string web_config_file;
+  int http_threads = 4;
+  std::string hostname;
+  std::string slurm_node;
+  std::string scontrol = "scontrol";
+  int64_t slurm_refresh_ms = 10000;
+};
+
+void AddExporterOptions(CLI::App* cmd, ExporterFlags* flags);
+
+// Creates and starts the exporter on an open NVML session.
+Result<std::unique_ptr<metrics::Exporter>> StartExporter(std::shared_ptr<gpu::Nvml> nvml,
+                                                         gpu::Inventory inventory,
+                                                         const ExporterFlags& flags);
+
+}  // namespace gpulet::cli

@@ -1,0 +1,39 @@
+// `gpulet node`: plugin and exporter in one process, seen by the kubelet harness and by a scrape.
+#include <gtest/gtest.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "run_command.h"
+
+namespace gpulet::testing {
+namespace {
+
+TEST(NodeCommand, ServesTheKubeletAndMetricsFromOneProcess) {
+  std::string dir = ::testing::TempDir() + "gpulet-node-XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  const int port = 20000 + static_cast<int>(getpid() % 20000);
+  const std::string script =
+      "set -u; D=" + dir + "; mkdir -p $D/dp; " + GpuletBinary() +
+      " --simulate dgx-h100 --sim-state $D/s node --device-plugin-path $D/dp -a 127.0.0.1:" +
+      std::to_string(port) + " -c 500 >$D/node.log 2>&1 & P=$!; " +
+      std::string(GPULET_BUILD_DIR) +
+      "/bin/gpulet-kubelet-harness --dir $D/dp --expect 8 --allocate 2 --timeout 30; H=$?; "
+      "n=0; for i in $(seq 1 100); do "
+      "n=$(curl -s 127.0.0.1:" + std::to_string(port) +
+      "/metrics | grep -c '^DCGM_FI_DEV_GPU_TEMP{'); [ \"$n\" = 8 ] && break; sleep 0.2; done; "
+      "echo series=$n; kill -TERM $P; wait $P; echo node_exit=$?; echo harness_exit=$H";
+  const std::string script_path = dir + "/run.sh";
+  FILE* f = fopen(script_path.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fputs(script.c_str(), f);
+  fclose(f);
+  CommandResult r = RunCommand("bash " + script_path);
+  EXPECT_NE(r.output.find("result=ok resource=nvidia.com/gpu"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("series=8"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("node_exit=0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("harness_exit=0"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace gpulet::testing
