@@ -12,7 +12,7 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config git \
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libcpp-httplib-dev \
   libcurl4-openssl-dev libssl-dev libgtest-dev libgmock-dev libbenchmark-dev \
   clang libclang-rt-14-dev prometheus slurmctld slurmd slurm-client munge \
-  kubernetes-client procps python3 iproute2
+  kubernetes-client procps python3 iproute2 curl openssl
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
