@@ -56,20 +56,15 @@ void RegisterInfo(CLI::App& app, GlobalOptions& global, int& exit_code) {
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();
   cmd->callback([&global, &exit_code, output] {
-    Result<NodeContext> node = OpenNode(global);
+    Result<DiscoveredNode> node = DiscoverNode(global);
     if (!node.ok()) {
       exit_code = ReportError(node.status());
       return;
     }
-    Result<gpu::Inventory> inv = gpu::Discover(*node->nvml, node->discover);
-    if (!inv.ok()) {
-      exit_code = ReportError(inv.status());
-      return;
-    }
     if (*output == "json") {
-      std::printf("%s\n", gpu::ToJson(*inv).dump(2).c_str());
+      std::printf("%s\n", gpu::ToJson(node->inventory).dump(2).c_str());
     } else {
-      PrintTable(*inv);
+      PrintTable(node->inventory);
     }
     exit_code = 0;
   });

@@ -353,16 +353,12 @@ void RegisterSlurm(CLI::App& app, GlobalOptions& global, int& exit_code) {
   jobs->add_option("--scontrol", jf->scontrol, "scontrol program")->envname("GPULET_SCONTROL");
   jobs->callback([&global, &exit_code, jf] {
     if (jf->node_name.empty()) jf->node_name = ShortHostname();
-    Result<NodeContext> node = OpenNode(global);
+    Result<DiscoveredNode> node = DiscoverNode(global);
     if (!node.ok()) {
       exit_code = ReportError(node.status());
       return;
     }
-    Result<gpu::Inventory> inv = gpu::Discover(*node->nvml, node->discover);
-    if (!inv.ok()) {
-      exit_code = ReportError(inv.status());
-      return;
-    }
+    const gpu::Inventory* inv = &node->inventory;
     std::unique_ptr<slurm::JobMapper> mapper = slurm::JobMapper::ForNode(*inv, *jf);
     if (Status s = mapper->Refresh(); !s.ok()) {
       exit_code = ReportError(s);

@@ -36,6 +36,14 @@ struct NodeContext {
 // (fixture validated, state directory and fake sysfs written) and loads the simulated library.
 Result<NodeContext> OpenNode(const GlobalOptions& global);
 
+// A node opened and discovered: the NVML session and the Inventory read through it.
+struct DiscoveredNode {
+  NodeContext context;
+  gpu::Inventory inventory;
+};
+// OpenNode, then gpu::Discover; the first error is returned.
+Result<DiscoveredNode> DiscoverNode(const GlobalOptions& global);
+
 // Prints "gpulet: error: <message>" to stderr and returns the status's exit code.
 int ReportError(const Status& status);
 

@@ -33,4 +33,12 @@ Result<NodeContext> OpenNode(const GlobalOptions& global) {
   return ctx;
 }
 
+Result<DiscoveredNode> DiscoverNode(const GlobalOptions& global) {
+  Result<NodeContext> node = OpenNode(global);
+  if (!node.ok()) return node.status();
+  Result<gpu::Inventory> inv = gpu::Discover(*node->nvml, node->discover);
+  if (!inv.ok()) return inv.status();
+  return DiscoveredNode{std::move(node).value(), std::move(inv).value()};
+}
+
 }  // namespace gpulet::cli
