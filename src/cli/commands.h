@@ -57,5 +57,7 @@ void RegisterSlurm(CLI::App& app, GlobalOptions& global, int& exit_code);
 void RegisterConfigSync(CLI::App& app, GlobalOptions& global, int& exit_code);
 void RegisterQuota(CLI::App& app, GlobalOptions& global, int& exit_code);
 void RegisterDoctor(CLI::App& app, GlobalOptions& global, int& exit_code);
+void RegisterMig(CLI::App& app, GlobalOptions& global, int& exit_code);
+void RegisterBroker(CLI::App& app, GlobalOptions& global, int& exit_code);
 
 }  // namespace gpulet::cli

@@ -44,6 +44,8 @@ int main(int argc, char** argv) {
   RegisterConfigSync(app, global, exit_code);
   RegisterQuota(app, global, exit_code);
   RegisterDoctor(app, global, exit_code);
+  RegisterMig(app, global, exit_code);
+  RegisterBroker(app, global, exit_code);
 
   try {
     app.parse(argc, argv);

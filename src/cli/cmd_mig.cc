@@ -1,0 +1,11 @@
+// gpulet mig: placeholder registration; the real command replaces this file.
+#include "cli/commands.h"
+
+namespace gpulet::cli {
+
+void RegisterMig(CLI::App& app, GlobalOptions& /*global*/, int& exit_code) {
+  CLI::App* cmd = app.add_subcommand("mig", "(in progress)");
+  cmd->callback([&exit_code] { exit_code = 2; });
+}
+
+}  // namespace gpulet::cli
