@@ -59,5 +59,6 @@ void RegisterQuota(CLI::App& app, GlobalOptions& global, int& exit_code);
 void RegisterDoctor(CLI::App& app, GlobalOptions& global, int& exit_code);
 void RegisterMig(CLI::App& app, GlobalOptions& global, int& exit_code);
 void RegisterBroker(CLI::App& app, GlobalOptions& global, int& exit_code);
+void RegisterLabels(CLI::App& app, GlobalOptions& global, int& exit_code);
 
 }  // namespace gpulet::cli

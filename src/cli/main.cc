@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
   RegisterDoctor(app, global, exit_code);
   RegisterMig(app, global, exit_code);
   RegisterBroker(app, global, exit_code);
+  RegisterLabels(app, global, exit_code);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,134 @@
+// gpulet labels: GPU Feature Discovery's node labels as a Node Feature Discovery feature file.
+// Same flags and environment variables as NVIDIA's gpu-feature-discovery, so its DaemonSet
+// settings carry over.
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <string>
+
+#include "cli/commands.h"
+#include "config/config.h"
+#include "labels/labels.h"
+#include "sharing/plan.h"
+
+namespace gpulet::cli {
+namespace {
+
+struct LabelsFlags {
+  std::string output_file = "/etc/kubernetes/node-feature-discovery/features.d/gfd";
+  std::string config_file;
+  std::string mig_strategy;
+  std::string machine_type_file = "/sys/class/dmi/id/product_name";
+  bool oneshot = false;
+  bool no_timestamp = false;
+  std::string sleep_interval = "60s";
+};
+
+// One labelling pass: discover, plan, label, write (or print with "-").
+Status LabelOnce(const GlobalOptions& global, const LabelsFlags& f) {
+  config::Config cfg;
+  if (!f.config_file.empty()) {
+    Result<config::Config> loaded = config::LoadConfigFile(f.config_file);
+    if (!loaded.ok()) return loaded.status();
+    cfg = *loaded;
+  }
+  if (!f.mig_strategy.empty()) {
+    Result<config::MigStrategy> s = config::ParseMigStrategy(f.mig_strategy);
+    if (!s.ok()) return Status(ErrorCode::kUsage, "--mig-strategy: " + s.status().message());
+    cfg.flags.mig_strategy = *s;
+  }
+  Result<DiscoveredNode> node = DiscoverNode(global);
+  if (!node.ok()) return node.status();
+  Result<sharing::Plan> plan = sharing::BuildPlan(node->inventory, cfg);
+  if (!plan.ok()) return plan.status();
+
+  labels::LabelOptions o;
+  o.mig_strategy = cfg.flags.mig_strategy.value_or(config::MigStrategy::kNone);
+  o.machine = labels::ReadMachineType(f.machine_type_file);
+  if (!f.no_timestamp) o.timestamp = static_cast<int64_t>(std::time(nullptr));
+  const labels::Labels l = labels::NodeLabels(node->inventory, *plan, o);
+  if (f.output_file == "-") {
+    std::fputs(labels::FeatureFile(l).c_str(), stdout);
+    std::fflush(stdout);
+    return Status();
+  }
+  Status s = labels::WriteFeatureFile(f.output_file, l);
+  if (s.ok()) spdlog::info("event=labels_written path={} labels={}", f.output_file, l.size());
+  return s;
+}
+
+// GFD's durations: "60s", "5m", "1h", or plain seconds.
+Result<long> ParseSeconds(const std::string& v) {
+  size_t pos = 0;
+  long n = 0;
+  try {
+    n = std::stol(v, &pos);
+  } catch (...) {
+    pos = 0;
+  }
+  const std::string unit = v.substr(pos);
+  const long scale = unit.empty() || unit == "s" ? 1 : unit == "m" ? 60 : unit == "h" ? 3600 : 0;
+  if (pos == 0 || n <= 0 || scale == 0) {
+    return Status(ErrorCode::kUsage,
+                  "--sleep-interval: invalid duration \"" + v + "\" (want e.g. 30s, 5m)");
+  }
+  return n * scale;
+}
+
+int RunLabels(const GlobalOptions& global, const LabelsFlags& f) {
+  Result<long> seconds = ParseSeconds(f.sleep_interval);
+  if (!seconds.ok()) return ReportError(seconds.status());
+  const long interval = *seconds;
+  if (f.oneshot) {
+    Status s = LabelOnce(global, f);
+    return s.ok() ? 0 : ReportError(s);
+  }
+  // Loop until SIGTERM/SIGINT, waiting for them synchronously between passes.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  for (;;) {
+    Status s = LabelOnce(global, f);
+    // A failed pass keeps the previous file: the node's labels stay as they were.
+    if (!s.ok()) spdlog::error("event=labels_failed error=\"{}\"", s.message());
+    timespec wait{interval, 0};
+    if (sigtimedwait(&stop, nullptr, &wait) > 0) return 0;
+  }
+}
+
+}  // namespace
+
+void RegisterLabels(CLI::App& app, GlobalOptions& global, int& exit_code) {
+  CLI::App* cmd = app.add_subcommand(
+      "labels",
+      "Write GPU Feature Discovery's node labels (nvidia.com/gpu.product, …) as a Node Feature "
+      "Discovery feature file");
+  auto f = std::make_shared<LabelsFlags>();
+  cmd->add_option("-o,--output-file,--output", f->output_file,
+                  "Feature file to write; - prints the labels")
+      ->envname("GFD_OUTPUT_FILE")
+      ->capture_default_str();
+  cmd->add_option("--config-file", f->config_file,
+                  "Device plugin config (NVIDIA v1 format): sharing and migStrategy")
+      ->envname("CONFIG_FILE");
+  cmd->add_option("--mig-strategy", f->mig_strategy, "none|single|mixed (overrides the file)")
+      ->envname("GFD_MIG_STRATEGY");
+  cmd->add_option("--machine-type-file", f->machine_type_file,
+                  "File holding the machine type (nvidia.com/gpu.machine)")
+      ->envname("GFD_MACHINE_TYPE_FILE")
+      ->capture_default_str();
+  cmd->add_flag("--oneshot", f->oneshot, "Label once and exit")->envname("GFD_ONESHOT");
+  cmd->add_flag("--no-timestamp", f->no_timestamp, "Leave out nvidia.com/gfd.timestamp")
+      ->envname("GFD_NO_TIMESTAMP");
+  cmd->add_option("--sleep-interval", f->sleep_interval, "Time between labelling passes (30s, 5m)")
+      ->envname("GFD_SLEEP_INTERVAL")
+      ->capture_default_str();
+  cmd->callback([&global, f, &exit_code] { exit_code = RunLabels(global, *f); });
+}
+
+}  // namespace gpulet::cli
