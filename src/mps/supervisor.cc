@@ -1,0 +1,648 @@
+#include "mps/supervisor.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <spdlog/spdlog.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <sstream>
+
+namespace gpulet::mps {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+struct Supervisor::Daemon {
+  DaemonSpec spec;
+  DaemonPaths paths;
+  std::vector<std::string> env;  // the daemon's whole environment, "NAME=value"
+
+  // Guarded by Supervisor::mu_.
+  bool healthy = false;
+  int pid = -1;
+
+  // Owned by whoever drives the daemon: Start (before the thread exists), then the loop.
+  bool down = false;      // dead or failed; waiting for retry_at to restart
+  int failures = 0;       // consecutive failures since the last passed check
+  Clock::time_point next;  // next check (up) or restart attempt (down)
+};
+
+namespace {
+
+std::string Errno(int err) { return std::strerror(err); }
+
+struct Fd {
+  int fd = -1;
+  Fd() = default;
+  explicit Fd(int f) : fd(f) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { Reset(); }
+  void Reset() {
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+};
+
+// Creates `path` and its missing parents with `mode` (applied exactly, whatever the umask, to
+// the directories it creates; existing ones are left as they are).
+Status MakeDirs(const std::string& path, mode_t mode) {
+  std::string prefix;
+  std::stringstream parts(path);
+  std::string part;
+  if (!path.empty() && path[0] == '/') prefix = "/";
+  while (std::getline(parts, part, '/')) {
+    if (part.empty()) continue;
+    if (!prefix.empty() && prefix.back() != '/') prefix += '/';
+    prefix += part;
+    if (mkdir(prefix.c_str(), mode) == 0) {
+      chmod(prefix.c_str(), mode);
+      continue;
+    }
+    const int err = errno;
+    struct stat st {};
+    if (err == EEXIST && stat(prefix.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) continue;
+    return Status(ErrorCode::kInvalidInput,
+                  "cannot create " + prefix + ": " + (err == EEXIST ? "not a directory" : Errno(err)));
+  }
+  return Status::Ok();
+}
+
+// An absolute path for `binary`: as given when it contains '/', else the first executable of
+// that name in $PATH.
+Result<std::string> ResolveBinary(const std::string& binary) {
+  if (binary.empty()) return Status(ErrorCode::kInvalidInput, "mps: control binary: empty path");
+  if (binary.find('/') != std::string::npos) {
+    struct stat st {};
+    if (stat(binary.c_str(), &st) != 0) {
+      return Status(ErrorCode::kNotFound,
+                    "mps: control binary " + binary + ": " + Errno(errno) +
+                        " (set the MPS control binary path, or install nvidia-cuda-mps-control)");
+    }
+    if (!S_ISREG(st.st_mode) || access(binary.c_str(), X_OK) != 0) {
+      return Status(ErrorCode::kNotFound,
+                    "mps: control binary " + binary + ": not an executable file");
+    }
+    if (binary[0] == '/') return binary;
+    char* real = realpath(binary.c_str(), nullptr);
+    std::string out = real != nullptr ? real : binary;
+    free(real);
+    return out;
+  }
+  const char* path_env = std::getenv("PATH");
+  std::stringstream dirs(path_env != nullptr ? path_env : "/usr/local/bin:/usr/bin:/bin");
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    if (dir.empty()) continue;
+    std::string candidate = dir + "/" + binary;
+    struct stat st {};
+    if (stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+  }
+  return Status(ErrorCode::kNotFound,
+                "mps: control binary " + binary + ": not found in PATH (" +
+                    (path_env != nullptr ? path_env : "") +
+                    "); install the NVIDIA driver's nvidia-cuda-mps-control or configure its path");
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int ReadPidFile(const std::string& path) {
+  std::string text = ReadFile(path);
+  char* end = nullptr;
+  long pid = std::strtol(text.c_str(), &end, 10);
+  if (end == text.c_str() || pid <= 0 || pid > 1 << 30) return -1;
+  return static_cast<int>(pid);
+}
+
+// Whether `pid` is a live process serving `pipe_dir`. Reaps it when it is our own dead child
+// (which happens when this process is PID 1 or a subreaper and the detached daemon was
+// re-parented to us). A zombie counts as dead. A live process whose environment we can read and
+// that does not serve `pipe_dir` is someone else's (the pid was reused): not ours, so "dead".
+bool DaemonAlive(int pid, const std::string& pipe_dir) {
+  if (pid <= 0) return false;
+  int status = 0;
+  if (waitpid(pid, &status, WNOHANG) == pid) return false;
+  const std::string proc = "/proc/" + std::to_string(pid);
+  std::string stat = ReadFile(proc + "/stat");
+  if (stat.empty()) return kill(pid, 0) == 0 || errno == EPERM;
+  size_t paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
+  const char state = stat[paren + 2];
+  if (state == 'Z' || state == 'X' || state == 'x') return false;
+  std::string environ_text = ReadFile(proc + "/environ");
+  if (environ_text.empty()) return true;  // not ours to read (or a kernel thread): trust the pid
+  const std::string want = "CUDA_MPS_PIPE_DIRECTORY=" + pipe_dir;
+  size_t start = 0;
+  while (start < environ_text.size()) {
+    size_t end = environ_text.find('\0', start);
+    if (end == std::string::npos) end = environ_text.size();
+    if (environ_text.compare(start, end - start, want) == 0) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+// Polls `alive` until it is false or `timeout` passes. True when it ended.
+template <typename F>
+bool WaitUntilGone(F alive, milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  milliseconds step{2};
+  while (alive()) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(step);
+    step = std::min(step * 2, milliseconds(50));
+  }
+  return true;
+}
+
+std::string Join(const std::vector<std::string>& v, const std::string& sep) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
+  return out;
+}
+
+std::string OneLine(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  return s;
+}
+
+}  // namespace
+
+DaemonPaths PathsFor(const std::string& root, const std::string& resource_name) {
+  std::string dir = resource_name;
+  std::replace(dir.begin(), dir.end(), '/', '_');
+  std::string base = root;
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  const std::string sep = base == "/" ? "" : "/";
+  return DaemonPaths{base + sep + dir + "/pipe", base + sep + dir + "/log", base + sep + "shm"};
+}
+
+int ActiveThreadPercentage(int replicas) { return std::max(1, 100 / std::max(1, replicas)); }
+
+std::string PinnedMemLimit(uint64_t memory_bytes, int replicas) {
+  const uint64_t per = memory_bytes / static_cast<uint64_t>(std::max(1, replicas));
+  return std::to_string(per / (1024 * 1024)) + "M";
+}
+
+std::string PidFilePath(const DaemonPaths& paths) {
+  return paths.pipe_dir + "/nvidia-cuda-mps-control.pid";
+}
+
+int MaxClientsPerGpu(int cc_major, int cc_minor) {
+  return (cc_major > 7 || (cc_major == 7 && cc_minor >= 5)) ? 48 : 16;
+}
+
+Supervisor::Supervisor(SupervisorOptions options, std::shared_ptr<gpu::Nvml> nvml)
+    : options_(std::move(options)), nvml_(std::move(nvml)) {}
+
+Supervisor::~Supervisor() { Stop(); }
+
+Result<ControlOutput> Supervisor::RunControl(const Daemon& d, const std::vector<std::string>& args,
+                                             const std::vector<std::string>& commands) const {
+  // stdin from a memfd holding all of it: no pipe to write, so no SIGPIPE and no deadlock.
+  Fd input(memfd_create("gpulet-mps-stdin", MFD_CLOEXEC));
+  if (input.fd < 0) return Status(ErrorCode::kInternal, "memfd_create: " + Errno(errno));
+  std::string text;
+  for (const std::string& c : commands) text += c + "\n";
+  if (!text.empty() && write(input.fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+    return Status(ErrorCode::kInternal, "memfd write: " + Errno(errno));
+  }
+  lseek(input.fd, 0, SEEK_SET);
+  int out_pipe[2];
+  if (pipe2(out_pipe, O_CLOEXEC) != 0) return Status(ErrorCode::kInternal, "pipe: " + Errno(errno));
+  Fd out_r(out_pipe[0]), out_w(out_pipe[1]);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, input.fd, 0);
+  posix_spawn_file_actions_adddup2(&actions, out_w.fd, 1);
+  posix_spawn_file_actions_adddup2(&actions, out_w.fd, 2);
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3);  // nothing of the host leaks in
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  // The child starts with default signal dispositions and an empty mask, whatever the host set.
+  sigset_t all, none;
+  sigfillset(&all);
+  sigemptyset(&none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+
+  std::vector<char*> argv{const_cast<char*>(binary_.c_str())};
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const std::string& e : d.env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, binary_.c_str(), &actions, &attr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) {
+    return Status(rc == ENOENT ? ErrorCode::kNotFound : ErrorCode::kInternal,
+                  "mps: cannot run " + binary_ + ": " + Errno(rc));
+  }
+  out_w.Reset();
+  input.Reset();
+
+  // Read until the client exits (not until EOF: a daemon it forks may hold the pipe open).
+  ControlOutput result;
+  const auto deadline = Clock::now() + options_.command_timeout;
+  int status = 0;
+  bool exited = false;
+  while (true) {
+    const pid_t w = waitpid(pid, &status, WNOHANG);
+    if (w == pid) exited = true;
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    if (!exited && left.count() <= 0) break;
+    pollfd pfd{out_r.fd, POLLIN, 0};
+    const int wait_ms = exited ? 0 : static_cast<int>(std::min<int64_t>(left.count(), 10));
+    const int n = poll(out_r.fd >= 0 ? &pfd : nullptr, out_r.fd >= 0 ? 1 : 0, wait_ms);
+    if (n > 0 && (pfd.revents & (POLLIN | POLLHUP | POLLERR))) {
+      char buf[4096];
+      const ssize_t got = read(out_r.fd, buf, sizeof buf);
+      if (got > 0) {
+        result.out.append(buf, static_cast<size_t>(got));
+        if (result.out.size() > (1 << 20)) out_r.Reset();  // a runaway client; keep the start
+        continue;
+      }
+      if (got == 0) out_r.Reset();
+    }
+    if (exited && (n <= 0 || out_r.fd < 0)) break;
+  }
+  if (!exited) {
+    kill(pid, SIGKILL);
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return Status(ErrorCode::kUnavailable,
+                  "mps: " + d.spec.resource_name + ": `" + binary_ + " " + Join(args, " ") +
+                      "` gave no answer within " + std::to_string(options_.command_timeout.count()) +
+                      " ms" + (commands.empty() ? "" : " (commands: " + Join(commands, "; ") + ")"));
+  }
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+Result<ControlOutput> Supervisor::Control(const std::string& resource_name,
+                                          const std::vector<std::string>& commands) const {
+  const Daemon* daemon = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& d : daemons_) {
+      if (d->spec.resource_name == resource_name) daemon = d.get();
+    }
+  }
+  if (daemon != nullptr) return RunControl(*daemon, {}, commands);
+  return Status(ErrorCode::kNotFound, "mps: no daemon for resource " + resource_name);
+}
+
+Status Supervisor::SetExclusive(Daemon& d) {
+  if (!nvml_) return Status::Ok();
+  const gpu::NvmlFunctions& fn = nvml_->fn();
+  if (fn.nvmlDeviceGetComputeMode == nullptr || fn.nvmlDeviceSetComputeMode == nullptr) {
+    return Status(ErrorCode::kNvmlError,
+                  "mps: " + d.spec.resource_name +
+                      ": the NVML library has no nvmlDeviceGet/SetComputeMode; cannot run MPS");
+  }
+  for (unsigned index : d.spec.gpu_indices) {
+    const std::string where = "mps: " + d.spec.resource_name + ": GPU " + std::to_string(index);
+    nvmlDevice_t dev = nullptr;
+    nvmlReturn_t rc = fn.nvmlDeviceGetHandleByIndex_v2(index, &dev);
+    if (rc != NVML_SUCCESS) {
+      return Status(ErrorCode::kNvmlError,
+                    where + ": nvmlDeviceGetHandleByIndex: " + nvml_->ErrorText(rc));
+    }
+    if (!saved_modes_.count(index)) {
+      nvmlComputeMode_t mode{};
+      rc = fn.nvmlDeviceGetComputeMode(dev, &mode);
+      if (rc != NVML_SUCCESS) {
+        return Status(ErrorCode::kNvmlError,
+                      where + ": nvmlDeviceGetComputeMode: " + nvml_->ErrorText(rc));
+      }
+      saved_modes_[index] = static_cast<int>(mode);
+    }
+    rc = fn.nvmlDeviceSetComputeMode(dev, NVML_COMPUTEMODE_EXCLUSIVE_PROCESS);
+    if (rc != NVML_SUCCESS) {
+      return Status(ErrorCode::kNvmlError,
+                    where + ": nvmlDeviceSetComputeMode(EXCLUSIVE_PROCESS): " + nvml_->ErrorText(rc));
+    }
+  }
+  return Status::Ok();
+}
+
+void Supervisor::RestoreComputeModes() {
+  if (!nvml_) return;
+  const gpu::NvmlFunctions& fn = nvml_->fn();
+  for (const auto& [index, mode] : saved_modes_) {
+    nvmlDevice_t dev = nullptr;
+    nvmlReturn_t rc = fn.nvmlDeviceGetHandleByIndex_v2(index, &dev);
+    if (rc == NVML_SUCCESS) rc = fn.nvmlDeviceSetComputeMode(dev, static_cast<nvmlComputeMode_t>(mode));
+    if (rc != NVML_SUCCESS) {
+      spdlog::error("event=mps_compute_mode_restore_failed gpu={} mode={} error=\"{}\"", index, mode,
+                    nvml_->ErrorText(rc));
+    }
+  }
+  saved_modes_.clear();
+}
+
+Status Supervisor::StartDaemon(Daemon& d) {
+  if (Status s = SetExclusive(d); !s.ok()) return s;
+  const std::string pid_file = PidFilePath(d.paths);
+  Result<ControlOutput> launched = RunControl(d, {"-d"}, {});
+  if (!launched.ok()) return launched.status();
+  if (launched->exit_code != 0) {
+    return Status(ErrorCode::kUnavailable, "mps: " + d.spec.resource_name + ": `" + binary_ +
+                                               " -d` exited " +
+                                               std::to_string(launched->exit_code) + ": " +
+                                               OneLine(launched->out));
+  }
+  // The control program may return before its pid file is written.
+  int pid = -1;
+  const auto deadline = Clock::now() + options_.command_timeout;
+  while ((pid = ReadPidFile(pid_file)) <= 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  if (pid <= 0) {
+    return Status(ErrorCode::kUnavailable,
+                  "mps: " + d.spec.resource_name + ": daemon started but wrote no pid to " + pid_file);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    d.pid = pid;
+  }
+  std::vector<std::string> defaults{"set_default_active_thread_percentage " +
+                                    std::to_string(ActiveThreadPercentage(d.spec.replicas))};
+  for (size_t i = 0; i < d.spec.memory_bytes.size(); ++i) {
+    if (d.spec.memory_bytes[i] == 0) continue;  // unknown size: no limit rather than a zero one
+    defaults.push_back("set_default_device_pinned_mem_limit " + std::to_string(i) + " " +
+                       PinnedMemLimit(d.spec.memory_bytes[i], d.spec.replicas));
+  }
+  Result<ControlOutput> set = RunControl(d, {}, defaults);
+  if (!set.ok()) return set.status();
+  if (set->exit_code != 0) {
+    return Status(ErrorCode::kUnavailable, "mps: " + d.spec.resource_name +
+                                               ": setting defaults failed (exit " +
+                                               std::to_string(set->exit_code) + "): " +
+                                               OneLine(set->out));
+  }
+  spdlog::info("event=mps_daemon_started resource={} pid={} gpus={} thread_percentage={}",
+               d.spec.resource_name, pid, Join(d.spec.gpu_uuids, ","),
+               ActiveThreadPercentage(d.spec.replicas));
+  return Status::Ok();
+}
+
+bool Supervisor::CheckDaemon(const Daemon& d) const {
+  const int pid = ReadPidFile(PidFilePath(d.paths));
+  if (!DaemonAlive(pid, d.paths.pipe_dir)) {
+    spdlog::warn("event=mps_daemon_dead resource={} pid={}", d.spec.resource_name, pid);
+    return false;
+  }
+  Result<ControlOutput> r = RunControl(d, {}, {"get_default_active_thread_percentage"});
+  if (!r.ok() || r->exit_code != 0) {
+    spdlog::warn("event=mps_daemon_unresponsive resource={} pid={} error=\"{}\"",
+                 d.spec.resource_name, pid,
+                 r.ok() ? "exit " + std::to_string(r->exit_code) + ": " + OneLine(r->out)
+                        : r.status().message());
+    return false;
+  }
+  return true;
+}
+
+void Supervisor::KillDaemon(Daemon& d) {
+  int pid = ReadPidFile(PidFilePath(d.paths));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pid <= 0) pid = d.pid;
+    d.pid = -1;
+  }
+  if (DaemonAlive(pid, d.paths.pipe_dir)) {
+    kill(pid, SIGKILL);
+    if (!WaitUntilGone([&] { return DaemonAlive(pid, d.paths.pipe_dir); }, options_.stop_timeout)) {
+      spdlog::error("event=mps_daemon_kill_failed resource={} pid={}", d.spec.resource_name, pid);
+    }
+  }
+}
+
+void Supervisor::QuitDaemon(Daemon& d) {
+  const int pid = ReadPidFile(PidFilePath(d.paths));
+  if (DaemonAlive(pid, d.paths.pipe_dir)) {
+    Result<ControlOutput> r = RunControl(d, {}, {"quit"});
+    if (!r.ok() || r->exit_code != 0) {
+      spdlog::warn("event=mps_daemon_quit_failed resource={} pid={} action=kill",
+                   d.spec.resource_name, pid);
+    } else if (!WaitUntilGone([&] { return DaemonAlive(pid, d.paths.pipe_dir); }, options_.stop_timeout)) {
+      spdlog::warn("event=mps_daemon_quit_timeout resource={} pid={} action=kill",
+                   d.spec.resource_name, pid);
+    }
+  }
+  KillDaemon(d);
+}
+
+Status Supervisor::Start(std::vector<DaemonSpec> specs, HealthListener listener) {
+  std::lock_guard<std::mutex> stop_lock(stop_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (started_) return Status(ErrorCode::kInternal, "mps: Supervisor::Start called twice");
+  }
+  std::set<std::string> names;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const DaemonSpec& s = specs[i];
+    const std::string where = "mps: specs[" + std::to_string(i) + "] (" + s.resource_name + ")";
+    if (s.resource_name.empty()) {
+      return Status(ErrorCode::kInvalidInput, where + ": resource_name: must not be empty");
+    }
+    if (!names.insert(s.resource_name).second) {
+      return Status(ErrorCode::kInvalidInput, where + ": resource_name: duplicate");
+    }
+    if (s.gpu_uuids.empty()) {
+      return Status(ErrorCode::kInvalidInput, where + ": gpu_uuids: must not be empty");
+    }
+    if (s.gpu_indices.size() != s.gpu_uuids.size() || s.memory_bytes.size() != s.gpu_uuids.size()) {
+      return Status(ErrorCode::kInvalidInput,
+                    where + ": gpu_indices and memory_bytes must have one entry per gpu_uuids (" +
+                        std::to_string(s.gpu_uuids.size()) + "), got " +
+                        std::to_string(s.gpu_indices.size()) + " and " +
+                        std::to_string(s.memory_bytes.size()));
+    }
+    if (s.replicas < 1) {
+      return Status(ErrorCode::kInvalidInput,
+                    where + ": replicas: must be >= 1, got " + std::to_string(s.replicas));
+    }
+  }
+  Result<std::string> binary = ResolveBinary(options_.control_binary);
+  if (!binary.ok()) return binary.status();
+  binary_ = *binary;
+  const std::string bin_dir = binary_.substr(0, binary_.rfind('/'));
+
+  std::vector<std::unique_ptr<Daemon>> daemons;
+  for (DaemonSpec& s : specs) {
+    auto d = std::make_unique<Daemon>();
+    d->paths = PathsFor(options_.root, s.resource_name);
+    for (const std::string& dir : {d->paths.pipe_dir, d->paths.log_dir, d->paths.shm_dir}) {
+      if (Status st = MakeDirs(dir, 0755); !st.ok()) {
+        return Status(st.code(), "mps: root " + options_.root + ": " + st.message());
+      }
+    }
+    d->env = {"CUDA_VISIBLE_DEVICES=" + Join(s.gpu_uuids, ","),
+              "CUDA_MPS_PIPE_DIRECTORY=" + d->paths.pipe_dir,
+              "CUDA_MPS_LOG_DIRECTORY=" + d->paths.log_dir,
+              "PATH=" + bin_dir + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"};
+    d->spec = std::move(s);
+    daemons.push_back(std::move(d));
+  }
+
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    daemons_ = std::move(daemons);
+  }
+  for (auto& d : daemons_) {
+    // A daemon left by an earlier run on this pipe directory would make `-d` refuse to start.
+    QuitDaemon(*d);
+    Status s = StartDaemon(*d);
+    if (!s.ok()) {
+      for (auto& started : daemons_) QuitDaemon(*started);
+      RestoreComputeModes();
+      std::lock_guard<std::mutex> lock(mu_);
+      daemons_.clear();
+      return s;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto first = Clock::now() + options_.health_interval;
+    for (auto& d : daemons_) {
+      d->healthy = true;
+      d->next = first;
+    }
+    listener_ = std::move(listener);
+    started_ = true;
+    stopping_ = false;
+  }
+  thread_ = std::thread([this] { Loop(); });
+  return Status::Ok();
+}
+
+void Supervisor::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    Clock::time_point wake = Clock::time_point::max();
+    for (const auto& d : daemons_) wake = std::min(wake, d->next);
+    cv_.wait_until(lock, wake, [&] { return stopping_; });
+    if (stopping_) break;
+    lock.unlock();
+    for (auto& dp : daemons_) {
+      Daemon& d = *dp;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (stopping_) break;
+      }
+      if (Clock::now() < d.next) continue;
+      std::optional<bool> change;
+      if (!d.down) {
+        if (CheckDaemon(d)) {
+          d.failures = 0;
+        } else {
+          d.down = true;
+          ++d.failures;
+          change = false;
+          KillDaemon(d);
+        }
+      } else {
+        Status s = StartDaemon(d);
+        if (s.ok()) {
+          d.down = false;
+          change = true;
+        } else {
+          ++d.failures;
+          spdlog::error("event=mps_daemon_restart_failed resource={} attempt={} error=\"{}\"",
+                        d.spec.resource_name, d.failures, s.message());
+          KillDaemon(d);
+        }
+      }
+      if (d.down) {
+        // min_backoff · 2^(failures-1), at most max_backoff. `failures` is reset only by a passed
+        // check, so a daemon that dies right after each restart backs off too.
+        milliseconds backoff = options_.min_backoff;
+        for (int i = 1; i < d.failures && backoff < options_.max_backoff; ++i) backoff *= 2;
+        backoff = std::min(backoff, options_.max_backoff);
+        d.next = Clock::now() + backoff;
+        if (change) {
+          spdlog::warn("event=mps_daemon_unhealthy resource={} restart_in_ms={}",
+                       d.spec.resource_name, backoff.count());
+        }
+      } else {
+        d.next = Clock::now() + options_.health_interval;
+      }
+      if (change) {
+        HealthListener listener;
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          d.healthy = *change;
+          listener = listener_;
+        }
+        if (*change) spdlog::info("event=mps_daemon_healthy resource={}", d.spec.resource_name);
+        if (listener) listener(d.spec.resource_name, *change);
+      }
+    }
+    lock.lock();
+  }
+}
+
+void Supervisor::Stop() {
+  std::lock_guard<std::mutex> stop_lock(stop_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_ || stopping_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  for (auto& d : daemons_) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      d->healthy = false;
+    }
+    QuitDaemon(*d);
+    spdlog::info("event=mps_daemon_stopped resource={}", d->spec.resource_name);
+  }
+  RestoreComputeModes();
+}
+
+bool Supervisor::Healthy(const std::string& resource_name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& d : daemons_) {
+    if (d->spec.resource_name == resource_name) return d->healthy;
+  }
+  return false;
+}
+
+int Supervisor::DaemonPid(const std::string& resource_name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& d : daemons_) {
+    if (d->spec.resource_name == resource_name) return d->pid;
+  }
+  return -1;
+}
+
+}  // namespace gpulet::mps

@@ -1,0 +1,153 @@
+// MPS control daemons: one `nvidia-cuda-mps-control -d` per MPS-shared resource, supervised.
+//
+// What the Supervisor guarantees while it runs (between a successful Start and Stop):
+//  - each spec's daemon was started with exactly this environment (nothing inherited from the
+//    host process): CUDA_VISIBLE_DEVICES=<the spec's GPU UUIDs, comma-separated>,
+//    CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_LOG_DIRECTORY from PathsFor(root, resource), and a
+//    fixed PATH (the binary's directory first, then the system directories);
+//  - the spec's GPUs are in compute mode EXCLUSIVE_PROCESS (when an Nvml was given);
+//  - the daemon was told `set_default_active_thread_percentage ActiveThreadPercentage(replicas)`
+//    and, for each GPU i (0..n-1, as the daemon numbers its CUDA_VISIBLE_DEVICES),
+//    `set_default_device_pinned_mem_limit i PinnedMemLimit(memory_bytes[i], replicas)`;
+//  - every health_interval each daemon is checked: its process is alive AND its control pipe
+//    answers a query within command_timeout. A failed check calls listener(resource, false),
+//    kills what is left of the daemon and restarts it with exponential backoff
+//    (min_backoff, doubling, at most max_backoff); once it is back, with compute mode and
+//    defaults re-applied, listener(resource, true).
+// Stop() quits every daemon (`quit`, then SIGKILL after stop_timeout), restores each GPU's
+// compute mode as found before Start, and reaps every process it started.
+//
+// Processes: started with posix_spawn (no shell), descriptors above stderr closed in the child.
+// Only the pids it started are waited for; no signal handlers are installed (SIGCHLD stays the
+// host's). The daemon itself detaches (`-d`), so it is found through the pid file the control
+// program writes in the pipe directory.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <condition_variable>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "gpu/nvml.h"
+
+namespace gpulet::mps {
+
+struct DaemonSpec {
+  std::string resource_name;           // "nvidia.com/gpu.shared"; one daemon per MPS resource
+  std::vector<std::string> gpu_uuids;  // physical GPUs it serves (its CUDA_VISIBLE_DEVICES)
+  std::vector<unsigned> gpu_indices;   // parallel to gpu_uuids (NVML indexes, for compute mode)
+  std::vector<uint64_t> memory_bytes;  // parallel: each GPU's total memory
+  int replicas = 2;                    // per GPU
+};
+
+struct DaemonPaths {
+  std::string pipe_dir, log_dir, shm_dir;
+};
+
+// <root>/<resource name with '/' → '_'>/{pipe,log}; shm_dir = <root>/shm. Pure.
+DaemonPaths PathsFor(const std::string& root, const std::string& resource_name);
+
+// 100 / replicas (integer division), at least 1; replicas < 1 counts as 1.
+int ActiveThreadPercentage(int replicas);
+
+// "<MiB>M": memory_bytes / replicas, rounded down to whole MiB; replicas < 1 counts as 1.
+std::string PinnedMemLimit(uint64_t memory_bytes, int replicas);
+
+// The pid file the control daemon writes in its pipe directory.
+std::string PidFilePath(const DaemonPaths& paths);
+
+// The most MPS clients one GPU takes: 48, or 16 before compute capability 7.5 (Volta).
+int MaxClientsPerGpu(int cc_major, int cc_minor);
+
+struct SupervisorOptions {
+  std::string control_binary = "nvidia-cuda-mps-control";  // a path, or a name looked up in PATH
+  std::string root = "/run/nvidia/mps";
+  std::chrono::milliseconds health_interval{1000};
+  std::chrono::milliseconds min_backoff{500};
+  std::chrono::milliseconds max_backoff{30000};
+  // Added beyond the agreed API: how long one control command (a client run) may take before
+  // it is killed and counts as failed, and how long Stop waits for `quit` before SIGKILL.
+  std::chrono::milliseconds command_timeout{5000};
+  std::chrono::milliseconds stop_timeout{5000};
+};
+
+// The result of running the control program once.
+struct ControlOutput {
+  int exit_code = 0;  // 128+N when killed by signal N
+  std::string out;    // stdout and stderr, interleaved
+};
+
+class Supervisor {
+ public:
+  using HealthListener = std::function<void(const std::string& resource_name, bool healthy)>;
+
+  // nvml may be null (then compute modes are not touched).
+  Supervisor(SupervisorOptions options, std::shared_ptr<gpu::Nvml> nvml);
+  ~Supervisor();  // Stop()
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
+
+  // Starts one daemon per spec, sets EXCLUSIVE_PROCESS on their GPUs, configures the defaults,
+  // then health-checks continuously on its own thread, restarting a dead daemon with backoff.
+  // `listener` is called (from the supervisor thread, never with a lock held) on every health
+  // change; not for the initial healthy state. A daemon left running on the same pipe
+  // directory (by an earlier gpulet) is quit first.
+  // Errors (nothing is left running and compute modes are restored): kInvalidInput for a bad
+  // spec (names the resource and field) or a root where the directories cannot be made (names
+  // the path); kNotFound when the control binary does not exist (names it); kUnavailable when a
+  // daemon does not start or does not take its defaults; kNvmlError when a compute mode cannot
+  // be read or set. Start may be called once (kInternal afterwards).
+  Status Start(std::vector<DaemonSpec> specs, HealthListener listener);
+
+  // Quits every daemon, restores the previous compute modes. Idempotent; thread-safe.
+  void Stop();
+
+  // Whether the resource's daemon passed its last check. False for unknown resources and
+  // after Stop.
+  bool Healthy(const std::string& resource_name) const;
+
+  // The pid of the resource's running daemon (from its pid file), or -1. For tests and logs.
+  int DaemonPid(const std::string& resource_name) const;
+
+  // Runs the control program as a client for `resource_name`'s daemon with `commands` (one per
+  // line) on stdin, in the daemon's environment. kNotFound for an unknown resource,
+  // kUnavailable on timeout (the client is killed).
+  Result<ControlOutput> Control(const std::string& resource_name,
+                                const std::vector<std::string>& commands) const;
+
+ private:
+  struct Daemon;
+
+  Status StartDaemon(Daemon& d);  // compute mode, launch, defaults
+  bool CheckDaemon(const Daemon& d) const;
+  void KillDaemon(Daemon& d);
+  void QuitDaemon(Daemon& d);
+  void Loop();
+  Result<ControlOutput> RunControl(const Daemon& d, const std::vector<std::string>& args,
+                                   const std::vector<std::string>& commands) const;
+  Status SetExclusive(Daemon& d);
+  void RestoreComputeModes();
+
+  SupervisorOptions options_;
+  std::shared_ptr<gpu::Nvml> nvml_;
+  std::string binary_;  // resolved absolute path
+  HealthListener listener_;
+  std::vector<std::unique_ptr<Daemon>> daemons_;
+  std::map<unsigned, int> saved_modes_;  // NVML index → compute mode before Start
+
+  mutable std::mutex mu_;  // guards the fields below and each Daemon's `healthy`
+  std::condition_variable cv_;
+  bool started_ = false;
+  bool stopping_ = false;
+  std::thread thread_;
+  std::mutex stop_mu_;  // serialises Stop()
+};
+
+}  // namespace gpulet::mps
