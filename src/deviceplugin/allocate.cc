@@ -1,6 +1,8 @@
 #include "deviceplugin/allocate.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <map>
 #include <set>
 
 namespace gpulet::deviceplugin {
@@ -61,8 +63,17 @@ Result<v1beta1::ContainerAllocateResponse> BuildContainerAllocateResponse(
   if (resource.fail_requests_greater_than_one && resource.replicas > 1 && devices.size() > 1) {
     return Status(ErrorCode::kInvalidInput,
                   "resource " + resource.name + " is shared (" + std::to_string(resource.replicas) +
-                      " replicas) and accepts requests for one device only, got " +
+                      " replicas per device, failRequestsGreaterThanOne) and accepts requests "
+                      "for 1 replica only, got a request for " +
                       std::to_string(devices.size()));
+  }
+  const MpsMount* mps = nullptr;
+  if (resource.sharing == sharing::SharingKind::kMps) {
+    auto it = options.mps.find(resource.name);
+    if (it == options.mps.end()) {
+      return Status(ErrorCode::kUnavailable, "no MPS daemon serves " + resource.name);
+    }
+    mps = &it->second;
   }
 
   // What the container is told, de-duplicated (replicas of one GPU name it once), request order.
@@ -96,6 +107,44 @@ Result<v1beta1::ContainerAllocateResponse> BuildContainerAllocateResponse(
   }
   if (Has(options, config::DeviceListStrategy::kCdiCri)) {
     for (const std::string& n : cdi_names) r.add_cdi_devices()->set_name(n);
+  }
+
+  if (mps) {
+    namespace fs = std::filesystem;
+    const std::string container_pipe = std::string(kMpsContainerRoot) + "/" +
+                                       fs::path(mps->pipe_dir).parent_path().filename().string() +
+                                       "/pipe";
+    v1beta1::Mount* pipe = r.add_mounts();
+    pipe->set_container_path(container_pipe);
+    pipe->set_host_path(mps->pipe_dir);
+    pipe->set_read_only(false);
+    v1beta1::Mount* shm = r.add_mounts();
+    shm->set_container_path("/dev/shm");
+    shm->set_host_path(mps->shm_dir);
+    shm->set_read_only(false);
+    (*r.mutable_envs())["CUDA_MPS_PIPE_DIRECTORY"] = container_pipe;
+    // Replicas held per physical GPU (ordered by index = the container's CUDA ordinals).
+    std::map<unsigned, std::pair<int, int>> held;  // gpu index → {held, replicas of that GPU}
+    for (const sharing::AdvertisedDevice* d : devices) {
+      auto& [n, of] = held[d->gpu_index];
+      ++n;
+      of = std::max(1, d->replicas);
+    }
+    int percentage = 1;
+    std::string limits;
+    int ordinal = 0;
+    for (const auto& [index, h] : held) {
+      const int share = std::min(100, 100 * h.first / h.second);
+      percentage = std::max(percentage, share);
+      const gpu::Gpu* g = GpuByIndex(inventory, index);
+      const uint64_t mib = g ? g->memory_mib * static_cast<uint64_t>(std::min(h.first, h.second)) /
+                                   static_cast<uint64_t>(h.second)
+                             : 0;
+      if (!limits.empty()) limits += ",";
+      limits += std::to_string(ordinal++) + "=" + std::to_string(mib) + "M";
+    }
+    (*r.mutable_envs())["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = std::to_string(percentage);
+    (*r.mutable_envs())["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = limits;
   }
 
   if (options.pass_device_specs) {

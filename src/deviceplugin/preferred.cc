@@ -89,13 +89,81 @@ uint64_t Combinations(size_t n, size_t k, uint64_t cap) {
 
 constexpr uint64_t kExhaustiveLimit = 5000;
 
+bool IsShared(const sharing::Resource& r) {
+  for (const sharing::AdvertisedDevice& d : r.devices) {
+    if (d.replica >= 0) return true;
+  }
+  return false;
+}
+
+// Replica choice for shared resources (see the header). `must` and `free` are plan positions.
+std::vector<size_t> ChooseReplicas(const sharing::Resource& resource, const std::set<size_t>& must,
+                                   const std::set<size_t>& free, size_t want,
+                                   ReplicaPolicy policy) {
+  struct Group {
+    size_t first = 0;           // plan position of its first replica (tie-break)
+    int total = 0;              // replicas the resource advertises for this device
+    int free_or_mine = 0;       // available to this request (free + must-include)
+    int chosen = 0;             // taken by this request so far
+    std::vector<size_t> spare;  // free positions not yet chosen, ascending
+    size_t next = 0;            // into spare
+    int in_use() const { return total - free_or_mine + chosen; }
+  };
+  std::map<std::string, Group> groups;  // by backing UUID
+  for (size_t i = 0; i < resource.devices.size(); ++i) {
+    auto [it, fresh] = groups.try_emplace(resource.devices[i].uuid);
+    if (fresh) it->second.first = i;
+    ++it->second.total;
+  }
+  std::vector<size_t> out;
+  for (size_t p : must) {
+    Group& g = groups[resource.devices[p].uuid];
+    ++g.free_or_mine;
+    ++g.chosen;
+    out.push_back(p);
+  }
+  for (size_t p : free) {
+    Group& g = groups[resource.devices[p].uuid];
+    ++g.free_or_mine;
+    g.spare.push_back(p);
+  }
+  while (out.size() < want) {
+    Group* best = nullptr;
+    for (auto& [uuid, g] : groups) {
+      if (g.next >= g.spare.size()) continue;
+      if (!best) {
+        best = &g;
+        continue;
+      }
+      const int a = g.in_use(), b = best->in_use();
+      const bool better = policy == ReplicaPolicy::kDistributed ? a < b : a > b;
+      if (better || (a == b && g.first < best->first)) best = &g;
+    }
+    if (!best) break;  // cannot happen: the caller checked there are enough
+    out.push_back(best->spare[best->next++]);
+    ++best->chosen;
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 }  // namespace
 
-Result<std::vector<std::string>> PreferredAllocation(const sharing::Resource& resource,
-                                                     const gpu::Inventory& inventory,
-                                                     const std::vector<std::string>& available,
-                                                     const std::vector<std::string>& must_include,
-                                                     int size) {
+const char* ReplicaPolicyName(ReplicaPolicy p) {
+  return p == ReplicaPolicy::kPacked ? "packed" : "distributed";
+}
+
+Result<ReplicaPolicy> ParseReplicaPolicy(std::string_view text) {
+  if (text == "distributed") return ReplicaPolicy::kDistributed;
+  if (text == "packed") return ReplicaPolicy::kPacked;
+  return Status(ErrorCode::kInvalidInput,
+                "invalid value \"" + std::string(text) + "\" (want distributed|packed)");
+}
+
+Result<std::vector<std::string>> PreferredAllocation(
+    const sharing::Resource& resource, const gpu::Inventory& inventory,
+    const std::vector<std::string>& available, const std::vector<std::string>& must_include,
+    int size, ReplicaPolicy policy) {
   std::map<std::string, size_t> position;
   for (size_t i = 0; i < resource.devices.size(); ++i) position[resource.devices[i].id] = i;
 
@@ -128,6 +196,14 @@ Result<std::vector<std::string>> PreferredAllocation(const sharing::Resource& re
                                                 " exceeds the " +
                                                 std::to_string(must_set.size() + free_set.size()) +
                                                 " available devices of " + resource.name);
+  }
+
+  if (IsShared(resource)) {
+    std::vector<std::string> ids;
+    for (size_t p : ChooseReplicas(resource, must_set, free_set, want, policy)) {
+      ids.push_back(resource.devices[p].id);
+    }
+    return ids;
   }
 
   // Local numbering: must-include first, then the free candidates in plan order.

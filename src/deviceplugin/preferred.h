@@ -13,9 +13,16 @@
 //   are INVALID_ARGUMENT-style errors (kInvalidInput) naming the ID.
 // - Search: exhaustive when the number of combinations is small (8 GPUs), otherwise greedy growth
 //   from every seed with incremental gains; O(n² · size) — well under 1 ms for 64 GPUs.
+// - Shared resources (replica IDs "<uuid>::<n>") are not scored by links: the policy decides.
+//   kDistributed (default) takes each next replica from the physical device with the fewest
+//   replicas in use (by other containers, as `available` shows, plus this request), spreading
+//   load; kPacked takes it from the device with the most in use that still has a free replica,
+//   filling one device before the next. Ties go to plan order, and within a device the lowest
+//   replica number is taken first, so the answer is deterministic.
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -24,10 +31,14 @@
 
 namespace gpulet::deviceplugin {
 
-Result<std::vector<std::string>> PreferredAllocation(const sharing::Resource& resource,
-                                                     const gpu::Inventory& inventory,
-                                                     const std::vector<std::string>& available,
-                                                     const std::vector<std::string>& must_include,
-                                                     int size);
+enum class ReplicaPolicy { kDistributed, kPacked };
+const char* ReplicaPolicyName(ReplicaPolicy p);  // "distributed", "packed"
+// kInvalidInput: `invalid value "x" (want distributed|packed)`.
+Result<ReplicaPolicy> ParseReplicaPolicy(std::string_view text);
+
+Result<std::vector<std::string>> PreferredAllocation(
+    const sharing::Resource& resource, const gpu::Inventory& inventory,
+    const std::vector<std::string>& available, const std::vector<std::string>& must_include,
+    int size, ReplicaPolicy policy = ReplicaPolicy::kDistributed);
 
 }  // namespace gpulet::deviceplugin

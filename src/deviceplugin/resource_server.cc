@@ -11,14 +11,18 @@
 
 namespace gpulet::deviceplugin {
 
+std::string MpsHealthKey(const std::string& resource_name) { return "mps:" + resource_name; }
+
 v1beta1::ListAndWatchResponse DeviceList(const sharing::Resource& resource,
                                          const gpu::HealthSnapshot& health) {
   v1beta1::ListAndWatchResponse resp;
+  const bool daemon_ok = resource.sharing != sharing::SharingKind::kMps ||
+                         health.Get(MpsHealthKey(resource.name)).healthy;
   for (const sharing::AdvertisedDevice& d : resource.devices) {
     v1beta1::Device* dev = resp.add_devices();
     dev->set_id(d.id);
-    bool healthy =
-        health.Get(d.uuid).healthy && (d.parent_uuid.empty() || health.Get(d.parent_uuid).healthy);
+    bool healthy = daemon_ok && health.Get(d.uuid).healthy &&
+                   (d.parent_uuid.empty() || health.Get(d.parent_uuid).healthy);
     dev->set_health(healthy ? kHealthy : kUnhealthy);
     if (d.numa_node) dev->mutable_topology()->add_nodes()->set_id(*d.numa_node);
   }
@@ -144,7 +148,8 @@ grpc::Status ResourceServer::GetPreferredAllocation(grpc::ServerContext*,
     std::vector<std::string> must(c.must_include_deviceids().begin(),
                                   c.must_include_deviceids().end());
     Result<std::vector<std::string>> ids =
-        PreferredAllocation(resource_, *inventory_, available, must, c.allocation_size());
+        PreferredAllocation(resource_, *inventory_, available, must, c.allocation_size(),
+                            options_.replica_policy);
     if (!ids.ok()) {
       spdlog::warn("event=preferred_allocation_failed resource={} error=\"{}\"", resource_.name,
                    ids.status().message());

@@ -26,7 +26,12 @@ inline constexpr const char* kHealthy = "Healthy";
 inline constexpr const char* kUnhealthy = "Unhealthy";
 inline constexpr const char* kApiVersion = "v1beta1";
 
-// The complete device list the kubelet should see under `health`.
+// The HealthBoard key of an MPS resource's daemon: while it is unhealthy, every replica of the
+// resource is advertised Unhealthy.
+std::string MpsHealthKey(const std::string& resource_name);
+
+// The complete device list the kubelet should see under `health`. A replica carries the health
+// of its backing device (all replicas of a GPU go Unhealthy together, and recover together).
 v1beta1::ListAndWatchResponse DeviceList(const sharing::Resource& resource,
                                          const gpu::HealthSnapshot& health);
 
