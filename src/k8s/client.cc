@@ -3,6 +3,7 @@
 #include <curl/curl.h>
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -206,6 +207,17 @@ Result<nlohmann::json> Client::Patch(const std::string& path, const nlohmann::js
                    : type == PatchType::kStrategicMerge ? "application/strategic-merge-patch+json"
                                                         : "application/json-patch+json";
   return Perform(access_, "PATCH", path, ct, patch.dump());
+}
+
+Result<nlohmann::json> Client::Post(const std::string& path, const nlohmann::json& body) const {
+  return Perform(access_, "POST", path, "application/json", body.dump());
+}
+
+long HttpStatusOf(const Status& status) {
+  const std::string& m = status.message();
+  const size_t at = m.find(": HTTP ");
+  if (at == std::string::npos) return 0;
+  return std::strtol(m.c_str() + at + 7, nullptr, 10);
 }
 
 WatchResult Client::Watch(const std::string& path,

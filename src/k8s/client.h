@@ -51,6 +51,11 @@ class Client {
   Result<nlohmann::json> Patch(const std::string& path, const nlohmann::json& patch,
                                PatchType type) const;
 
+  // POST `body` (application/json) to `path`: the object the server returns. Used to create objects
+  // and for subresources such as a pod's eviction. A refused eviction (PDB) is HTTP 429: see
+  // HttpStatusOf.
+  Result<nlohmann::json> Post(const std::string& path, const nlohmann::json& body) const;
+
   // Streams a watch (`path` includes the query, with watch=1) and calls on_event for each JSON
   // line until the stream ends, on_event returns false, or *stop becomes true (checked at least
   // once a second). An ERROR event with code 410 ends it as kGone without calling on_event.
@@ -62,6 +67,9 @@ class Client {
  private:
   ClusterAccess access_;
 };
+
+// The HTTP status an error from this client carries ("… HTTP 429: …" → 429); 0 when none.
+long HttpStatusOf(const Status& status);
 
 // Percent-encodes a query value (fieldSelector=metadata.name%3Dnode-1).
 std::string EscapeQueryValue(const std::string& value);

@@ -1,0 +1,256 @@
+#include "broker/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace gpulet::broker {
+namespace {
+
+// Thrown inside this file only; ParseBrokerConfig turns it into a Status.
+struct ConfigError {
+  std::string message;
+};
+
+class Reader {
+ public:
+  explicit Reader(std::string source) : source_(std::move(source)) {}
+
+  [[noreturn]] void Fail(const YAML::Node& at, const std::string& field,
+                         const std::string& problem) const {
+    const int line = at.IsDefined() ? at.Mark().line + 1 : 0;
+    throw ConfigError{source_ + ":" + std::to_string(line) + ": " + field + ": " + problem};
+  }
+
+  void CheckKeys(const YAML::Node& map, const std::string& field,
+                 const std::set<std::string>& allowed) const {
+    if (!map.IsMap()) Fail(map, field.empty() ? "(top)" : field, "must be a mapping");
+    for (const auto& kv : map) {
+      const std::string key = kv.first.Scalar();
+      if (allowed.count(key) == 0) {
+        std::string names;
+        for (const auto& a : allowed) names += (names.empty() ? "" : ", ") + a;
+        Fail(kv.first, field.empty() ? key : field + "." + key,
+             "unknown field (known: " + names + ")");
+      }
+    }
+  }
+
+  std::string String(const YAML::Node& n, const std::string& field) const {
+    if (!n.IsScalar()) Fail(n, field, "must be a string");
+    return n.Scalar();
+  }
+
+  int Int(const YAML::Node& n, const std::string& field, int min, int max) const {
+    if (!n.IsScalar()) Fail(n, field, "must be an integer");
+    const std::string s = n.Scalar();
+    int v = 0;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || p != s.data() + s.size()) {
+      Fail(n, field, "must be an integer, got \"" + s + "\"");
+    }
+    if (v < min || v > max) {
+      Fail(n, field,
+           "must be between " + std::to_string(min) + " and " + std::to_string(max) + ", got " + s);
+    }
+    return v;
+  }
+
+  TimeMs Duration(const YAML::Node& n, const std::string& field, TimeMs min) const {
+    if (!n.IsScalar()) Fail(n, field, "must be a duration such as 30s, 10m or 2h");
+    TimeMs v = 0;
+    if (!ParseDuration(n.Scalar(), &v)) {
+      Fail(n, field, "must be a duration such as 30s, 10m or 2h, got \"" + n.Scalar() + "\"");
+    }
+    if (v < min) Fail(n, field, "must be at least " + std::to_string(min) + "ms");
+    return v;
+  }
+
+  std::vector<std::string> Names(const YAML::Node& n, const std::string& field) const {
+    if (!n.IsSequence()) Fail(n, field, "must be a list of names");
+    std::vector<std::string> out;
+    std::set<std::string> seen;
+    for (size_t i = 0; i < n.size(); ++i) {
+      const std::string f = field + "[" + std::to_string(i) + "]";
+      std::string v = String(n[i], f);
+      if (v.empty()) Fail(n[i], f, "must not be empty");
+      if (!seen.insert(v).second) Fail(n[i], f, "\"" + v + "\" is listed twice");
+      out.push_back(v);
+    }
+    return out;
+  }
+
+ private:
+  std::string source_;
+};
+
+// "key=value" → (key, value); "key=value:Effect" for taints.
+bool SplitPair(const std::string& s, std::string* key, std::string* value) {
+  const size_t eq = s.find('=');
+  if (eq == std::string::npos || eq == 0) return false;
+  *key = s.substr(0, eq);
+  *value = s.substr(eq + 1);
+  return true;
+}
+
+void Parse(const YAML::Node& root, const Reader& r, BrokerConfig& c) {
+  r.CheckKeys(root, "", {"slurm", "kubernetes", "rules", "journal", "lease", "metrics"});
+  const YAML::Node slurm = root["slurm"];
+  if (!slurm) r.Fail(root, "slurm", "required");
+  r.CheckKeys(slurm, "slurm",
+              {"nodes", "minNodes", "idleTime", "reservationLookahead", "scontrol", "sinfo",
+               "squeue", "timeout"});
+  if (!slurm["nodes"]) r.Fail(slurm, "slurm.nodes", "required: the nodes the broker may lend");
+  c.nodes = r.Names(slurm["nodes"], "slurm.nodes");
+  if (c.nodes.empty()) r.Fail(slurm["nodes"], "slurm.nodes", "must name at least one node");
+  if (slurm["minNodes"]) {
+    c.slurm_min_nodes = r.Int(slurm["minNodes"], "slurm.minNodes", 0, 1 << 20);
+  }
+  if (slurm["idleTime"]) c.idle_time = r.Duration(slurm["idleTime"], "slurm.idleTime", 0);
+  if (slurm["reservationLookahead"]) {
+    c.reservation_lookahead =
+        r.Duration(slurm["reservationLookahead"], "slurm.reservationLookahead", 0);
+  }
+  for (auto [key, dst] : {std::pair{"scontrol", &c.scontrol}, std::pair{"sinfo", &c.sinfo},
+                          std::pair{"squeue", &c.squeue}}) {
+    if (slurm[key]) {
+      *dst = r.String(slurm[key], std::string("slurm.") + key);
+      if (dst->empty()) r.Fail(slurm[key], std::string("slurm.") + key, "must not be empty");
+    }
+  }
+  if (slurm["timeout"]) c.command_timeout = r.Duration(slurm["timeout"], "slurm.timeout", 100);
+
+  const YAML::Node k8s = root["kubernetes"];
+  if (!k8s) r.Fail(root, "kubernetes", "required");
+  r.CheckKeys(k8s, "kubernetes",
+              {"namespaces", "maxNodes", "minNodes", "poolLabel", "taint", "kubeconfig"});
+  if (!k8s["namespaces"]) r.Fail(k8s, "kubernetes.namespaces", "required");
+  c.namespaces = r.Names(k8s["namespaces"], "kubernetes.namespaces");
+  if (c.namespaces.empty()) {
+    r.Fail(k8s["namespaces"], "kubernetes.namespaces", "must name at least one namespace");
+  }
+  if (k8s["maxNodes"]) c.k8s_max_nodes = r.Int(k8s["maxNodes"], "kubernetes.maxNodes", 0, 1 << 20);
+  if (k8s["minNodes"]) c.k8s_min_nodes = r.Int(k8s["minNodes"], "kubernetes.minNodes", 0, 1 << 20);
+  if (c.k8s_min_nodes > c.k8s_max_nodes) {
+    r.Fail(k8s["minNodes"], "kubernetes.minNodes",
+           "must not exceed kubernetes.maxNodes (" + std::to_string(c.k8s_max_nodes) + ")");
+  }
+  if (c.slurm_min_nodes > static_cast<int>(c.nodes.size())) {
+    r.Fail(slurm["minNodes"], "slurm.minNodes",
+           "must not exceed the number of slurm.nodes (" + std::to_string(c.nodes.size()) + ")");
+  }
+  if (k8s["poolLabel"]) {
+    const std::string v = r.String(k8s["poolLabel"], "kubernetes.poolLabel");
+    if (!SplitPair(v, &c.pool_label_key, &c.pool_label_value)) {
+      r.Fail(k8s["poolLabel"], "kubernetes.poolLabel", "must be key=value, got \"" + v + "\"");
+    }
+  }
+  if (k8s["taint"]) {
+    const std::string v = r.String(k8s["taint"], "kubernetes.taint");
+    const size_t colon = v.rfind(':');
+    std::string kv = colon == std::string::npos ? "" : v.substr(0, colon);
+    c.taint_effect = colon == std::string::npos ? "" : v.substr(colon + 1);
+    if (!SplitPair(kv, &c.taint_key, &c.taint_value) ||
+        (c.taint_effect != "NoSchedule" && c.taint_effect != "NoExecute" &&
+         c.taint_effect != "PreferNoSchedule")) {
+      r.Fail(k8s["taint"], "kubernetes.taint",
+             "must be key=value:NoSchedule|PreferNoSchedule|NoExecute, got \"" + v + "\"");
+    }
+  }
+  if (k8s["kubeconfig"]) c.kubeconfig = r.String(k8s["kubeconfig"], "kubernetes.kubeconfig");
+
+  if (const YAML::Node rules = root["rules"]) {
+    r.CheckKeys(rules, "rules",
+                {"demandEvaluations", "minResidence", "cooldown", "returnAfterIdle",
+                 "evictionTimeout", "interval"});
+    if (rules["demandEvaluations"]) {
+      c.demand_evaluations = r.Int(rules["demandEvaluations"], "rules.demandEvaluations", 1, 1000);
+    }
+    if (rules["minResidence"]) {
+      c.min_residence = r.Duration(rules["minResidence"], "rules.minResidence", 0);
+    }
+    if (rules["cooldown"]) c.cooldown = r.Duration(rules["cooldown"], "rules.cooldown", 0);
+    if (rules["returnAfterIdle"]) {
+      c.return_after_idle = r.Duration(rules["returnAfterIdle"], "rules.returnAfterIdle", 0);
+    }
+    if (rules["evictionTimeout"]) {
+      c.eviction_timeout = r.Duration(rules["evictionTimeout"], "rules.evictionTimeout", 1000);
+    }
+    if (rules["interval"]) c.interval = r.Duration(rules["interval"], "rules.interval", 100);
+  }
+  if (root["journal"]) {
+    c.journal_path = r.String(root["journal"], "journal");
+    if (c.journal_path.empty()) r.Fail(root["journal"], "journal", "must not be empty");
+  }
+  if (const YAML::Node lease = root["lease"]) {
+    r.CheckKeys(lease, "lease", {"namespace", "name", "duration"});
+    c.lease_namespace = lease["namespace"] ? r.String(lease["namespace"], "lease.namespace")
+                                           : "kube-system";
+    if (!lease["name"]) r.Fail(lease, "lease.name", "required");
+    c.lease_name = r.String(lease["name"], "lease.name");
+    if (lease["duration"]) c.lease_duration = r.Duration(lease["duration"], "lease.duration", 1000);
+  }
+  if (const YAML::Node m = root["metrics"]) {
+    r.CheckKeys(m, "metrics", {"address"});
+    if (m["address"]) c.metrics_address = r.String(m["address"], "metrics.address");
+  }
+}
+
+}  // namespace
+
+bool BrokerConfig::Manages(const std::string& node) const {
+  return std::find(nodes.begin(), nodes.end(), node) != nodes.end();
+}
+
+bool ParseDuration(const std::string& text, TimeMs* out) {
+  if (text.empty()) return false;
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  if (digits == 0 || digits > 12) return false;
+  const TimeMs n = std::stoll(text.substr(0, digits));
+  const std::string unit = text.substr(digits);
+  TimeMs scale = 0;
+  if (unit.empty() || unit == "s") {
+    scale = 1000;
+  } else if (unit == "ms") {
+    scale = 1;
+  } else if (unit == "m") {
+    scale = 60 * 1000;
+  } else if (unit == "h") {
+    scale = 3600 * 1000;
+  } else if (unit == "d") {
+    scale = 24 * 3600 * 1000;
+  } else {
+    return false;
+  }
+  *out = n * scale;
+  return true;
+}
+
+Result<BrokerConfig> ParseBrokerConfig(const std::string& text, const std::string& source) {
+  BrokerConfig c;
+  try {
+    YAML::Node root = YAML::Load(text);
+    Parse(root, Reader(source), c);
+  } catch (const ConfigError& e) {
+    return Status(ErrorCode::kInvalidInput, e.message);
+  } catch (const YAML::Exception& e) {
+    return Status(ErrorCode::kInvalidInput,
+                  source + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  }
+  return c;
+}
+
+Result<BrokerConfig> LoadBrokerConfig(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status(ErrorCode::kNotFound, path + ": cannot read the broker config");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseBrokerConfig(ss.str(), path);
+}
+
+}  // namespace gpulet::broker

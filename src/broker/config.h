@@ -1,0 +1,82 @@
+// The broker's configuration: one YAML file (pools, namespaces, thresholds). Every bad value is
+// an error naming FILE:LINE: field.path: problem. Durations are strings with a unit ("90s",
+// "10m", "2h", "500ms") or a plain number of seconds.
+//
+//   slurm:
+//     nodes: [gpua, gpub]      # the nodes the broker may lend (required, Slurm names = K8s names)
+//     minNodes: 1              # floor: Slurm keeps at least this many of them
+//     idleTime: 10m            # a node must have run no job for this long to be lent
+//     reservationLookahead: 2h # a reservation starting within this claims the node
+//     scontrol: scontrol       # programs (name or path)
+//     sinfo: sinfo
+//     squeue: squeue
+//     timeout: 15s             # per command
+//   kubernetes:
+//     namespaces: [inference]  # where Unschedulable GPU pods count as demand (required)
+//     maxNodes: 2              # ceiling and cap on lent nodes
+//     minNodes: 0              # floor: lent nodes kept even when idle
+//     poolLabel: gpulet.io/pool=inference   # set on a lent node
+//     taint: gpulet.io/pool=slurm:NoSchedule # on every node Slurm owns
+//     kubeconfig: ""           # empty: in-cluster service account
+//   rules:
+//     demandEvaluations: 3     # consecutive evaluations of demand before a lend (and of no
+//                              # demand before a lend in progress is cancelled)
+//     minResidence: 15m        # a node stays at least this long in a pool
+//     cooldown: 5m             # between the starts and ends of transitions, globally
+//     returnAfterIdle: 30m     # a lent node without inference pods this long goes back
+//     evictionTimeout: 10m     # evictions blocked (PDB) this long abort the return
+//     interval: 30s            # between evaluations
+//   journal: /var/lib/gpulet/broker-journal.json
+//   lease: {namespace: kube-system, name: gpulet-broker, duration: 30s}   # optional
+//   metrics: {address: ":9402"}
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "broker/model.h"
+#include "common/status.h"
+
+namespace gpulet::broker {
+
+struct BrokerConfig {
+  // slurm
+  std::vector<std::string> nodes;
+  int slurm_min_nodes = 0;
+  TimeMs idle_time = 10 * 60 * 1000;
+  TimeMs reservation_lookahead = 2 * 3600 * 1000;
+  std::string scontrol = "scontrol", sinfo = "sinfo", squeue = "squeue";
+  TimeMs command_timeout = 15 * 1000;
+  // kubernetes
+  std::vector<std::string> namespaces;
+  int k8s_max_nodes = 1;
+  int k8s_min_nodes = 0;
+  std::string pool_label_key = "gpulet.io/pool", pool_label_value = "inference";
+  std::string taint_key = "gpulet.io/pool", taint_value = "slurm", taint_effect = "NoSchedule";
+  std::string kubeconfig;
+  // rules
+  int demand_evaluations = 3;
+  TimeMs min_residence = 15 * 60 * 1000;
+  TimeMs cooldown = 5 * 60 * 1000;
+  TimeMs return_after_idle = 30 * 60 * 1000;
+  TimeMs eviction_timeout = 10 * 60 * 1000;
+  TimeMs interval = 30 * 1000;
+  // files and endpoints
+  std::string journal_path = "/var/lib/gpulet/broker-journal.json";
+  std::string lease_namespace, lease_name;  // empty name: no lease (single replica)
+  TimeMs lease_duration = 30 * 1000;
+  std::string metrics_address = ":9402";
+
+  bool Manages(const std::string& node) const;
+};
+
+// Parses YAML text; `source` names it in errors. Errors: kInvalidInput "SOURCE:LINE: field: …".
+Result<BrokerConfig> ParseBrokerConfig(const std::string& text, const std::string& source);
+// Reads and parses FILE (kNotFound when missing).
+Result<BrokerConfig> LoadBrokerConfig(const std::string& path);
+
+// "90s", "10m", "2h", "500ms", "1d" or a plain number of seconds → milliseconds; false otherwise.
+bool ParseDuration(const std::string& text, TimeMs* out);
+
+}  // namespace gpulet::broker

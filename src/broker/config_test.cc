@@ -1,0 +1,117 @@
+#include "broker/config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace gpulet::broker {
+namespace {
+
+using ::testing::HasSubstr;
+
+const char* kGood = R"(slurm:
+  nodes: [gpua, gpub]
+  minNodes: 1
+  idleTime: 90s
+  reservationLookahead: 2h
+kubernetes:
+  namespaces: [inference, serving]
+  maxNodes: 2
+  poolLabel: pool=inference
+  taint: pool=slurm:NoSchedule
+rules:
+  demandEvaluations: 4
+  minResidence: 15m
+  cooldown: 500ms
+  returnAfterIdle: 1d
+  evictionTimeout: 10m
+  interval: 30
+journal: /tmp/j.json
+lease: {name: gpulet-broker}
+metrics: {address: "127.0.0.1:0"}
+)";
+
+TEST(BrokerConfig, ParsesEveryField) {
+  Result<BrokerConfig> c = ParseBrokerConfig(kGood, "b.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->nodes, (std::vector<std::string>{"gpua", "gpub"}));
+  EXPECT_EQ(c->slurm_min_nodes, 1);
+  EXPECT_EQ(c->idle_time, 90'000);
+  EXPECT_EQ(c->reservation_lookahead, 7'200'000);
+  EXPECT_EQ(c->namespaces, (std::vector<std::string>{"inference", "serving"}));
+  EXPECT_EQ(c->k8s_max_nodes, 2);
+  EXPECT_EQ(c->pool_label_key, "pool");
+  EXPECT_EQ(c->pool_label_value, "inference");
+  EXPECT_EQ(c->taint_key, "pool");
+  EXPECT_EQ(c->taint_value, "slurm");
+  EXPECT_EQ(c->taint_effect, "NoSchedule");
+  EXPECT_EQ(c->demand_evaluations, 4);
+  EXPECT_EQ(c->cooldown, 500);
+  EXPECT_EQ(c->return_after_idle, 86'400'000);
+  EXPECT_EQ(c->interval, 30'000);
+  EXPECT_EQ(c->journal_path, "/tmp/j.json");
+  EXPECT_EQ(c->lease_name, "gpulet-broker");
+  EXPECT_EQ(c->lease_namespace, "kube-system");
+  EXPECT_EQ(c->metrics_address, "127.0.0.1:0");
+  EXPECT_TRUE(c->Manages("gpub"));
+  EXPECT_FALSE(c->Manages("gpuc"));
+}
+
+struct BadCase {
+  std::string from, to, expect;
+};
+
+class BrokerConfigErrors : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(BrokerConfigErrors, NameFileLineAndField) {
+  std::string text = kGood;
+  const size_t at = text.find(GetParam().from);
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, GetParam().from.size(), GetParam().to);
+  Result<BrokerConfig> c = ParseBrokerConfig(text, "b.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), ErrorCode::kInvalidInput);
+  EXPECT_THAT(c.status().message(), HasSubstr(GetParam().expect));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, BrokerConfigErrors,
+    ::testing::Values(
+        BadCase{"idleTime: 90s", "idleTime: soon", "b.yaml:4: slurm.idleTime: must be a duration"},
+        BadCase{"maxNodes: 2", "maxNodes: -1", "b.yaml:8: kubernetes.maxNodes: must be between"},
+        BadCase{"maxNodes: 2", "maxNodes: two", "b.yaml:8: kubernetes.maxNodes: must be an integer"},
+        BadCase{"[gpua, gpub]", "[gpua, gpua]", "b.yaml:2: slurm.nodes[1]: \"gpua\" is listed twice"},
+        BadCase{"[gpua, gpub]", "[]", "b.yaml:2: slurm.nodes: must name at least one node"},
+        BadCase{"minNodes: 1", "minNodes: 3", "b.yaml:3: slurm.minNodes: must not exceed"},
+        BadCase{"taint: pool=slurm:NoSchedule", "taint: pool=slurm:Never",
+                "b.yaml:10: kubernetes.taint: must be key=value:"},
+        BadCase{"poolLabel: pool=inference", "poolLabel: inference",
+                "b.yaml:9: kubernetes.poolLabel: must be key=value"},
+        BadCase{"  cooldown: 500ms", "  cooldwn: 500ms", "b.yaml:14: rules.cooldwn: unknown field"},
+        BadCase{"demandEvaluations: 4", "demandEvaluations: 0",
+                "b.yaml:12: rules.demandEvaluations: must be between 1"},
+        BadCase{"namespaces: [inference, serving]", "namespaces: inference",
+                "b.yaml:7: kubernetes.namespaces: must be a list"},
+        BadCase{"lease: {name: gpulet-broker}", "lease: {namespace: x}", "lease.name: required"},
+        BadCase{"journal: /tmp/j.json", "journal: [", "b.yaml:"}));
+
+TEST(BrokerConfig, MissingSectionsAndFile) {
+  Result<BrokerConfig> c = ParseBrokerConfig("kubernetes: {namespaces: [a]}\n", "x.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("x.yaml:1: slurm: required"));
+  EXPECT_EQ(LoadBrokerConfig("/nonexistent/broker.yaml").status().code(), ErrorCode::kNotFound);
+}
+
+TEST(BrokerConfig, Durations) {
+  TimeMs v = 0;
+  EXPECT_TRUE(ParseDuration("45", &v));
+  EXPECT_EQ(v, 45'000);
+  EXPECT_TRUE(ParseDuration("3m", &v));
+  EXPECT_EQ(v, 180'000);
+  EXPECT_FALSE(ParseDuration("3 m", &v));
+  EXPECT_FALSE(ParseDuration("m", &v));
+  EXPECT_FALSE(ParseDuration("-3s", &v));
+  EXPECT_FALSE(ParseDuration("99999999999999s", &v));
+}
+
+}  // namespace
+}  // namespace gpulet::broker

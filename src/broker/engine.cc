@@ -1,0 +1,397 @@
+#include "broker/engine.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace gpulet::broker {
+namespace {
+
+std::string Seconds(TimeMs ms) { return std::to_string(ms / 1000) + "s"; }
+
+std::string FlagsText(const SlurmNode& n) {
+  std::string s = n.state;
+  for (const auto& f : n.flags) s += "+" + f;
+  return s;
+}
+
+Decision Make(const Journal& j, Action a, std::string node, std::string code, std::string reason) {
+  Decision d;
+  d.action = a;
+  d.node = std::move(node);
+  d.code = std::move(code);
+  d.reason = std::move(reason);
+  d.journal = j;
+  if (a == Action::kDrain) d.drain_reason = std::string(kBrokerReasonPrefix) + " lent to kubernetes";
+  return d;
+}
+
+// A node that counts as Slurm capacity: owned by Slurm (per the journal), up and not drained.
+bool SlurmCapacity(const SlurmNode& n) {
+  return n.state != "down" && !n.HasFlag("DRAIN") && !n.HasFlag("NOT_RESPONDING") &&
+         !n.HasFlag("DOWN") && n.gpus > 0;
+}
+
+// The GPUs of the nodes Slurm can schedule on, optionally without `except` / with `plus`.
+std::vector<int> SlurmPool(const SlurmView& slurm, const Journal& j, const std::string& except,
+                           const std::string& plus) {
+  std::vector<int> gpus;
+  for (const auto& [name, n] : slurm.nodes) {
+    if (name == except) continue;
+    if (name == plus) {
+      gpus.push_back(n.gpus);
+      continue;
+    }
+    if (j.OwnerOf(name) != Owner::kSlurm) continue;
+    if (SlurmCapacity(n)) gpus.push_back(n.gpus);
+  }
+  return gpus;
+}
+
+// The capacity-bound pending GPU jobs, largest first.
+std::vector<const SlurmJob*> CapacityBoundJobs(const SlurmView& slurm) {
+  std::vector<const SlurmJob*> jobs;
+  for (const SlurmJob& job : slurm.jobs) {
+    if (job.CapacityBound() && job.TotalGpus() > 0) jobs.push_back(&job);
+  }
+  std::sort(jobs.begin(), jobs.end(), [](const SlurmJob* a, const SlurmJob* b) {
+    if (a->TotalGpus() != b->TotalGpus()) return a->TotalGpus() > b->TotalGpus();
+    return a->id < b->id;
+  });
+  return jobs;
+}
+
+// Why `name` may not be lent now ("" when it may).
+std::string LendBlocker(const std::string& name, const SlurmView& slurm, const KubeView& kube,
+                        const Journal& j, const BrokerConfig& c, TimeMs now,
+                        const SlurmJob* largest) {
+  auto it = slurm.nodes.find(name);
+  if (it == slurm.nodes.end()) return "not in sinfo";
+  const SlurmNode& n = it->second;
+  if (kube.nodes.count(name) == 0) return "no Kubernetes node of that name";
+  if (n.state != "idle" || !n.flags.empty()) return "not plainly idle (" + FlagsText(n) + ")";
+  if (n.alloc_cpus > 0 || n.gpus_used > 0) return "a job holds resources on it";
+  if (now - n.last_busy < c.idle_time) {
+    return "idle for " + Seconds(now - n.last_busy) + " < " + Seconds(c.idle_time);
+  }
+  if (auto r = j.returned_at.find(name);
+      r != j.returned_at.end() && now - r->second < c.min_residence) {
+    return "back in Slurm for " + Seconds(now - r->second) + " < minResidence " +
+           Seconds(c.min_residence);
+  }
+  for (const SlurmJob& job : slurm.jobs) {
+    if (!job.Pending()) continue;
+    if (job.required_nodes.count(name) || job.sched_nodes.count(name)) {
+      return "named by pending job " + job.id;
+    }
+  }
+  for (const Reservation& r : slurm.reservations) {
+    if (r.nodes.count(name) && r.end > now && r.start <= now + c.reservation_lookahead) {
+      return "claimed by reservation " + r.name;
+    }
+  }
+  if (largest != nullptr && !JobFits(*largest, SlurmPool(slurm, j, name, ""))) {
+    return "Slurm needs it for pending job " + largest->id + " (" +
+           std::to_string(largest->TotalGpus()) + " GPUs)";
+  }
+  return "";
+}
+
+Decision CarryLending(const std::string& name, const SlurmNode& n, Journal j,
+                      const BrokerConfig& c, TimeMs now) {
+  JournalEntry& e = j.nodes[name];
+  if (n.HasFlag("DRAIN") && !n.ReasonIsOurs()) {
+    j.nodes.erase(name);
+    j.last_transition = now;
+    return Make(j, Action::kRelease, name, "admin_drain",
+                "lend of " + name + " abandoned: drained by someone else (\"" + n.reason +
+                    "\"); their drain stays");
+  }
+  if (j.quiet_streak >= c.demand_evaluations) {
+    j.nodes.erase(name);
+    j.last_transition = now;
+    return Make(j, Action::kCancelLend, name, "demand_gone",
+                "lend of " + name + " cancelled: no Unschedulable GPU pods for " +
+                    std::to_string(j.quiet_streak) + " evaluations");
+  }
+  if (!n.HasFlag("DRAIN")) {
+    if (n.state != "idle" || n.alloc_cpus > 0) {
+      j.nodes.erase(name);
+      j.last_transition = now;
+      return Make(j, Action::kCancelLend, name, "lost_to_job",
+                  "lend of " + name + " cancelled: a job took it before the drain (" +
+                      FlagsText(n) + ")");
+    }
+    e.step = kStepDraining;
+    return Make(j, Action::kDrain, name, "drain_pending",
+                "drain of " + name + " not seen yet: re-issued");
+  }
+  if (n.Drained() && !n.HasFlag("NOT_RESPONDING") && n.state != "down") {
+    e.owner = Owner::kKubernetes;
+    e.step = "admitting";
+    e.since = now;
+    e.step_since = now;
+    e.last_pod_seen = now;
+    if (n.gpus > 0) e.gpus = n.gpus;
+    j.last_transition = now;
+    return Make(j, Action::kAdmit, name, "drained",
+                name + " drained in Slurm (" + FlagsText(n) + "): admitted to Kubernetes");
+  }
+  return Make(j, Action::kNone, name, "waiting_drain",
+              "waiting for " + name + " to drain (" + FlagsText(n) + ")");
+}
+
+Decision CarryReturning(const std::string& name, const SlurmNode& n, const KubeNode& k, Journal j,
+                        const BrokerConfig& c, TimeMs now) {
+  JournalEntry& e = j.nodes[name];
+  if (!k.unschedulable || !k.slurm_taint) {
+    e.step = kStepCordoned;
+    e.step_since = now;
+    return Make(j, Action::kStartReturn, name, "cordon_pending",
+                "cordon/taint of " + name + " not seen yet: re-issued");
+  }
+  if (k.non_daemonset_pods > 0) {
+    if (e.step == kStepEvicting && now - e.step_since >= c.eviction_timeout) {
+      e.owner = Owner::kKubernetes;
+      e.step = "admitting";
+      e.since = now;
+      e.step_since = now;
+      e.last_pod_seen = now;
+      j.last_transition = now;
+      return Make(j, Action::kAbortReturn, name, "eviction_timeout",
+                  "return of " + name + " aborted: " + std::to_string(k.non_daemonset_pods) +
+                      " pods still there after evicting for " + Seconds(c.eviction_timeout));
+    }
+    if (e.step != kStepEvicting) {
+      e.step = kStepEvicting;
+      e.step_since = now;
+    }
+    Decision d = Make(j, Action::kEvict, name, "evicting",
+                      "evicting " + std::to_string(k.non_daemonset_pods) + " pods from " + name);
+    d.evict = k.evictable;
+    return d;
+  }
+  if (!n.HasFlag("DRAIN")) {
+    j.nodes.erase(name);
+    j.returned_at[name] = now;
+    j.last_transition = now;
+    return Make(j, Action::kRelease, name, "already_resumed",
+                name + " is no longer drained in Slurm (" + FlagsText(n) + "): returned");
+  }
+  if (!n.ReasonIsOurs()) {
+    j.nodes.erase(name);
+    j.returned_at[name] = now;
+    j.last_transition = now;
+    return Make(j, Action::kRelease, name, "admin_drain",
+                name + " returned without RESUME: drained by someone else (\"" + n.reason +
+                    "\"); their drain stays");
+  }
+  const int want = e.gpus > 0 ? e.gpus : 1;
+  if (n.state == "down" || n.HasFlag("NOT_RESPONDING") || n.HasFlag("DOWN") || n.gpus < want) {
+    return Make(j, Action::kNone, name, "waiting_slurmd",
+                "waiting for slurmd on " + name + " to register " + std::to_string(want) +
+                    " GPUs (has " + std::to_string(n.gpus) + ", " + FlagsText(n) + ")");
+  }
+  j.nodes.erase(name);
+  j.returned_at[name] = now;
+  j.last_transition = now;
+  return Make(j, Action::kResume, name, "returned",
+              name + " empty in Kubernetes and registered in Slurm with " +
+                  std::to_string(n.gpus) + " GPUs: resumed");
+}
+
+}  // namespace
+
+const char* ActionName(Action a) {
+  switch (a) {
+    case Action::kNone:
+      return "none";
+    case Action::kDrain:
+      return "drain";
+    case Action::kCancelLend:
+      return "cancel-lend";
+    case Action::kAdmit:
+      return "admit";
+    case Action::kStartReturn:
+      return "start-return";
+    case Action::kEvict:
+      return "evict";
+    case Action::kResume:
+      return "resume";
+    case Action::kAbortReturn:
+      return "abort-return";
+    case Action::kRelease:
+      return "release";
+  }
+  return "?";
+}
+
+bool JobFits(const SlurmJob& job, const std::vector<int>& node_gpus) {
+  const int per_node = std::max(job.gpus_per_node, 1);
+  int nodes = 0, total = 0;
+  for (int g : node_gpus) {
+    total += g;
+    if (g >= per_node) ++nodes;
+  }
+  if (job.gpus_per_node > 0 && nodes < std::max(job.node_count, 1)) return false;
+  return total >= job.TotalGpus();
+}
+
+Decision Evaluate(const SlurmView& slurm, const KubeView& kube, const Journal& journal,
+                  const BrokerConfig& c, TimeMs now) {
+  Journal j = journal;
+  if (!slurm.ok) {
+    return Make(j, Action::kNone, "", "unknown_slurm",
+                "Slurm state unknown (" + slurm.error + "): no action");
+  }
+  if (!kube.ok) {
+    return Make(j, Action::kNone, "", "unknown_kubernetes",
+                "Kubernetes state unknown (" + kube.error + "): no action");
+  }
+  // Bookkeeping that holds whatever the action: demand streaks and pod sightings.
+  if (kube.unschedulable_gpu_pods > 0) {
+    ++j.demand_streak;
+    j.quiet_streak = 0;
+  } else {
+    ++j.quiet_streak;
+    j.demand_streak = 0;
+  }
+  for (auto& [name, e] : j.nodes) {
+    auto k = kube.nodes.find(name);
+    if (e.owner == Owner::kKubernetes && k != kube.nodes.end() && k->second.inference_pods > 0) {
+      e.last_pod_seen = now;
+    }
+  }
+
+  // Nodes in transit first; a missing view of one of them is "unknown".
+  for (auto& [name, e] : j.nodes) {
+    const bool transit = e.owner == Owner::kLending || e.owner == Owner::kReturning ||
+                         (e.owner == Owner::kKubernetes && e.step == "admitting");
+    if (!transit) continue;
+    auto s = slurm.nodes.find(name);
+    auto k = kube.nodes.find(name);
+    if (s == slurm.nodes.end() || k == kube.nodes.end()) {
+      return Make(j, Action::kNone, name, "unknown_node",
+                  name + " (" + OwnerName(e.owner) + ") missing from the " +
+                      (s == slurm.nodes.end() ? "Slurm" : "Kubernetes") + " view: no action");
+    }
+    if (e.owner == Owner::kLending) return CarryLending(name, s->second, j, c, now);
+    if (e.owner == Owner::kReturning) {
+      return CarryReturning(name, s->second, k->second, j, c, now);
+    }
+    // Admitting: confirmed once Kubernetes shows the node schedulable, labelled, untainted.
+    const KubeNode& kn = k->second;
+    if (kn.unschedulable || kn.slurm_taint || !kn.pool_label) {
+      return Make(j, Action::kAdmit, name, "admit_pending",
+                  "admission of " + name + " not seen yet: re-issued");
+    }
+    e.step = kStepAdmitted;
+    e.step_since = now;
+  }
+
+  if (const TimeMs since = now - j.last_transition; j.last_transition > 0 && since < c.cooldown) {
+    return Make(j, Action::kNone, "", "cooldown",
+                "cooldown: last transition " + Seconds(since) + " ago < " + Seconds(c.cooldown));
+  }
+
+  const std::vector<const SlurmJob*> bound = CapacityBoundJobs(slurm);
+  const SlurmJob* largest = bound.empty() ? nullptr : bound.front();
+
+  // Returns to Slurm.
+  const int lent = j.Lent();
+  if (lent > 0) {
+    const bool slurm_short = largest != nullptr && !JobFits(*largest, SlurmPool(slurm, j, "", ""));
+    std::string pick, why, code;
+    TimeMs pick_since = std::numeric_limits<TimeMs>::max();
+    bool pick_idle = false;
+    for (const auto& [name, e] : j.nodes) {
+      if (e.owner != Owner::kKubernetes || e.step != kStepAdmitted) continue;
+      if (now - e.since < c.min_residence) continue;
+      auto k = kube.nodes.find(name);
+      auto s = slurm.nodes.find(name);
+      if (k == kube.nodes.end() || s == slurm.nodes.end()) continue;
+      const bool idle = k->second.inference_pods == 0 && now - e.last_pod_seen >= c.return_after_idle;
+      const bool needed = slurm_short && JobFits(*largest, SlurmPool(slurm, j, "", name));
+      if (!idle && !needed) continue;
+      if (lent <= c.k8s_min_nodes) {
+        return Make(j, Action::kNone, name, "k8s_floor",
+                    name + " could return but Kubernetes keeps its floor of " +
+                        std::to_string(c.k8s_min_nodes) + " lent nodes");
+      }
+      // Idle nodes first, then the longest lent.
+      if (pick.empty() || (idle && !pick_idle) || (idle == pick_idle && e.since < pick_since)) {
+        pick = name;
+        pick_since = e.since;
+        pick_idle = idle;
+        code = idle ? "k8s_idle" : "slurm_demand";
+        why = idle ? name + " had no inference pods for " + Seconds(now - e.last_pod_seen)
+                   : "Slurm's pending job " + largest->id + " (" +
+                         std::to_string(largest->TotalGpus()) + " GPUs) needs " + name;
+      }
+    }
+    if (!pick.empty()) {
+      JournalEntry& e = j.nodes[pick];
+      e.owner = Owner::kReturning;
+      e.step = kStepCordoned;
+      e.step_since = now;
+      j.last_transition = now;
+      return Make(j, Action::kStartReturn, pick, code, why + ": returning it to Slurm");
+    }
+  }
+
+  // Lends to Kubernetes.
+  if (j.demand_streak == 0) return Make(j, Action::kNone, "", "no_demand", "no demand");
+  if (j.demand_streak < c.demand_evaluations) {
+    return Make(j, Action::kNone, "", "demand_building",
+                "demand seen " + std::to_string(j.demand_streak) + " of " +
+                    std::to_string(c.demand_evaluations) + " evaluations");
+  }
+  if (lent >= c.k8s_max_nodes) {
+    return Make(j, Action::kNone, "", "k8s_cap",
+                "demand, but " + std::to_string(lent) + " nodes lent = kubernetes.maxNodes");
+  }
+  int slurm_managed = 0;
+  for (const std::string& name : c.nodes) {
+    if (j.OwnerOf(name) == Owner::kSlurm) ++slurm_managed;
+  }
+  if (slurm_managed - 1 < c.slurm_min_nodes) {
+    return Make(j, Action::kNone, "", "slurm_floor",
+                "demand, but Slurm keeps its floor of " + std::to_string(c.slurm_min_nodes) +
+                    " nodes");
+  }
+  std::string pick, blockers;
+  TimeMs pick_busy = 0;
+  for (const std::string& name : c.nodes) {
+    if (j.OwnerOf(name) != Owner::kSlurm) continue;
+    const std::string why = LendBlocker(name, slurm, kube, j, c, now, largest);
+    if (!why.empty()) {
+      blockers += (blockers.empty() ? "" : "; ") + name + ": " + why;
+      continue;
+    }
+    const TimeMs busy = slurm.nodes.at(name).last_busy;
+    if (pick.empty() || busy < pick_busy) {
+      pick = name;
+      pick_busy = busy;
+    }
+  }
+  if (pick.empty()) {
+    return Make(j, Action::kNone, "", "no_candidate",
+                "demand, but no node may be lent (" + blockers + ")");
+  }
+  const SlurmNode& n = slurm.nodes.at(pick);
+  JournalEntry e;
+  e.owner = Owner::kLending;
+  e.step = kStepDraining;
+  e.since = now;
+  e.step_since = now;
+  e.gpus = n.gpus;
+  j.nodes[pick] = e;
+  j.last_transition = now;
+  Decision d = Make(j, Action::kDrain, pick, "k8s_demand",
+                    std::to_string(kube.unschedulable_gpu_pods) +
+                        " Unschedulable GPU pods for " + std::to_string(j.demand_streak) +
+                        " evaluations; " + pick + " idle for " + Seconds(now - n.last_busy) +
+                        ": lending it");
+  return d;
+}
+
+}  // namespace gpulet::broker

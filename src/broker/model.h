@@ -1,0 +1,137 @@
+// What the pool broker observes and remembers. Plain values, no I/O: the adapters (slurm_side.h,
+// k8s_side.h) fill the views, the journal (journal.h) persists the memory, and the engine
+// (engine.h) decides from both.
+//
+// Times are milliseconds since the Unix epoch (int64), so the journal and the views compare
+// without clock types and tests script time freely.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace gpulet::broker {
+
+using TimeMs = int64_t;
+
+// The prefix of every Slurm drain reason the broker sets. A drained node whose reason does not
+// start with it was drained by someone else and the broker never resumes it. It does not start
+// with slurm::kReasonPrefix ("gpulet:"), so the health drainer never resumes the broker's drains.
+inline constexpr const char* kBrokerReasonPrefix = "gpulet-broker:";
+
+// One Slurm node as sinfo reports it.
+struct SlurmNode {
+  std::string name;
+  std::string state;            // base state, lower case: "idle", "mixed", "allocated", "down", …
+  std::set<std::string> flags;  // upper case: "DRAIN", "COMPLETING", "NOT_RESPONDING", …
+  std::string reason;           // drain/down reason, "" when none
+  int gpus = 0;                 // GPUs the node registered (its gres gpu count)
+  int gpus_used = 0;
+  int alloc_cpus = 0;           // > 0: some job runs on it
+  TimeMs last_busy = 0;         // when a job last ran on it (slurmd start when never)
+
+  bool HasFlag(const std::string& f) const { return flags.count(f) > 0; }
+  bool ReasonIsOurs() const;
+  // DRAIN flag set and nothing runs or finishes on it: safe to hand to Kubernetes.
+  bool Drained() const;
+};
+
+// One Slurm job as squeue reports it.
+struct SlurmJob {
+  std::string id;
+  std::string state;         // "PENDING", "RUNNING", …
+  std::string reason;        // state_reason: "Resources", "Priority", "BeginTime", …
+  int node_count = 1;
+  int gpus_per_node = 0;     // from tres_per_node (gres:gpu[:type]:N)
+  int gpus_per_job = 0;      // from tres_per_job (gres:gpu[:type]:N)
+  std::set<std::string> required_nodes;  // expanded ReqNodeList
+  std::set<std::string> sched_nodes;     // expanded SchedNodes (where the scheduler plans it)
+
+  bool Pending() const { return state == "PENDING"; }
+  // Pending only because the cluster lacks resources right now.
+  bool CapacityBound() const { return Pending() && (reason == "Resources" || reason == "Priority"); }
+  // GPUs the job needs in all.
+  int TotalGpus() const;
+};
+
+struct Reservation {
+  std::string name;
+  std::set<std::string> nodes;
+  TimeMs start = 0;
+  TimeMs end = 0;
+};
+
+// Slurm as read in one evaluation. ok == false: some read failed or was ambiguous; `error` says
+// which. The engine then acts on nothing.
+struct SlurmView {
+  bool ok = false;
+  std::string error;
+  std::map<std::string, SlurmNode> nodes;
+  std::vector<SlurmJob> jobs;
+  std::vector<Reservation> reservations;
+};
+
+// One Kubernetes node with what the broker needs from it and its pods.
+struct KubeNode {
+  std::string name;
+  bool unschedulable = false;
+  bool slurm_taint = false;     // carries the Slurm-pool taint
+  bool pool_label = false;      // carries the inference pool label (key=value)
+  int non_daemonset_pods = 0;   // running or pending pods bound to it, DaemonSet pods excluded
+  int inference_pods = 0;       // of those, the ones in the inference namespaces
+  std::vector<std::string> evictable;  // "namespace/name" of the non-DaemonSet pods
+};
+
+// Kubernetes as read in one evaluation; ok == false as for SlurmView.
+struct KubeView {
+  bool ok = false;
+  std::string error;
+  std::map<std::string, KubeNode> nodes;
+  int unschedulable_gpu_pods = 0;  // Unschedulable pods requesting nvidia.com/* in the namespaces
+};
+
+// Who owns a node. Nodes absent from the journal belong to Slurm.
+enum class Owner { kSlurm, kLending, kKubernetes, kReturning };
+const char* OwnerName(Owner o);
+bool ParseOwner(const std::string& text, Owner* out);
+
+// Steps inside a return (kReturning).
+inline constexpr const char* kStepCordoned = "cordoned";
+inline constexpr const char* kStepEvicting = "evicting";
+inline constexpr const char* kStepDraining = "draining";    // kLending: drain requested
+inline constexpr const char* kStepAdmitted = "admitted";    // kKubernetes
+
+struct JournalEntry {
+  Owner owner = Owner::kSlurm;
+  std::string step;
+  TimeMs since = 0;       // when the node entered `owner`
+  TimeMs step_since = 0;  // when it entered `step`
+  int gpus = 0;           // the GPUs Slurm had registered for it when it was lent
+  TimeMs last_pod_seen = 0;  // kKubernetes: last evaluation that saw an inference pod on it
+  bool operator==(const JournalEntry&) const = default;
+};
+
+// The broker's memory: per node owner and step, plus the hysteresis counters.
+struct Journal {
+  std::map<std::string, JournalEntry> nodes;  // only nodes not plainly owned by Slurm
+  int demand_streak = 0;  // consecutive evaluations with Unschedulable GPU pods
+  int quiet_streak = 0;   // consecutive evaluations without
+  TimeMs last_transition = 0;               // last start or end of a lend or return
+  std::map<std::string, TimeMs> returned_at;  // when each node last came back to Slurm
+
+  Owner OwnerOf(const std::string& node) const {
+    auto it = nodes.find(node);
+    return it == nodes.end() ? Owner::kSlurm : it->second.owner;
+  }
+  int Lent() const;       // nodes owned by Kubernetes or returning
+  int InTransit() const;  // nodes lending or returning
+  bool operator==(const Journal&) const = default;
+};
+
+// Expands a Slurm hostlist ("gpu[01-03,07],login1") into names. Empty on a malformed list, with
+// *ok set to false when given.
+std::set<std::string> ExpandHostlist(const std::string& text, bool* ok = nullptr);
+
+}  // namespace gpulet::broker
