@@ -209,10 +209,6 @@ std::string PidFilePath(const DaemonPaths& paths) {
   return paths.pipe_dir + "/nvidia-cuda-mps-control.pid";
 }
 
-int MaxClientsPerGpu(int cc_major, int cc_minor) {
-  return (cc_major > 7 || (cc_major == 7 && cc_minor >= 5)) ? 48 : 16;
-}
-
 Supervisor::Supervisor(SupervisorOptions options, std::shared_ptr<gpu::Nvml> nvml)
     : options_(std::move(options)), nvml_(std::move(nvml)) {}
 

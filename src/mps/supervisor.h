@@ -24,12 +24,12 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <condition_variable>
 #include <string>
 #include <thread>
 #include <vector>
@@ -63,9 +63,6 @@ std::string PinnedMemLimit(uint64_t memory_bytes, int replicas);
 // The pid file the control daemon writes in its pipe directory.
 std::string PidFilePath(const DaemonPaths& paths);
 
-// The most MPS clients one GPU takes: 48, or 16 before compute capability 7.5 (Volta).
-int MaxClientsPerGpu(int cc_major, int cc_minor);
-
 struct SupervisorOptions {
   std::string control_binary = "nvidia-cuda-mps-control";  // a path, or a name looked up in PATH
   std::string root = "/run/nvidia/mps";
@@ -97,7 +94,7 @@ class Supervisor {
   // Starts one daemon per spec, sets EXCLUSIVE_PROCESS on their GPUs, configures the defaults,
   // then health-checks continuously on its own thread, restarting a dead daemon with backoff.
   // `listener` is called (from the supervisor thread, never with a lock held) on every health
-  // change; not for the initial healthy state. A daemon left running on the same pipe
+  // change; not for the initial healthy state. It must not call Stop() (Stop joins that thread). A daemon left running on the same pipe
   // directory (by an earlier gpulet) is quit first.
   // Errors (nothing is left running and compute modes are restored): kInvalidInput for a bad
   // spec (names the resource and field) or a root where the directories cannot be made (names

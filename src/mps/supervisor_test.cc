@@ -79,14 +79,6 @@ TEST(MpsPinnedMemLimit, MemoryOverReplicasInMiB) {
   }
 }
 
-TEST(MpsMaxClientsPerGpu, SixteenBeforeTuring) {
-  EXPECT_EQ(MaxClientsPerGpu(7, 0), 16);  // V100
-  EXPECT_EQ(MaxClientsPerGpu(6, 1), 16);
-  EXPECT_EQ(MaxClientsPerGpu(7, 5), 48);  // T4
-  EXPECT_EQ(MaxClientsPerGpu(8, 0), 48);  // A100
-  EXPECT_EQ(MaxClientsPerGpu(9, 0), 48);  // H100
-}
-
 TEST(MpsSupervisor, MissingBinaryNamesThePath) {
   const std::string dir = MakeTempDir();
   SupervisorOptions o;
