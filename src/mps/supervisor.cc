@@ -34,8 +34,8 @@ struct Supervisor::Daemon {
   int pid = -1;
 
   // Owned by whoever drives the daemon: Start (before the thread exists), then the loop.
-  bool down = false;      // dead or failed; waiting for retry_at to restart
-  int failures = 0;       // consecutive failures since the last passed check
+  bool down = false;       // dead or failed; waiting for retry_at to restart
+  int failures = 0;        // consecutive failures since the last passed check
   Clock::time_point next;  // next check (up) or restart attempt (down)
 };
 
@@ -74,8 +74,8 @@ Status MakeDirs(const std::string& path, mode_t mode) {
     const int err = errno;
     struct stat st {};
     if (err == EEXIST && stat(prefix.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) continue;
-    return Status(ErrorCode::kInvalidInput,
-                  "cannot create " + prefix + ": " + (err == EEXIST ? "not a directory" : Errno(err)));
+    return Status(ErrorCode::kInvalidInput, "cannot create " + prefix + ": " +
+                                                (err == EEXIST ? "not a directory" : Errno(err)));
   }
   return Status::Ok();
 }
@@ -106,7 +106,8 @@ Result<std::string> ResolveBinary(const std::string& binary) {
   std::string dir;
   while (std::getline(dirs, dir, ':')) {
     if (dir.empty()) continue;
-    std::string candidate = dir + "/" + binary;
+    std::string candidate = dir;
+    candidate.append("/").append(binary);
     struct stat st {};
     if (stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
         access(candidate.c_str(), X_OK) == 0) {
@@ -202,7 +203,7 @@ int ActiveThreadPercentage(int replicas) { return std::max(1, 100 / std::max(1, 
 
 std::string PinnedMemLimit(uint64_t memory_bytes, int replicas) {
   const uint64_t per = memory_bytes / static_cast<uint64_t>(std::max(1, replicas));
-  return std::to_string(per / (1024 * 1024)) + "M";
+  return std::to_string(per >> 20) + "M";  // bytes → MiB, rounded down
 }
 
 std::string PidFilePath(const DaemonPaths& paths) {
@@ -221,7 +222,8 @@ Result<ControlOutput> Supervisor::RunControl(const Daemon& d, const std::vector<
   if (input.fd < 0) return Status(ErrorCode::kInternal, "memfd_create: " + Errno(errno));
   std::string text;
   for (const std::string& c : commands) text += c + "\n";
-  if (!text.empty() && write(input.fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+  if (!text.empty() &&
+      write(input.fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
     return Status(ErrorCode::kInternal, "memfd write: " + Errno(errno));
   }
   lseek(input.fd, 0, SEEK_SET);
@@ -283,7 +285,7 @@ Result<ControlOutput> Supervisor::RunControl(const Daemon& d, const std::vector<
         if (result.out.size() > (1 << 20)) out_r.Reset();  // a runaway client; keep the start
         continue;
       }
-      if (got == 0) out_r.Reset();
+      if (got == 0 || errno != EINTR) out_r.Reset();
     }
     if (exited && (n <= 0 || out_r.fd < 0)) break;
   }
@@ -293,8 +295,9 @@ Result<ControlOutput> Supervisor::RunControl(const Daemon& d, const std::vector<
     }
     return Status(ErrorCode::kUnavailable,
                   "mps: " + d.spec.resource_name + ": `" + binary_ + " " + Join(args, " ") +
-                      "` gave no answer within " + std::to_string(options_.command_timeout.count()) +
-                      " ms" + (commands.empty() ? "" : " (commands: " + Join(commands, "; ") + ")"));
+                      "` gave no answer within " +
+                      std::to_string(options_.command_timeout.count()) + " ms" +
+                      (commands.empty() ? "" : " (commands: " + Join(commands, "; ") + ")"));
   }
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
@@ -340,8 +343,9 @@ Status Supervisor::SetExclusive(Daemon& d) {
     }
     rc = fn.nvmlDeviceSetComputeMode(dev, NVML_COMPUTEMODE_EXCLUSIVE_PROCESS);
     if (rc != NVML_SUCCESS) {
-      return Status(ErrorCode::kNvmlError,
-                    where + ": nvmlDeviceSetComputeMode(EXCLUSIVE_PROCESS): " + nvml_->ErrorText(rc));
+      return Status(
+          ErrorCode::kNvmlError,
+          where + ": nvmlDeviceSetComputeMode(EXCLUSIVE_PROCESS): " + nvml_->ErrorText(rc));
     }
   }
   return Status::Ok();
@@ -353,10 +357,11 @@ void Supervisor::RestoreComputeModes() {
   for (const auto& [index, mode] : saved_modes_) {
     nvmlDevice_t dev = nullptr;
     nvmlReturn_t rc = fn.nvmlDeviceGetHandleByIndex_v2(index, &dev);
-    if (rc == NVML_SUCCESS) rc = fn.nvmlDeviceSetComputeMode(dev, static_cast<nvmlComputeMode_t>(mode));
+    if (rc == NVML_SUCCESS)
+      rc = fn.nvmlDeviceSetComputeMode(dev, static_cast<nvmlComputeMode_t>(mode));
     if (rc != NVML_SUCCESS) {
-      spdlog::error("event=mps_compute_mode_restore_failed gpu={} mode={} error=\"{}\"", index, mode,
-                    nvml_->ErrorText(rc));
+      spdlog::error("event=mps_compute_mode_restore_failed gpu={} mode={} error=\"{}\"", index,
+                    mode, nvml_->ErrorText(rc));
     }
   }
   saved_modes_.clear();
@@ -368,10 +373,9 @@ Status Supervisor::StartDaemon(Daemon& d) {
   Result<ControlOutput> launched = RunControl(d, {"-d"}, {});
   if (!launched.ok()) return launched.status();
   if (launched->exit_code != 0) {
-    return Status(ErrorCode::kUnavailable, "mps: " + d.spec.resource_name + ": `" + binary_ +
-                                               " -d` exited " +
-                                               std::to_string(launched->exit_code) + ": " +
-                                               OneLine(launched->out));
+    return Status(ErrorCode::kUnavailable,
+                  "mps: " + d.spec.resource_name + ": `" + binary_ + " -d` exited " +
+                      std::to_string(launched->exit_code) + ": " + OneLine(launched->out));
   }
   // The control program may return before its pid file is written.
   int pid = -1;
@@ -380,8 +384,8 @@ Status Supervisor::StartDaemon(Daemon& d) {
     std::this_thread::sleep_for(milliseconds(5));
   }
   if (pid <= 0) {
-    return Status(ErrorCode::kUnavailable,
-                  "mps: " + d.spec.resource_name + ": daemon started but wrote no pid to " + pid_file);
+    return Status(ErrorCode::kUnavailable, "mps: " + d.spec.resource_name +
+                                               ": daemon started but wrote no pid to " + pid_file);
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -397,10 +401,9 @@ Status Supervisor::StartDaemon(Daemon& d) {
   Result<ControlOutput> set = RunControl(d, {}, defaults);
   if (!set.ok()) return set.status();
   if (set->exit_code != 0) {
-    return Status(ErrorCode::kUnavailable, "mps: " + d.spec.resource_name +
-                                               ": setting defaults failed (exit " +
-                                               std::to_string(set->exit_code) + "): " +
-                                               OneLine(set->out));
+    return Status(ErrorCode::kUnavailable,
+                  "mps: " + d.spec.resource_name + ": setting defaults failed (exit " +
+                      std::to_string(set->exit_code) + "): " + OneLine(set->out));
   }
   spdlog::info("event=mps_daemon_started resource={} pid={} gpus={} thread_percentage={}",
                d.spec.resource_name, pid, Join(d.spec.gpu_uuids, ","),
@@ -447,7 +450,8 @@ void Supervisor::QuitDaemon(Daemon& d) {
     if (!r.ok() || r->exit_code != 0) {
       spdlog::warn("event=mps_daemon_quit_failed resource={} pid={} action=kill",
                    d.spec.resource_name, pid);
-    } else if (!WaitUntilGone([&] { return DaemonAlive(pid, d.paths.pipe_dir); }, options_.stop_timeout)) {
+    } else if (!WaitUntilGone([&] { return DaemonAlive(pid, d.paths.pipe_dir); },
+                              options_.stop_timeout)) {
       spdlog::warn("event=mps_daemon_quit_timeout resource={} pid={} action=kill",
                    d.spec.resource_name, pid);
     }
@@ -544,7 +548,11 @@ void Supervisor::Loop() {
   while (!stopping_) {
     Clock::time_point wake = Clock::time_point::max();
     for (const auto& d : daemons_) wake = std::min(wake, d->next);
-    cv_.wait_until(lock, wake, [&] { return stopping_; });
+    if (daemons_.empty()) {
+      cv_.wait(lock, [&] { return stopping_; });  // wait_until(max) would overflow
+    } else {
+      cv_.wait_until(lock, wake, [&] { return stopping_; });
+    }
     if (stopping_) break;
     lock.unlock();
     for (auto& dp : daemons_) {

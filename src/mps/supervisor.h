@@ -94,13 +94,13 @@ class Supervisor {
   // Starts one daemon per spec, sets EXCLUSIVE_PROCESS on their GPUs, configures the defaults,
   // then health-checks continuously on its own thread, restarting a dead daemon with backoff.
   // `listener` is called (from the supervisor thread, never with a lock held) on every health
-  // change; not for the initial healthy state. It must not call Stop() (Stop joins that thread). A daemon left running on the same pipe
-  // directory (by an earlier gpulet) is quit first.
-  // Errors (nothing is left running and compute modes are restored): kInvalidInput for a bad
-  // spec (names the resource and field) or a root where the directories cannot be made (names
-  // the path); kNotFound when the control binary does not exist (names it); kUnavailable when a
-  // daemon does not start or does not take its defaults; kNvmlError when a compute mode cannot
-  // be read or set. Start may be called once (kInternal afterwards).
+  // change; not for the initial healthy state. It must not call Stop() (Stop joins that thread). A
+  // daemon left running on the same pipe directory (by an earlier gpulet) is quit first. Errors
+  // (nothing is left running and compute modes are restored): kInvalidInput for a bad spec (names
+  // the resource and field) or a root where the directories cannot be made (names the path);
+  // kNotFound when the control binary does not exist (names it); kUnavailable when a daemon does
+  // not start or does not take its defaults; kNvmlError when a compute mode cannot be read or set.
+  // Start may be called once (kInternal afterwards).
   Status Start(std::vector<DaemonSpec> specs, HealthListener listener);
 
   // Quits every daemon, restores the previous compute modes. Idempotent; thread-safe.

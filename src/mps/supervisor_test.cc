@@ -50,7 +50,7 @@ TEST(MpsPathsFor, PidFileInPipeDir) {
 TEST(MpsActiveThreadPercentage, HundredOverReplicasAtLeastOne) {
   struct Case {
     int replicas, want;
-  } cases[] = {{1, 100}, {2, 50}, {3, 33}, {4, 25}, {7, 14}, {10, 10},
+  } cases[] = {{1, 100}, {2, 50},  {3, 33},  {4, 25},  {7, 14},  {10, 10},
                {48, 2},  {100, 1}, {101, 1}, {500, 1}, {0, 100}, {-3, 100}};
   for (const Case& c : cases) {
     EXPECT_EQ(ActiveThreadPercentage(c.replicas), c.want) << "replicas=" << c.replicas;
@@ -63,15 +63,13 @@ TEST(MpsPinnedMemLimit, MemoryOverReplicasInMiB) {
     int replicas;
     std::string want;
   } cases[] = {
-      {80ull << 30, 1, "81920M"},          // H100 80 GiB, whole
-      {80ull << 30, 2, "40960M"},
-      {80ull << 30, 3, "27306M"},          // rounded down
-      {85899345920ull, 4, "20480M"},       // 80 GiB in bytes
-      {24ull << 30, 10, "2457M"},          // L4
-      {(1ull << 20) + 1, 1, "1M"},         // below a MiB is dropped
-      {1ull << 20, 2, "0M"},
-      {0, 2, "0M"},
-      {16ull << 30, 0, "16384M"},          // replicas < 1 counts as 1
+      {80ull << 30, 1, "81920M"},                                 // H100 80 GiB, whole
+      {80ull << 30, 2, "40960M"},    {80ull << 30, 3, "27306M"},  // rounded down
+      {85899345920ull, 4, "20480M"},                              // 80 GiB in bytes
+      {24ull << 30, 10, "2457M"},                                 // L4
+      {(1ull << 20) + 1, 1, "1M"},                                // below a MiB is dropped
+      {1ull << 20, 2, "0M"},         {0, 2, "0M"},
+      {16ull << 30, 0, "16384M"},  // replicas < 1 counts as 1
   };
   for (const Case& c : cases) {
     EXPECT_EQ(PinnedMemLimit(c.bytes, c.replicas), c.want)
@@ -119,8 +117,7 @@ TEST(MpsSupervisor, BinaryNotExecutable) {
   Status s = sup.Start({OneGpu()}, nullptr);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.code(), ErrorCode::kNotFound);
-  EXPECT_NE(s.message().find(path + ": not an executable file"), std::string::npos)
-      << s.message();
+  EXPECT_NE(s.message().find(path + ": not an executable file"), std::string::npos) << s.message();
 }
 
 TEST(MpsSupervisor, RootNotWritableNamesThePath) {
@@ -195,6 +192,18 @@ TEST(MpsSupervisor, DaemonThatFailsToStartIsAnErrorWithItsOutput) {
   EXPECT_NE(s.message().find("/bin/false -d` exited 1"), std::string::npos) << s.message();
   EXPECT_FALSE(sup.Healthy("nvidia.com/gpu.shared"));
   sup.Stop();  // idempotent after a failed Start
+  sup.Stop();
+}
+
+TEST(MpsSupervisor, NoSpecsStartsNothingAndStops) {
+  SupervisorOptions o;
+  o.control_binary = "/bin/true";
+  o.root = MakeTempDir();
+  Supervisor sup(o, nullptr);
+  Status s = sup.Start({}, nullptr);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_FALSE(sup.Healthy("nvidia.com/gpu.shared"));
+  EXPECT_EQ(sup.Start({}, nullptr).code(), ErrorCode::kInternal);  // once only
   sup.Stop();
 }
 

@@ -247,8 +247,8 @@ TEST_F(MpsSupervisorTest, StartsEachDaemonWithItsEnvironmentAndDefaults) {
     EXPECT_TRUE(S_ISDIR(st.st_mode));
   }
   // 80 GiB H100 / 2 replicas: the daemon holds what it was told.
-  Result<ControlOutput> q = sup.Control(kShared, {"get_default_device_pinned_mem_limit 1",
-                                                  "get_default_active_thread_percentage"});
+  Result<ControlOutput> q = sup.Control(
+      kShared, {"get_default_device_pinned_mem_limit 1", "get_default_active_thread_percentage"});
   ASSERT_TRUE(q.ok()) << q.status().message();
   EXPECT_EQ(q->exit_code, 0);
   EXPECT_EQ(q->out, PinnedMemLimit(shared.memory_bytes[1], 2) + "\n50.0\n");
@@ -396,12 +396,13 @@ TEST_F(MpsSupervisorTest, RestartFailuresBackOffUntilTheDaemonCanStartAgain) {
 TEST_F(MpsSupervisorTest, DaemonLeftByAnEarlierRunIsReplaced) {
   const DaemonPaths paths = Paths(kShared);
   // An earlier gpulet's daemon, same pipe directory, other GPUs.
-  ASSERT_EQ(system(("mkdir -p " + paths.pipe_dir + " " + paths.log_dir +
-                    " && env -i PATH=/usr/bin:/bin CUDA_VISIBLE_DEVICES=GPU-old"
-                    " CUDA_MPS_PIPE_DIRECTORY=" + paths.pipe_dir +
-                    " CUDA_MPS_LOG_DIRECTORY=" + paths.log_dir + " " + kStandIn + " -d")
-                       .c_str()),
-            0);
+  ASSERT_EQ(
+      system(("mkdir -p " + paths.pipe_dir + " " + paths.log_dir +
+              " && env -i PATH=/usr/bin:/bin CUDA_VISIBLE_DEVICES=GPU-old"
+              " CUDA_MPS_PIPE_DIRECTORY=" +
+              paths.pipe_dir + " CUDA_MPS_LOG_DIRECTORY=" + paths.log_dir + " " + kStandIn + " -d")
+                 .c_str()),
+      0);
   const int old = ReadPid(paths);
   ASSERT_GT(old, 0);
   Supervisor sup(options_, nvml_);
