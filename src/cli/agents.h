@@ -28,6 +28,10 @@ struct PluginArgs {
   std::string cdi_annotation_prefix;
   std::string health_quiet_period = "60s";
   std::string kubelet_socket = "kubelet.sock";
+  std::string replica_allocation_policy = "distributed";
+  std::string mps_root;  // empty: flags.plugin.mpsRoot from the file, else /run/nvidia/mps
+  std::string mps_control_binary = "nvidia-cuda-mps-control";
+  std::string rescan_interval = "30s";
 };
 
 // Adds the plugin's flags to `cmd`. Call the returned function in the command's callback: it

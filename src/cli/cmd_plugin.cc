@@ -1,14 +1,19 @@
-// gpulet plugin: the kubelet device plugin. Discovers the node once, builds the sharing plan from
+// gpulet plugin: the kubelet device plugin. Discovers the node, builds the sharing plan from
 // flags/env/config file (precedence CLI > environment > file > default), serves one socket per
 // resource, registers with the kubelet, watches health, and reloads on SIGHUP or a config change.
+// It re-discovers the node every --rescan-interval and on SIGHUP: when the GPUs or MIG devices
+// changed (`gpulet mig apply`), it re-plans and restarts only the resources that changed. MPS
+// resources get one supervised control daemon each (src/mps), restarted when they change.
 #include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <csignal>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -16,7 +21,9 @@
 #include "cli/commands.h"
 #include "config/config.h"
 #include "deviceplugin/manager.h"
+#include "deviceplugin/resource_server.h"
 #include "gpu/health.h"
+#include "mps/supervisor.h"
 #include "sharing/plan.h"
 
 namespace gpulet::cli {
@@ -80,6 +87,7 @@ Result<config::Flags> CliFlags(const PluginArgs& a) {
     if (!s.ok()) return prefix("--mig-strategy", s.status());
     f.mig_strategy = *s;
   }
+  if (!a.mps_root.empty()) f.plugin.mps_root = a.mps_root;
   if (!a.nvidia_driver_root.empty()) f.nvidia_driver_root = a.nvidia_driver_root;
   if (!a.nvidia_dev_root.empty()) f.nvidia_dev_root = a.nvidia_dev_root;
   if (!a.cdi_annotation_prefix.empty()) f.plugin.cdi_annotation_prefix = a.cdi_annotation_prefix;
@@ -98,12 +106,26 @@ Result<config::Config> EffectiveConfig(const PluginArgs& args, const config::Fla
   return cfg;
 }
 
+constexpr char kDefaultMpsRoot[] = "/run/nvidia/mps";
+
+std::string MpsRoot(const config::Config& cfg) {
+  return cfg.flags.plugin.mps_root.value_or(kDefaultMpsRoot);
+}
+
 Result<deviceplugin::ServingSetup> BuildSetup(const gpu::Inventory& inventory,
-                                              const config::Config& cfg) {
+                                              const config::Config& cfg,
+                                              deviceplugin::ReplicaPolicy policy) {
   Result<sharing::Plan> plan = sharing::BuildPlan(inventory, cfg);
   if (!plan.ok()) return plan.status();
+  for (const std::string& note : plan->notes) spdlog::warn("event=plan_note note=\"{}\"", note);
   deviceplugin::ServingSetup setup;
   setup.plan = std::move(plan).value();
+  setup.allocate.replica_policy = policy;
+  for (const sharing::Resource& r : setup.plan.resources) {
+    if (r.sharing != sharing::SharingKind::kMps) continue;
+    mps::DaemonPaths paths = mps::PathsFor(MpsRoot(cfg), r.name);
+    setup.allocate.mps[r.name] = deviceplugin::MpsMount{paths.pipe_dir, paths.shm_dir};
+  }
   const config::Flags& f = cfg.flags;
   deviceplugin::AllocateOptions& o = setup.allocate;
   if (f.plugin.device_list_strategy) o.device_list_strategies = *f.plugin.device_list_strategy;
@@ -114,6 +136,208 @@ Result<deviceplugin::ServingSetup> BuildSetup(const gpu::Inventory& inventory,
   if (f.plugin.cdi_annotation_prefix) o.cdi_annotation_prefix = *f.plugin.cdi_annotation_prefix;
   return setup;
 }
+
+// Keeps one mps::Supervisor serving the plan's MPS resources and their health on the board.
+// Not thread-safe: called from one thread at a time (start-up, then the manager's loader, then
+// shutdown).
+class MpsControl {
+ public:
+  MpsControl(std::string control_binary, std::shared_ptr<gpu::Nvml> nvml, gpu::HealthBoard& board)
+      : control_binary_(std::move(control_binary)), nvml_(std::move(nvml)), board_(board) {}
+  ~MpsControl() { Stop(); }
+
+  // (Re)starts the supervisor when the MPS resources, their GPUs, replicas or the root changed.
+  // On failure the resources stay advertised, Unhealthy, and the error is returned.
+  Status Apply(const sharing::Plan& plan, const gpu::Inventory& inventory,
+               const std::string& root) {
+    std::vector<mps::DaemonSpec> specs;
+    std::string key = root;
+    for (const sharing::Resource& r : plan.resources) {
+      if (r.sharing != sharing::SharingKind::kMps) continue;
+      mps::DaemonSpec spec;
+      spec.resource_name = r.name;
+      spec.replicas = r.replicas;
+      key += "|" + r.name + "/" + std::to_string(r.replicas);
+      for (const sharing::AdvertisedDevice& d : r.devices) {
+        if (!spec.gpu_uuids.empty() && spec.gpu_uuids.back() == d.uuid) continue;
+        const gpu::Gpu* g = inventory.FindByUuid(d.uuid);
+        spec.gpu_uuids.push_back(d.uuid);
+        spec.gpu_indices.push_back(d.gpu_index);
+        spec.memory_bytes.push_back(g ? g->memory_mib * 1024 * 1024 : 0);
+        key += "," + d.uuid;
+      }
+      specs.push_back(std::move(spec));
+    }
+    if (key == key_ && (supervisor_ || specs.empty())) return Status::Ok();
+    Stop();
+    key_ = key;
+    if (specs.empty()) return Status::Ok();
+    mps::SupervisorOptions o;
+    o.control_binary = control_binary_;
+    o.root = root;
+    auto sup = std::make_unique<mps::Supervisor>(o, nvml_);
+    gpu::HealthBoard& board = board_;
+    Status s = sup->Start(specs, [&board](const std::string& resource, bool healthy) {
+      spdlog::log(healthy ? spdlog::level::info : spdlog::level::warn,
+                  "event=mps_daemon_health resource={} healthy={}", resource, healthy);
+      board.Update({{deviceplugin::MpsHealthKey(resource),
+                     healthy ? gpu::DeviceHealth{} : gpu::DeviceHealth{false, "MPS daemon down"}}});
+    });
+    std::map<std::string, gpu::DeviceHealth> state;
+    for (const mps::DaemonSpec& spec : specs) {
+      state[deviceplugin::MpsHealthKey(spec.resource_name)] =
+          s.ok() ? gpu::DeviceHealth{}
+                 : gpu::DeviceHealth{false, "MPS daemon failed to start: " + s.message()};
+      resources_.push_back(spec.resource_name);
+    }
+    board_.Update(state);
+    if (!s.ok()) return s;
+    supervisor_ = std::move(sup);
+    spdlog::info("event=mps_started resources={} root={}", specs.size(), root);
+    return Status::Ok();
+  }
+
+  void Stop() {
+    if (!supervisor_) return;
+    supervisor_->Stop();
+    supervisor_.reset();
+    spdlog::info("event=mps_stopped resources={}", resources_.size());
+    resources_.clear();
+  }
+
+ private:
+  const std::string control_binary_;
+  std::shared_ptr<gpu::Nvml> nvml_;
+  gpu::HealthBoard& board_;
+  std::string key_;
+  std::vector<std::string> resources_;
+  std::unique_ptr<mps::Supervisor> supervisor_;
+};
+
+// The node's current inventory and the health monitor watching it. Re-discovery replaces both
+// when the devices changed. Thread-safe.
+class NodeWatch {
+ public:
+  NodeWatch(const NodeContext& node, std::shared_ptr<const gpu::Inventory> inventory,
+            gpu::HealthMonitorOptions health_options, const gpu::Clock& clock,
+            gpu::HealthBoard& board)
+      : node_(node),
+        inventory_(std::move(inventory)),
+        health_options_(std::move(health_options)),
+        clock_(clock),
+        board_(board) {}
+  ~NodeWatch() { StopMonitor(); }
+
+  Status StartMonitor() {
+    std::lock_guard<std::mutex> l(mu_);
+    monitor_inventory_ = inventory_;
+    monitor_ = std::make_unique<gpu::HealthMonitor>(node_.nvml, *monitor_inventory_,
+                                                    health_options_, clock_, board_);
+    return monitor_->Start();
+  }
+  void StopMonitor() {
+    std::lock_guard<std::mutex> l(mu_);
+    if (monitor_) monitor_->Stop();
+    monitor_.reset();
+  }
+
+  std::shared_ptr<const gpu::Inventory> Current(uint64_t* generation) const {
+    std::lock_guard<std::mutex> l(mu_);
+    if (generation) *generation = generation_;
+    return inventory_;
+  }
+
+  // Discovers the node again; true when its GPUs or MIG devices changed (then the health monitor
+  // follows the new inventory).
+  bool Rescan() {
+    Result<gpu::Inventory> found = gpu::Discover(*node_.nvml, node_.discover);
+    if (!found.ok()) {
+      spdlog::warn("event=rescan_failed action=keep_current error=\"{}\"",
+                   found.status().message());
+      return false;
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    if (sharing::SameDevices(*inventory_, *found)) return false;
+    inventory_ = std::make_shared<const gpu::Inventory>(std::move(found).value());
+    ++generation_;
+    spdlog::info("event=inventory_changed gpus={} mig_devices={} generation={}",
+                 inventory_->gpus.size(), inventory_->MigDeviceCount(), generation_);
+    if (monitor_) {
+      monitor_->Stop();
+      monitor_inventory_ = inventory_;
+      monitor_ = std::make_unique<gpu::HealthMonitor>(node_.nvml, *monitor_inventory_,
+                                                      health_options_, clock_, board_);
+      Status s = monitor_->Start();
+      if (!s.ok()) spdlog::error("event=health_monitor_failed error=\"{}\"", s.message());
+    }
+    return true;
+  }
+
+ private:
+  const NodeContext& node_;
+  mutable std::mutex mu_;
+  std::shared_ptr<const gpu::Inventory> inventory_;
+  uint64_t generation_ = 0;
+  const gpu::HealthMonitorOptions health_options_;
+  const gpu::Clock& clock_;
+  gpu::HealthBoard& board_;
+  std::shared_ptr<const gpu::Inventory> monitor_inventory_;  // what monitor_ references
+  std::unique_ptr<gpu::HealthMonitor> monitor_;
+};
+
+// Re-discovers every `interval` (0: never) and whenever Kick()ed; calls on_change after a rescan
+// that found different devices, and after every kick (a SIGHUP reloads the config too).
+class Rescanner {
+ public:
+  Rescanner(NodeWatch& watch, std::chrono::milliseconds interval, std::function<void()> on_change)
+      : watch_(watch), interval_(interval), on_change_(std::move(on_change)), thread_([this] {
+          Loop();
+        }) {}
+  ~Rescanner() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void Kick() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      kicked_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> l(mu_);
+    while (!stop_) {
+      auto woken = [this] { return stop_ || kicked_; };
+      if (interval_.count() > 0) {
+        cv_.wait_for(l, interval_, woken);
+      } else {
+        cv_.wait(l, woken);
+      }
+      if (stop_) break;
+      const bool kicked = kicked_;
+      kicked_ = false;
+      l.unlock();
+      const bool changed = watch_.Rescan();
+      if (changed || kicked) on_change_();
+      l.lock();
+    }
+  }
+
+  NodeWatch& watch_;
+  const std::chrono::milliseconds interval_;
+  std::function<void()> on_change_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool kicked_ = false;
+  std::thread thread_;  // last: starts after the fields above are ready
+};
 
 const char* Env(const char* name) {
   const char* v = std::getenv(name);
@@ -177,6 +401,18 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
   if (!policy.ok()) return ReportError(policy.status());
   policy->quiet_period = *quiet;
 
+  Result<deviceplugin::ReplicaPolicy> policy_or =
+      deviceplugin::ParseReplicaPolicy(args.replica_allocation_policy);
+  if (!policy_or.ok()) {
+    return ReportError(Status(ErrorCode::kUsage, "--replica-allocation-policy: " +
+                                                     policy_or.status().message()));
+  }
+  const deviceplugin::ReplicaPolicy replica_policy = *policy_or;
+  Result<std::chrono::milliseconds> rescan_interval =
+      ParseDuration("--rescan-interval", args.rescan_interval);
+  if (!rescan_interval.ok()) return ReportError(rescan_interval.status());
+
+
   // Discovery. With failOnInitError=false a node without a working driver stays up, serving
   // nothing, as NVIDIA's plugin does (so a DaemonSet on mixed nodes does not crash-loop).
   auto wait_for_stop = [&signals] {
@@ -204,20 +440,27 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
     return wait_for_stop();
   }
 
-  Result<deviceplugin::ServingSetup> setup = BuildSetup(*inventory, *cfg);
+  Result<deviceplugin::ServingSetup> setup = BuildSetup(*inventory, *cfg, replica_policy);
   if (!setup.ok()) return ReportError(setup.status());
 
   gpu::SteadyClock clock;
   gpu::HealthBoard board;
   gpu::HealthMonitorOptions health_options;
   health_options.policy = *policy;
-  gpu::HealthMonitor monitor(node->nvml, *inventory, health_options, clock, board);
-  Status hs = monitor.Start();
+  NodeWatch watch(*node, inventory, health_options, clock, board);
+  Status hs = watch.StartMonitor();
   if (!hs.ok()) return ReportError(hs);
+  MpsControl mps_control(args.mps_control_binary, node->nvml, board);
+  Status ms = mps_control.Apply(setup->plan, *inventory, MpsRoot(*cfg));
+  if (!ms.ok()) {
+    watch.StopMonitor();
+    return ReportError(ms);
+  }
   if (companion != nullptr) {
     Status cs = companion->start(*node, *inventory);
     if (!cs.ok()) {
-      monitor.Stop();
+      mps_control.Stop();
+      watch.StopMonitor();
       return ReportError(cs);
     }
   }
@@ -227,28 +470,54 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
   mo.kubelet_socket_name = args.kubelet_socket;
   mo.config_path = args.config_file;
   const config::Flags cli_flags = *cli;
-  std::shared_ptr<const gpu::Inventory> inv_const = inventory;
-  deviceplugin::Manager manager(mo, inventory, board, [args, cli_flags, inv_const] {
+  uint64_t applied_generation = 0;
+  // Runs on the manager's thread (reloads) only.
+  auto loader = [&]() -> Result<deviceplugin::ServingSetup> {
+    uint64_t generation = 0;
+    std::shared_ptr<const gpu::Inventory> inv = watch.Current(&generation);
+    const bool devices_changed = generation != applied_generation;
     Result<config::Config> c = EffectiveConfig(args, cli_flags);
-    if (!c.ok()) return Result<deviceplugin::ServingSetup>(c.status());
-    return BuildSetup(*inv_const, *c);
-  });
-  spdlog::info("event=plugin_starting gpus={} resources={} dir={} quiet_period_ms={}",
-               inventory->gpus.size(), setup->plan.resources.size(), args.plugin_dir,
-               quiet->count());
+    Result<deviceplugin::ServingSetup> next =
+        c.ok() ? BuildSetup(*inv, *c, replica_policy) : Result<deviceplugin::ServingSetup>(c.status());
+    if (!next.ok()) {
+      if (!devices_changed) return next.status();
+      // The devices changed under the current plan: advertising it would offer devices that
+      // may be gone, so serve nothing until a plan can be built.
+      spdlog::error("event=plan_failed action=serve_nothing error=\"{}\"",
+                    next.status().message());
+      deviceplugin::ServingSetup empty;
+      empty.inventory = inv;
+      applied_generation = generation;
+      mps_control.Stop();
+      return empty;
+    }
+    next->inventory = inv;
+    applied_generation = generation;
+    Status m = mps_control.Apply(next->plan, *inv, MpsRoot(*c));
+    if (!m.ok()) spdlog::error("event=mps_start_failed error=\"{}\"", m.message());
+    return next;
+  };
+  deviceplugin::Manager manager(mo, inventory, board, loader);
+  spdlog::info(
+      "event=plugin_starting gpus={} resources={} dir={} quiet_period_ms={} rescan_interval_ms={} "
+      "replica_policy={}",
+      inventory->gpus.size(), setup->plan.resources.size(), args.plugin_dir, quiet->count(),
+      rescan_interval->count(), deviceplugin::ReplicaPolicyName(replica_policy));
   Status run;
   {
+    Rescanner rescanner(watch, *rescan_interval, [&manager] { manager.RequestReload(); });
     SignalThread st(
         signals,
-        [&manager, companion] {
-          manager.RequestReload();
+        [&rescanner, companion] {
+          rescanner.Kick();
           if (companion != nullptr) companion->reload();
         },
         [&manager] { manager.Stop(); });
     run = manager.Run(std::move(setup).value());
   }
   if (companion != nullptr) companion->stop();
-  monitor.Stop();
+  mps_control.Stop();
+  watch.StopMonitor();
   if (!run.ok()) return ReportError(run);
   spdlog::info("event=plugin_stopped");
   return 0;
@@ -296,6 +565,24 @@ std::function<void()> AddPluginOptions(CLI::App* cmd, PluginArgs* args) {
                   "An unhealthy GPU is advertised Healthy again after this long without critical "
                   "events and with a successful probe; 0 disables recovery")
       ->envname("GPULET_HEALTH_QUIET_PERIOD")
+      ->capture_default_str();
+  cmd->add_option("--replica-allocation-policy", args->replica_allocation_policy,
+                  "distributed|packed: how GetPreferredAllocation picks replicas of shared "
+                  "resources (spread over GPUs, or fill one GPU first)")
+      ->envname("REPLICA_ALLOCATION_POLICY")
+      ->capture_default_str();
+  cmd->add_option("--mps-root", args->mps_root,
+                  "Root of the MPS daemons' pipe, log and shm directories (default: "
+                  "flags.plugin.mpsRoot, else /run/nvidia/mps)")
+      ->envname("MPS_ROOT");
+  cmd->add_option("--mps-control-binary", args->mps_control_binary,
+                  "The MPS control program (a path, or a name looked up in PATH)")
+      ->envname("MPS_CONTROL_BINARY")
+      ->capture_default_str();
+  cmd->add_option("--rescan-interval", args->rescan_interval,
+                  "Re-discover GPUs and MIG devices this often (and on SIGHUP); resources whose "
+                  "devices changed are re-planned and restarted. 0 disables the timer")
+      ->envname("GPULET_RESCAN_INTERVAL")
       ->capture_default_str();
   cmd->add_option("--kubelet-socket", args->kubelet_socket,
                   "Name of the kubelet's registration socket in the plugin directory")

@@ -80,6 +80,7 @@ Status Manager::Register(const ResourceServer& server) {
 }
 
 void Manager::Apply(ServingSetup setup) {
+  if (setup.inventory) inventory_ = std::move(setup.inventory);
   std::map<std::string, Entry> next;
   for (sharing::Resource& r : setup.plan.resources) {
     auto it = entries_.find(r.name);

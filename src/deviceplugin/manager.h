@@ -10,7 +10,8 @@
 //   registration; failures are retried with backoff, and a missing kubelet is simply waited for.
 // - on reload, the loader builds a new setup; only resources whose plan or options changed are
 //   restarted, the others keep their server and the kubelet's stream. A failed reload keeps the
-//   current setup and logs why.
+//   current setup and logs why. A setup may carry a new inventory (re-discovery after a MIG
+//   layout change): new and changed resources are served from it.
 // Registration never blocks serving: each server runs on its own gRPC threads, so the kubelet's
 // GetDevicePluginOptions dial-back inside Register is answered.
 #pragma once
@@ -34,6 +35,10 @@ namespace gpulet::deviceplugin {
 struct ServingSetup {
   sharing::Plan plan;
   AllocateOptions allocate;
+  // The inventory the plan was built from, when it differs from the one the manager holds (a
+  // re-discovery found new GPUs or MIG devices). Servers started from now on use it; servers
+  // whose resource did not change keep theirs. Null: keep the current one.
+  std::shared_ptr<const gpu::Inventory> inventory;
 };
 
 // Re-reads the configuration and builds a new setup (on SIGHUP or a config file change).
