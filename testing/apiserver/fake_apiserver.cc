@@ -5,7 +5,10 @@
 
 #include <condition_variable>
 #include <cstdlib>
+#include <algorithm>
 #include <fstream>
+#include <functional>
+#include <optional>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -38,6 +41,92 @@ std::string SelectedName(const httplib::Request& req) {
   const std::string sel = req.get_param_value("fieldSelector");
   const std::string prefix = "metadata.name=";
   return sel.rfind(prefix, 0) == 0 ? sel.substr(prefix.size()) : "";
+}
+
+std::vector<std::string> Segments(const std::string& path) {
+  std::vector<std::string> out;
+  std::stringstream ss(path);
+  std::string seg;
+  while (std::getline(ss, seg, '/')) {
+    if (!seg.empty()) out.push_back(seg);
+  }
+  return out;
+}
+
+// A collection path: /api/v1/RES, /api/v1/namespaces/NS/RES, /apis/G/V/RES,
+// /apis/G/V/namespaces/NS/RES.
+bool IsCollection(const std::string& path) {
+  const std::vector<std::string> s = Segments(path);
+  if (s.size() >= 2 && s[0] == "api") return s.size() == 3 || (s.size() == 5 && s[2] == "namespaces");
+  if (s.size() >= 3 && s[0] == "apis") return s.size() == 4 || (s.size() == 6 && s[3] == "namespaces");
+  return false;
+}
+
+// Whether `object_path` is an item of `collection` (cluster-wide lists of namespaced resources
+// span every namespace).
+bool InCollection(const std::string& collection, const std::string& object_path) {
+  const std::vector<std::string> c = Segments(collection), o = Segments(object_path);
+  if (o.size() == c.size() + 1) {
+    return std::equal(c.begin(), c.end(), o.begin());
+  }
+  const size_t group = c[0] == "api" ? 2 : 3;  // segments before the resource
+  if (c.size() == group + 1 && o.size() == group + 4 && o[group] == "namespaces") {
+    return std::equal(c.begin(), c.begin() + group, o.begin()) && o[group + 2] == c[group];
+  }
+  return false;
+}
+
+// The value at a dotted path ("spec.nodeName") as a string; "" when absent.
+std::string FieldValue(const nlohmann::json& obj, const std::string& dotted) {
+  const nlohmann::json* cur = &obj;
+  std::stringstream ss(dotted);
+  std::string key;
+  while (std::getline(ss, key, '.')) {
+    if (!cur->is_object() || !cur->contains(key)) return "";
+    cur = &(*cur)[key];
+  }
+  if (cur->is_string()) return cur->get<std::string>();
+  if (cur->is_boolean()) return cur->get<bool>() ? "true" : "false";
+  if (cur->is_number()) return cur->dump();
+  return "";
+}
+
+// "a=b,c!=d,e" against a getter; `exists` decides bare keys (label selectors only).
+bool Selects(const std::string& selector,
+             const std::function<std::optional<std::string>(const std::string&)>& get) {
+  std::stringstream ss(selector);
+  std::string term;
+  while (std::getline(ss, term, ',')) {
+    if (term.empty()) continue;
+    const size_t ne = term.find("!=");
+    const size_t eq = term.find('=');
+    if (ne != std::string::npos) {
+      auto v = get(term.substr(0, ne));
+      if (v && *v == term.substr(ne + 2)) return false;
+    } else if (eq != std::string::npos) {
+      const size_t vstart = term.compare(eq, 2, "==") == 0 ? eq + 2 : eq + 1;
+      auto v = get(term.substr(0, eq));
+      if (!v || *v != term.substr(vstart)) return false;
+    } else if (!get(term)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool Matches(const nlohmann::json& obj, const std::string& field_selector,
+             const std::string& label_selector) {
+  const bool fields = Selects(field_selector, [&](const std::string& k) -> std::optional<std::string> {
+    return FieldValue(obj, k);
+  });
+  if (!fields) return false;
+  return Selects(label_selector, [&](const std::string& k) -> std::optional<std::string> {
+    const nlohmann::json labels =
+        obj.contains("metadata") ? obj["metadata"].value("labels", nlohmann::json::object())
+                                 : nlohmann::json::object();
+    if (!labels.contains(k) || !labels[k].is_string()) return std::nullopt;
+    return labels[k].get<std::string>();
+  });
 }
 
 }  // namespace
@@ -144,11 +233,92 @@ struct FakeApiServer::State {
     }
     std::lock_guard<std::mutex> lock(mu);
     auto it = objects.find(req.path);
+    if (it == objects.end() && IsCollection(req.path)) {
+      nlohmann::json items = nlohmann::json::array();
+      const std::string fields = req.get_param_value("fieldSelector");
+      const std::string labels = req.get_param_value("labelSelector");
+      for (const auto& [path, obj] : objects) {
+        if (InCollection(req.path, path) && Matches(obj, fields, labels)) items.push_back(obj);
+      }
+      res.set_content(nlohmann::json{{"kind", "List"},
+                                     {"apiVersion", "v1"},
+                                     {"metadata", {{"resourceVersion", std::to_string(version)}}},
+                                     {"items", items}}
+                          .dump(),
+                      "application/json");
+      return;
+    }
     if (it == objects.end()) {
       Fail(res, 404, "NotFound", "\"" + req.path + "\" not found");
       return;
     }
     res.set_content(it->second.dump(), "application/json");
+  }
+
+  void HandlePost(const httplib::Request& req, httplib::Response& res) {
+    if (!Authorized(req, res)) return;
+    nlohmann::json body = nlohmann::json::parse(req.body, nullptr, false);
+    if (body.is_discarded() || !body.is_object()) {
+      Fail(res, 400, "BadRequest", "body is not a JSON object");
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    const std::vector<std::string> seg = Segments(req.path);
+    if (seg.size() >= 3 && seg.back() == "eviction" && seg[seg.size() - 3] == "pods") {
+      const std::string pod_path = req.path.substr(0, req.path.rfind('/'));
+      auto pod = objects.find(pod_path);
+      if (pod == objects.end()) {
+        Fail(res, 404, "NotFound", "pods \"" + seg[seg.size() - 2] + "\" not found");
+        return;
+      }
+      const std::string ns = pod->second["metadata"].value("namespace", "");
+      const nlohmann::json labels = pod->second["metadata"].value("labels", nlohmann::json::object());
+      const std::string pdbs = "/apis/policy/v1/namespaces/" + ns + "/poddisruptionbudgets";
+      for (auto& [path, pdb] : objects) {
+        if (!InCollection(pdbs, path)) continue;
+        const nlohmann::json want = pdb.contains("spec") && pdb["spec"].contains("selector")
+                                        ? pdb["spec"]["selector"].value("matchLabels",
+                                                                        nlohmann::json::object())
+                                        : nlohmann::json::object();
+        bool selected = true;
+        for (const auto& [k, v] : want.items()) {
+          if (!labels.contains(k) || labels[k] != v) selected = false;
+        }
+        if (!selected) continue;
+        const int allowed = pdb.contains("status") ? pdb["status"].value("disruptionsAllowed", 0) : 0;
+        if (allowed < 1) {
+          Fail(res, 429, "TooManyRequests",
+               "Cannot evict pod as it would violate the pod's disruption budget.");
+          return;
+        }
+        nlohmann::json updated = pdb;
+        updated["status"]["disruptionsAllowed"] = allowed - 1;
+        Record("MODIFIED", path, updated);
+        break;
+      }
+      Record("DELETED", pod_path, pod->second);
+      res.status = 201;
+      res.set_content(nlohmann::json{{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Success"}}.dump(),
+                      "application/json");
+      return;
+    }
+    if (!IsCollection(req.path)) {
+      Fail(res, 405, "MethodNotAllowed", "POST " + req.path + ": not a collection");
+      return;
+    }
+    const std::string name = body.contains("metadata") ? body["metadata"].value("name", "") : "";
+    if (name.empty()) {
+      Fail(res, 422, "Invalid", "metadata.name: Required value");
+      return;
+    }
+    const std::string path = req.path + "/" + name;
+    if (objects.count(path)) {
+      Fail(res, 409, "AlreadyExists", "\"" + name + "\" already exists");
+      return;
+    }
+    Record("ADDED", path, body);
+    res.status = 201;
+    res.set_content(objects[path].dump(), "application/json");
   }
 
   void HandlePatch(const httplib::Request& req, httplib::Response& res) {
@@ -163,6 +333,13 @@ struct FakeApiServer::State {
     auto it = objects.find(req.path);
     if (it == objects.end()) {
       Fail(res, 404, "NotFound", "\"" + req.path + "\" not found");
+      return;
+    }
+    if (patch.is_object() && patch.contains("metadata") && patch["metadata"].is_object() &&
+        patch["metadata"].contains("resourceVersion") &&
+        patch["metadata"]["resourceVersion"] != it->second["metadata"].value("resourceVersion", "")) {
+      Fail(res, 409, "Conflict",
+           "the object has been modified; please apply your changes to the latest version");
       return;
     }
     nlohmann::json updated = it->second;
@@ -293,6 +470,9 @@ Result<std::unique_ptr<FakeApiServer>> FakeApiServer::Start(const TestPki& pki, 
   std::weak_ptr<State> weak = state;
   state->server->Get(".*", [weak](const httplib::Request& req, httplib::Response& res) {
     if (auto s = weak.lock()) s->HandleGet(req, res, s);
+  });
+  state->server->Post(".*", [weak](const httplib::Request& req, httplib::Response& res) {
+    if (auto s = weak.lock()) s->HandlePost(req, res);
   });
   state->server->Patch(".*", [weak](const httplib::Request& req, httplib::Response& res) {
     if (auto s = weak.lock()) s->HandlePatch(req, res);

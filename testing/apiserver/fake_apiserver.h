@@ -10,6 +10,17 @@
 //            object, with R every recorded change newer than R, then changes as they happen. R
 //            older than ExpireVersionsBefore() gets an ERROR event with a 410 Status (as a real
 //            server answers a compacted version), or HTTP 410 when SetGoneAsHttpStatus(true).
+//   GET    <collection> (no watch)               → a List of the stored objects directly under it
+//          (/api/v1/pods also spans every namespace), filtered by fieldSelector (a=b, a!=b on
+//          dotted fields such as spec.nodeName, status.phase) and labelSelector (a=b, a!=b, a)
+//   POST   <collection>                          → creates the object named by metadata.name
+//                                                  (409 AlreadyExists when present)
+//   POST   .../pods/NAME/eviction                → Eviction: 404 without the pod; 429 when a
+//          PodDisruptionBudget of its namespace (/apis/policy/v1/namespaces/NS/
+//          poddisruptionbudgets/*) selects it by spec.selector.matchLabels and has
+//          status.disruptionsAllowed < 1; otherwise the pod is deleted (and the PDB's allowance
+//          decremented)
+//   PATCH  with metadata.resourceVersion in a merge patch → 409 Conflict when it is stale
 // Every request must carry `Authorization: Bearer <token>` (401 otherwise); with
 // require_client_cert the TLS handshake also demands a certificate signed by the test CA.
 // Tests change objects with Put/Delete and cut open watch streams mid-line with BreakWatches.

@@ -1,0 +1,308 @@
+#include "broker/broker.h"
+
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "broker/journal.h"
+
+namespace gpulet::broker {
+namespace {
+
+std::string Age(TimeMs ms) {
+  const TimeMs s = ms / 1000;
+  if (s < 120) return std::to_string(s) + "s";
+  if (s < 7200) return std::to_string(s / 60) + "m";
+  return std::to_string(s / 3600) + "h" + std::to_string((s % 3600) / 60) + "m";
+}
+
+std::string Escape(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+bool IsTransition(Action a) {
+  return a == Action::kDrain || a == Action::kAdmit || a == Action::kCancelLend ||
+         a == Action::kStartReturn || a == Action::kResume || a == Action::kAbortReturn ||
+         a == Action::kRelease;
+}
+
+}  // namespace
+
+TimeMs NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void BrokerMetrics::Record(const Decision& d, const Journal& j, bool acted_ok, bool dry_run) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++decisions_[{ActionName(d.action), d.code}];
+  if (acted_ok && !dry_run && IsTransition(d.action)) ++transitions_[ActionName(d.action)];
+  pools_.clear();
+  for (Owner o : {Owner::kLending, Owner::kKubernetes, Owner::kReturning}) pools_[OwnerName(o)] = 0;
+  for (const auto& [name, e] : j.nodes) ++pools_[OwnerName(e.owner)];
+  nlohmann::json nodes = nlohmann::json::object();
+  for (const auto& [name, e] : j.nodes) {
+    nodes[name] = {{"owner", OwnerName(e.owner)}, {"step", e.step}, {"since", e.since}};
+  }
+  last_json_ = nlohmann::json{{"action", ActionName(d.action)},
+                              {"node", d.node},
+                              {"code", d.code},
+                              {"reason", d.reason},
+                              {"dryRun", dry_run},
+                              {"nodes", nodes}}
+                   .dump();
+}
+
+void BrokerMetrics::CountError(const std::string& side) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++errors_[side];
+}
+
+void BrokerMetrics::SetLeader(bool leader) {
+  std::lock_guard<std::mutex> lock(mu_);
+  leader_ = leader;
+}
+
+std::string BrokerMetrics::Prometheus() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::ostringstream o;
+  o << "# HELP gpulet_broker_nodes Nodes the broker holds outside Slurm, by owner.\n"
+       "# TYPE gpulet_broker_nodes gauge\n";
+  for (const auto& [pool, n] : pools_) o << "gpulet_broker_nodes{owner=\"" << pool << "\"} " << n << "\n";
+  o << "# HELP gpulet_broker_decisions_total Evaluations by action and reason code.\n"
+       "# TYPE gpulet_broker_decisions_total counter\n";
+  for (const auto& [k, n] : decisions_) {
+    o << "gpulet_broker_decisions_total{action=\"" << k.first << "\",reason=\"" << Escape(k.second)
+      << "\"} " << n << "\n";
+  }
+  o << "# HELP gpulet_broker_transitions_total Actions carried out, by action.\n"
+       "# TYPE gpulet_broker_transitions_total counter\n";
+  for (const auto& [k, n] : transitions_) {
+    o << "gpulet_broker_transitions_total{action=\"" << k << "\"} " << n << "\n";
+  }
+  o << "# HELP gpulet_broker_errors_total Failed reads or actions, by side.\n"
+       "# TYPE gpulet_broker_errors_total counter\n";
+  for (const auto& [k, n] : errors_) o << "gpulet_broker_errors_total{side=\"" << k << "\"} " << n << "\n";
+  o << "# HELP gpulet_broker_leader 1 while this broker holds the lease.\n"
+       "# TYPE gpulet_broker_leader gauge\n"
+    << "gpulet_broker_leader " << (leader_ ? 1 : 0) << "\n";
+  return o.str();
+}
+
+std::string BrokerMetrics::StatusJson() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_json_.empty() ? "{}" : last_json_;
+}
+
+Broker::Broker(const BrokerConfig& config, const SlurmSide& slurm, const KubeSide& kube,
+               BrokerOptions options)
+    : config_(config), slurm_(slurm), kube_(kube), options_(std::move(options)) {
+  if (options_.identity.empty()) {
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    options_.identity = std::string(host) + "-" + std::to_string(getpid());
+  }
+}
+
+Status Broker::Start() {
+  Result<Journal> j = LoadJournal(config_.journal_path);
+  if (!j.ok()) return j.status();
+  journal_ = *j;
+  for (const auto& [name, e] : journal_.nodes) {
+    if (e.owner == Owner::kLending || e.owner == Owner::kReturning) {
+      spdlog::info("event=broker_resume node={} owner={} step={}", name, OwnerName(e.owner), e.step);
+    }
+  }
+  return {};
+}
+
+Decision Broker::Tick(TimeMs now) {
+  if (!config_.lease_name.empty()) {
+    Result<bool> leader = kube_.AcquireLease(options_.identity, now);
+    metrics_.SetLeader(leader.ok() && *leader);
+    if (!leader.ok() || !*leader) {
+      Decision d;
+      d.code = leader.ok() ? "not_leader" : "lease_error";
+      d.reason = leader.ok() ? "another broker holds lease " + config_.lease_namespace + "/" +
+                                   config_.lease_name
+                             : "lease: " + leader.status().message();
+      d.journal = journal_;
+      if (!leader.ok()) metrics_.CountError("kubernetes");
+      spdlog::info("event=broker_decision action=none node= reason_code={} reason=\"{}\"", d.code,
+                   d.reason);
+      metrics_.Record(d, journal_, true, options_.dry_run);
+      return d;
+    }
+  }
+  SlurmView slurm = slurm_.Observe(now);
+  KubeView kube = kube_.Observe();
+  if (!slurm.ok) metrics_.CountError("slurm");
+  if (!kube.ok) metrics_.CountError("kubernetes");
+  Decision d = Evaluate(slurm, kube, journal_, config_, now);
+  bool ok = true;
+  std::string error;
+  if (!options_.dry_run) {
+    if (!(d.journal == journal_)) {
+      Status saved = SaveJournal(config_.journal_path, d.journal);
+      if (!saved.ok()) {
+        metrics_.CountError("journal");
+        spdlog::error("event=broker_decision action=none node={} reason_code=journal_error "
+                      "reason=\"{}\"",
+                      d.node, saved.message());
+        return d;
+      }
+    }
+    journal_ = d.journal;
+    Status acted = Act(d);
+    if (!acted.ok()) {
+      ok = false;
+      error = acted.message();
+      metrics_.CountError(d.action == Action::kDrain || d.action == Action::kResume ||
+                                  d.action == Action::kCancelLend
+                              ? "slurm"
+                              : "kubernetes");
+    }
+  } else {
+    // Only the counters move in a dry run: ownership stays as it is on disk.
+    journal_.demand_streak = d.journal.demand_streak;
+    journal_.quiet_streak = d.journal.quiet_streak;
+  }
+  auto log = ok ? spdlog::level::info : spdlog::level::warn;
+  spdlog::log(log,
+              "event=broker_decision action={} node={} reason_code={} reason=\"{}\" dry_run={}{}",
+              ActionName(d.action), d.node, d.code, Escape(d.reason), options_.dry_run,
+              ok ? "" : " error=\"" + Escape(error) + "\"");
+  metrics_.Record(d, journal_, ok, options_.dry_run);
+  return d;
+}
+
+Status Broker::Act(const Decision& d) {
+  switch (d.action) {
+    case Action::kNone:
+      return {};
+    case Action::kDrain:
+      return slurm_.Drain(d.node, d.drain_reason);
+    case Action::kCancelLend:
+    case Action::kResume: {
+      Result<bool> r = slurm_.ResumeIfOurs(d.node);
+      if (!r.ok()) return r.status();
+      if (!*r) spdlog::info("event=broker_resume_skipped node={} why=\"not drained by us\"", d.node);
+      return {};
+    }
+    case Action::kAdmit:
+    case Action::kAbortReturn:
+      return kube_.Admit(d.node);
+    case Action::kStartReturn:
+      return kube_.StartReturn(d.node);
+    case Action::kEvict: {
+      Result<EvictionResult> r = kube_.Evict(d.evict);
+      if (!r.ok()) return r.status();
+      spdlog::info("event=broker_evict node={} evicted={} blocked_by_pdb={}", d.node, r->evicted,
+                   r->blocked);
+      return {};
+    }
+    case Action::kRelease:
+      return {};
+  }
+  return {};
+}
+
+void Broker::Run(const std::atomic<bool>& stop) {
+  while (!stop.load()) {
+    Tick(NowMs());
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.interval);
+    while (!stop.load() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+}
+
+BrokerHttp::BrokerHttp(const BrokerMetrics& metrics) : metrics_(metrics) {}
+
+BrokerHttp::~BrokerHttp() {
+  if (server_) server_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+Status BrokerHttp::Start(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) {
+    return {ErrorCode::kUsage, "metrics address \"" + address + "\": must be [host]:port"};
+  }
+  std::string host = address.substr(0, colon);
+  if (host.empty()) host = "0.0.0.0";
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  int port = 0;
+  try {
+    port = std::stoi(address.substr(colon + 1));
+  } catch (...) {
+    return {ErrorCode::kUsage, "metrics address \"" + address + "\": bad port"};
+  }
+  server_ = std::make_unique<httplib::Server>();
+  server_->new_task_queue = [] { return new httplib::ThreadPool(2); };
+  server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_.Prometheus(), "text/plain; version=0.0.4");
+  });
+  server_->Get("/status", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_.StatusJson(), "application/json");
+  });
+  if (port == 0) {
+    port_ = server_->bind_to_any_port(host);
+  } else {
+    port_ = server_->bind_to_port(host, port) ? port : -1;
+  }
+  if (port_ <= 0) return {ErrorCode::kUnavailable, "metrics: cannot bind " + address};
+  httplib::Server* srv = server_.get();
+  thread_ = std::thread([srv] { srv->listen_after_bind(); });
+  for (int i = 0; i < 1000 && !srv->is_running(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return {};
+}
+
+std::string FormatStatus(const Journal& j, const BrokerConfig& c, TimeMs now) {
+  std::ostringstream o;
+  int slurm = 0, k8s = 0;
+  for (const std::string& n : c.nodes) {
+    Owner owner = j.OwnerOf(n);
+    if (owner == Owner::kSlurm) ++slurm;
+    if (owner == Owner::kKubernetes) ++k8s;
+  }
+  o << "pools: slurm=" << slurm << " kubernetes=" << k8s << " in-transit=" << j.InTransit()
+    << " (managed " << c.nodes.size() << ", cap " << c.k8s_max_nodes << ")\n";
+  o << "demand: " << j.demand_streak << " consecutive evaluations (lend at "
+    << c.demand_evaluations << ")\n";
+  if (j.last_transition > 0) o << "last transition: " << Age(now - j.last_transition) << " ago\n";
+  o << "NODE\tOWNER\tSTEP\tAGE\n";
+  for (const std::string& n : c.nodes) {
+    auto it = j.nodes.find(n);
+    if (it == j.nodes.end()) {
+      o << n << "\tslurm\t-\t-\n";
+      continue;
+    }
+    const JournalEntry& e = it->second;
+    o << n << "\t" << OwnerName(e.owner) << "\t" << (e.step.empty() ? "-" : e.step) << "\t"
+      << Age(now - e.since) << "\n";
+  }
+  for (const auto& [n, e] : j.nodes) {
+    if (!c.Manages(n)) o << n << "\t" << OwnerName(e.owner) << "\t" << e.step << "\t" << Age(now - e.since) << " (not in config)\n";
+  }
+  return o.str();
+}
+
+}  // namespace gpulet::broker

@@ -1,0 +1,227 @@
+#include "broker/k8s_side.h"
+
+#include <ctime>
+#include <cstdio>
+
+namespace gpulet::broker {
+namespace {
+
+using nlohmann::json;
+
+bool RequestsGpu(const json& containers) {
+  if (!containers.is_array()) return false;
+  for (const json& c : containers) {
+    const json* res = c.contains("resources") ? &c["resources"] : nullptr;
+    if (res == nullptr || !res->is_object()) continue;
+    for (const char* kind : {"requests", "limits"}) {
+      if (!res->contains(kind) || !(*res)[kind].is_object()) continue;
+      for (const auto& [key, v] : (*res)[kind].items()) {
+        if (key.rfind("nvidia.com/", 0) == 0) return true;
+      }
+    }
+  }
+  return false;
+}
+
+bool OwnedByDaemonSet(const json& pod) {
+  const json& refs = pod["metadata"].value("ownerReferences", json::array());
+  for (const json& r : refs) {
+    if (r.value("kind", "") == "DaemonSet") return true;
+  }
+  return false;
+}
+
+bool Terminated(const json& pod) {
+  const std::string phase = pod.contains("status") ? pod["status"].value("phase", "") : "";
+  return phase == "Succeeded" || phase == "Failed";
+}
+
+}  // namespace
+
+bool IsUnschedulableGpuPod(const json& pod) {
+  if (!pod.is_object() || !pod.contains("status") || !pod.contains("spec")) return false;
+  if (pod["status"].value("phase", "") != "Pending") return false;
+  if (pod["spec"].contains("nodeName") && !pod["spec"]["nodeName"].get<std::string>().empty()) {
+    return false;
+  }
+  bool unschedulable = false;
+  for (const json& c : pod["status"].value("conditions", json::array())) {
+    if (c.value("type", "") == "PodScheduled" && c.value("status", "") == "False" &&
+        c.value("reason", "") == "Unschedulable") {
+      unschedulable = true;
+    }
+  }
+  return unschedulable && (RequestsGpu(pod["spec"].value("containers", json::array())) ||
+                           RequestsGpu(pod["spec"].value("initContainers", json::array())));
+}
+
+KubeSide::KubeSide(const k8s::Client& client, const BrokerConfig& config)
+    : client_(client), config_(config) {}
+
+KubeView KubeSide::Observe() const {
+  KubeView v;
+  auto fail = [&](const Status& s) {
+    v.ok = false;
+    v.error = s.message();
+    v.nodes.clear();
+    return v;
+  };
+  try {
+    for (const std::string& ns : config_.namespaces) {
+      Result<json> pods = client_.Get("/api/v1/namespaces/" + ns + "/pods?fieldSelector=" +
+                                      k8s::EscapeQueryValue("status.phase=Pending"));
+      if (!pods.ok()) return fail(pods.status());
+      if (!(*pods).contains("items") || !(*pods)["items"].is_array()) {
+        return fail(Status(ErrorCode::kUnavailable, "pods of " + ns + ": no items"));
+      }
+      for (const json& p : (*pods)["items"]) {
+        if (IsUnschedulableGpuPod(p)) ++v.unschedulable_gpu_pods;
+      }
+    }
+    for (const std::string& name : config_.nodes) {
+      Result<json> node = client_.Get("/api/v1/nodes/" + name);
+      if (!node.ok()) {
+        if (node.status().code() == ErrorCode::kNotFound) continue;
+        return fail(node.status());
+      }
+      KubeNode k;
+      k.name = name;
+      const json& spec = (*node).value("spec", json::object());
+      k.unschedulable = spec.value("unschedulable", false);
+      for (const json& t : spec.value("taints", json::array())) {
+        if (t.value("key", "") == config_.taint_key && t.value("effect", "") == config_.taint_effect) {
+          k.slurm_taint = true;
+        }
+      }
+      const json labels = (*node)["metadata"].value("labels", json::object());
+      k.pool_label = labels.value(config_.pool_label_key, "") == config_.pool_label_value;
+      Result<json> pods = client_.Get("/api/v1/pods?fieldSelector=" +
+                                      k8s::EscapeQueryValue("spec.nodeName=" + name));
+      if (!pods.ok()) return fail(pods.status());
+      for (const json& p : (*pods).value("items", json::array())) {
+        if (OwnedByDaemonSet(p) || Terminated(p)) continue;
+        ++k.non_daemonset_pods;
+        const std::string ns = p["metadata"].value("namespace", "");
+        for (const std::string& inf : config_.namespaces) {
+          if (ns == inf) ++k.inference_pods;
+        }
+        k.evictable.push_back(ns + "/" + p["metadata"].value("name", ""));
+      }
+      v.nodes[name] = std::move(k);
+    }
+  } catch (const json::exception& e) {
+    return fail(Status(ErrorCode::kUnavailable, std::string("unexpected API object: ") + e.what()));
+  }
+  v.ok = true;
+  return v;
+}
+
+Status KubeSide::Admit(const std::string& name) const {
+  const std::string path = "/api/v1/nodes/" + name;
+  Result<json> node = client_.Get(path);
+  if (!node.ok()) return node.status();
+  json taints = json::array();
+  for (const json& t : (*node)["spec"].value("taints", json::array())) {
+    if (t.value("key", "") != config_.taint_key) taints.push_back(t);
+  }
+  json patch = {{"spec", {{"unschedulable", false}, {"taints", taints}}},
+                {"metadata", {{"labels", {{config_.pool_label_key, config_.pool_label_value}}}}}};
+  return client_.Patch(path, patch, k8s::PatchType::kMerge).status();
+}
+
+Status KubeSide::StartReturn(const std::string& name) const {
+  const std::string path = "/api/v1/nodes/" + name;
+  Result<json> node = client_.Get(path);
+  if (!node.ok()) return node.status();
+  json taints = json::array();
+  for (const json& t : (*node)["spec"].value("taints", json::array())) {
+    if (t.value("key", "") != config_.taint_key) taints.push_back(t);
+  }
+  taints.push_back(
+      {{"key", config_.taint_key}, {"value", config_.taint_value}, {"effect", config_.taint_effect}});
+  json patch = {{"spec", {{"unschedulable", true}, {"taints", taints}}},
+                {"metadata", {{"labels", {{config_.pool_label_key, nullptr}}}}}};
+  return client_.Patch(path, patch, k8s::PatchType::kMerge).status();
+}
+
+Result<EvictionResult> KubeSide::Evict(const std::vector<std::string>& pods) const {
+  EvictionResult out;
+  for (const std::string& p : pods) {
+    const size_t slash = p.find('/');
+    if (slash == std::string::npos) continue;
+    const std::string ns = p.substr(0, slash), name = p.substr(slash + 1);
+    json body = {{"apiVersion", "policy/v1"},
+                 {"kind", "Eviction"},
+                 {"metadata", {{"name", name}, {"namespace", ns}}}};
+    Result<json> r = client_.Post("/api/v1/namespaces/" + ns + "/pods/" + name + "/eviction", body);
+    if (r.ok() || r.status().code() == ErrorCode::kNotFound) {
+      ++out.evicted;
+    } else if (k8s::HttpStatusOf(r.status()) == 429) {
+      ++out.blocked;
+    } else {
+      return r.status();
+    }
+  }
+  return out;
+}
+
+std::string FormatMicroTime(TimeMs t) {
+  const std::time_t secs = static_cast<std::time_t>(t / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<int>(t % 1000) * 1000);
+  return buf;
+}
+
+bool ParseMicroTime(const std::string& text, TimeMs* out) {
+  std::tm tm{};
+  int micros = 0;
+  int n = std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d.%6dZ", &tm.tm_year, &tm.tm_mon,
+                      &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &micros);
+  if (n < 6) return false;
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  *out = static_cast<TimeMs>(timegm(&tm)) * 1000 + micros / 1000;
+  return true;
+}
+
+Result<bool> KubeSide::AcquireLease(const std::string& identity, TimeMs now) const {
+  const std::string base =
+      "/apis/coordination.k8s.io/v1/namespaces/" + config_.lease_namespace + "/leases";
+  const std::string path = base + "/" + config_.lease_name;
+  const int duration_s = static_cast<int>((config_.lease_duration + 999) / 1000);
+  json spec = {{"holderIdentity", identity},
+               {"leaseDurationSeconds", duration_s},
+               {"renewTime", FormatMicroTime(now)}};
+  Result<json> lease = client_.Get(path);
+  if (!lease.ok()) {
+    if (lease.status().code() != ErrorCode::kNotFound) return lease.status();
+    spec["acquireTime"] = FormatMicroTime(now);
+    json obj = {{"apiVersion", "coordination.k8s.io/v1"},
+                {"kind", "Lease"},
+                {"metadata", {{"name", config_.lease_name}, {"namespace", config_.lease_namespace}}},
+                {"spec", spec}};
+    Result<json> created = client_.Post(base, obj);
+    if (created.ok()) return true;
+    if (k8s::HttpStatusOf(created.status()) == 409) return false;  // someone else was faster
+    return created.status();
+  }
+  const json s = (*lease).value("spec", json::object());
+  const std::string holder = s.value("holderIdentity", "");
+  TimeMs renewed = 0;
+  ParseMicroTime(s.value("renewTime", ""), &renewed);
+  const TimeMs held_for = static_cast<TimeMs>(s.value("leaseDurationSeconds", 0)) * 1000;
+  if (!holder.empty() && holder != identity && renewed + held_for > now) return false;
+  if (holder != identity) spec["acquireTime"] = FormatMicroTime(now);
+  json patch = {{"metadata", {{"resourceVersion", (*lease)["metadata"].value("resourceVersion", "")}}},
+                {"spec", spec}};
+  Result<json> r = client_.Patch(path, patch, k8s::PatchType::kMerge);
+  if (r.ok()) return true;
+  if (k8s::HttpStatusOf(r.status()) == 409) return false;
+  return r.status();
+}
+
+}  // namespace gpulet::broker

@@ -1,0 +1,55 @@
+// The broker's Kubernetes adapter, on our API client (k8s/client.h).
+//
+// Observe reads: the Pending pods of each inference namespace (demand = pods whose PodScheduled
+// condition is False/Unschedulable and whose containers request or limit some nvidia.com/*
+// resource), and for each managed node its Node object and the pods bound to it. A node that
+// does not exist (404) is absent from the view; any other failure makes the view not ok.
+//
+// Actions are idempotent merge patches computed from a fresh read of the Node: Admit (uncordon,
+// drop the Slurm taint, set the pool label), StartReturn (cordon, add the taint, drop the label).
+// Evict posts an Eviction for each pod: the API server refuses one that a PodDisruptionBudget
+// protects (HTTP 429) and the broker simply tries again next evaluation.
+//
+// Lease: coordination.k8s.io/v1 Lease for leader election; updates carry the resourceVersion
+// read, so two brokers racing for it cannot both win.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "broker/config.h"
+#include "broker/model.h"
+#include "common/status.h"
+#include "k8s/client.h"
+
+namespace gpulet::broker {
+
+struct EvictionResult {
+  int evicted = 0;  // accepted (or the pod was already gone)
+  int blocked = 0;  // refused by a PodDisruptionBudget (429)
+};
+
+class KubeSide {
+ public:
+  KubeSide(const k8s::Client& client, const BrokerConfig& config);
+
+  KubeView Observe() const;
+  Status Admit(const std::string& node) const;
+  Status StartReturn(const std::string& node) const;
+  Result<EvictionResult> Evict(const std::vector<std::string>& pods) const;
+
+  // Takes or renews the lease for `identity`. true: this broker leads until now + duration.
+  Result<bool> AcquireLease(const std::string& identity, TimeMs now) const;
+
+ private:
+  const k8s::Client& client_;
+  const BrokerConfig& config_;
+};
+
+// Whether a pod object is demand: Unschedulable and asking for nvidia.com/*.
+bool IsUnschedulableGpuPod(const nlohmann::json& pod);
+// RFC 3339 with microseconds ("2026-12-02T23:10:41.123456Z") ↔ ms since the epoch.
+std::string FormatMicroTime(TimeMs t);
+bool ParseMicroTime(const std::string& text, TimeMs* out);
+
+}  // namespace gpulet::broker
