@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Sharing: Allocate p50/p99 on 8 GPUs × 48 replicas (time-slicing and MPS), preferred allocation
+# of replicas, plan computation for 8 GPUs × 7 MIG devices. Google Benchmark, in process.
+set -euo pipefail
+json=$(mktemp)
+out=$(mktemp)
+trap 'rm -f "$json" "$out" "$out.md"' EXIT
+"$BUILD/bin/bench_sharing" --benchmark_out="$json" --benchmark_out_format=json \
+  --benchmark_format=console
+python3 - "$json" > "$out" <<'PY'
+import json, sys
+data = json.load(open(sys.argv[1]))
+rows = {}
+for b in data["benchmarks"]:
+    if b.get("run_type") != "aggregate":
+        continue
+    name = b["run_name"]
+    rows.setdefault(name, {})[b["aggregate_name"]] = b["real_time"]
+    rows[name]["unit"] = b["time_unit"]
+    rows[name]["n"] = b.get("repetitions", "")
+print("| benchmark | calls | median | p99 | mean |")
+print("|---|---:|---:|---:|---:|")
+for name, r in rows.items():
+    u = r["unit"]
+    print(f"| {name} | {r['n']} | {r['p50']:.1f} {u} | {r['p99']:.1f} {u} | {r['mean']:.1f} {u} |")
+PY
+cat "$out"
+{ echo "## Sharing (issue 4)"; echo
+  echo "One call per repetition, in process (no gRPC): what the plugin adds to a kubelet call."
+  echo "8 GPUs × 48 replicas = 384 advertised IDs; the MIG plan is 8 GPUs × 7 × 1g.10gb, mixed,"
+  echo "time-sliced ×4 (224 IDs)."; echo
+  cat "$out"; } > "$out.md"
+python3 "$ROOT/bench/update_section.py" sharing "$out.md"
