@@ -54,7 +54,8 @@ void Allocate(benchmark::State& state, bool mps) {
   const sharing::Resource& r = Shared(mps);
   deviceplugin::AllocateOptions o;
   o.pass_device_specs = true;
-  o.mps[r.name] = deviceplugin::MpsMount{"/run/nvidia/mps/nvidia.com_gpu/pipe", "/run/nvidia/mps/shm"};
+  o.mps[r.name] =
+      deviceplugin::MpsMount{"/run/nvidia/mps/nvidia.com_gpu/pipe", "/run/nvidia/mps/shm"};
   size_t next = 0;
   for (auto _ : state) {
     // The last replica of a GPU: the longest lookup.
@@ -104,12 +105,14 @@ int main(int argc, char** argv) {
   using namespace gpulet;
   Register(benchmark::RegisterBenchmark("Allocate/ts_8x48", Allocate, false));
   Register(benchmark::RegisterBenchmark("Allocate/mps_8x48", Allocate, true));
-  for (auto policy : {deviceplugin::ReplicaPolicy::kDistributed, deviceplugin::ReplicaPolicy::kPacked}) {
-    Register(benchmark::RegisterBenchmark(
-                 (std::string("Preferred/ts_8x48/") + deviceplugin::ReplicaPolicyName(policy)).c_str(),
-                 Preferred, policy)
-                 ->Arg(1)
-                 ->Arg(8));
+  for (auto policy :
+       {deviceplugin::ReplicaPolicy::kDistributed, deviceplugin::ReplicaPolicy::kPacked}) {
+    Register(
+        benchmark::RegisterBenchmark(
+            (std::string("Preferred/ts_8x48/") + deviceplugin::ReplicaPolicyName(policy)).c_str(),
+            Preferred, policy)
+            ->Arg(1)
+            ->Arg(8));
   }
   Register(benchmark::RegisterBenchmark("BuildPlan/mig_8x7_mixed_ts4", PlanMig));
   benchmark::Initialize(&argc, argv);

@@ -290,9 +290,10 @@ class NodeWatch {
 class Rescanner {
  public:
   Rescanner(NodeWatch& watch, std::chrono::milliseconds interval, std::function<void()> on_change)
-      : watch_(watch), interval_(interval), on_change_(std::move(on_change)), thread_([this] {
-          Loop();
-        }) {}
+      : watch_(watch),
+        interval_(interval),
+        on_change_(std::move(on_change)),
+        thread_([this] { Loop(); }) {}
   ~Rescanner() {
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -404,14 +405,13 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
   Result<deviceplugin::ReplicaPolicy> policy_or =
       deviceplugin::ParseReplicaPolicy(args.replica_allocation_policy);
   if (!policy_or.ok()) {
-    return ReportError(Status(ErrorCode::kUsage, "--replica-allocation-policy: " +
-                                                     policy_or.status().message()));
+    return ReportError(
+        Status(ErrorCode::kUsage, "--replica-allocation-policy: " + policy_or.status().message()));
   }
   const deviceplugin::ReplicaPolicy replica_policy = *policy_or;
   Result<std::chrono::milliseconds> rescan_interval =
       ParseDuration("--rescan-interval", args.rescan_interval);
   if (!rescan_interval.ok()) return ReportError(rescan_interval.status());
-
 
   // Discovery. With failOnInitError=false a node without a working driver stays up, serving
   // nothing, as NVIDIA's plugin does (so a DaemonSet on mixed nodes does not crash-loop).
@@ -477,14 +477,14 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
     std::shared_ptr<const gpu::Inventory> inv = watch.Current(&generation);
     const bool devices_changed = generation != applied_generation;
     Result<config::Config> c = EffectiveConfig(args, cli_flags);
-    Result<deviceplugin::ServingSetup> next =
-        c.ok() ? BuildSetup(*inv, *c, replica_policy) : Result<deviceplugin::ServingSetup>(c.status());
+    Result<deviceplugin::ServingSetup> next = c.ok()
+                                                  ? BuildSetup(*inv, *c, replica_policy)
+                                                  : Result<deviceplugin::ServingSetup>(c.status());
     if (!next.ok()) {
       if (!devices_changed) return next.status();
       // The devices changed under the current plan: advertising it would offer devices that
       // may be gone, so serve nothing until a plan can be built.
-      spdlog::error("event=plan_failed action=serve_nothing error=\"{}\"",
-                    next.status().message());
+      spdlog::error("event=plan_failed action=serve_nothing error=\"{}\"", next.status().message());
       deviceplugin::ServingSetup empty;
       empty.inventory = inv;
       applied_generation = generation;
@@ -522,8 +522,6 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
   spdlog::info("event=plugin_stopped");
   return 0;
 }
-
-
 
 std::function<void()> AddPluginOptions(CLI::App* cmd, PluginArgs* args) {
   cmd->add_option("--device-plugin-path", args->plugin_dir, "Kubelet device plugin directory")

@@ -119,7 +119,9 @@ TEST_F(AllocateTest, ReplicasOfOneGpuAreNamedOnce) {
   Result<v1beta1::ContainerAllocateResponse> rejected = BuildContainerAllocateResponse(
       shared, inv_, {}, {shared.devices[0].id, shared.devices[1].id}, "u");
   ASSERT_FALSE(rejected.ok());
-  EXPECT_NE(rejected.status().message().find("accepts requests for 1 replica only, got a request for 2"), std::string::npos);
+  EXPECT_NE(
+      rejected.status().message().find("accepts requests for 1 replica only, got a request for 2"),
+      std::string::npos);
 }
 
 }  // namespace

@@ -160,10 +160,11 @@ Result<ReplicaPolicy> ParseReplicaPolicy(std::string_view text) {
                 "invalid value \"" + std::string(text) + "\" (want distributed|packed)");
 }
 
-Result<std::vector<std::string>> PreferredAllocation(
-    const sharing::Resource& resource, const gpu::Inventory& inventory,
-    const std::vector<std::string>& available, const std::vector<std::string>& must_include,
-    int size, ReplicaPolicy policy) {
+Result<std::vector<std::string>> PreferredAllocation(const sharing::Resource& resource,
+                                                     const gpu::Inventory& inventory,
+                                                     const std::vector<std::string>& available,
+                                                     const std::vector<std::string>& must_include,
+                                                     int size, ReplicaPolicy policy) {
   std::map<std::string, size_t> position;
   for (size_t i = 0; i < resource.devices.size(); ++i) position[resource.devices[i].id] = i;
 

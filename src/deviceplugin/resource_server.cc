@@ -147,9 +147,8 @@ grpc::Status ResourceServer::GetPreferredAllocation(grpc::ServerContext*,
                                        c.available_deviceids().end());
     std::vector<std::string> must(c.must_include_deviceids().begin(),
                                   c.must_include_deviceids().end());
-    Result<std::vector<std::string>> ids =
-        PreferredAllocation(resource_, *inventory_, available, must, c.allocation_size(),
-                            options_.replica_policy);
+    Result<std::vector<std::string>> ids = PreferredAllocation(
+        resource_, *inventory_, available, must, c.allocation_size(), options_.replica_policy);
     if (!ids.ok()) {
       spdlog::warn("event=preferred_allocation_failed resource={} error=\"{}\"", resource_.name,
                    ids.status().message());

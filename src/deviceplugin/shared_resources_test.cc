@@ -45,8 +45,8 @@ class TimeSlicedTest : public ::testing::Test {
 };
 
 TEST_F(TimeSlicedTest, AllocateStripsReplicaSuffixAndDeduplicates) {
-  Result<v1beta1::ContainerAllocateResponse> a = BuildContainerAllocateResponse(
-      r_, inv_, {}, {"GPU-3::1", "GPU-3::2", "GPU-5::0"}, "u");
+  Result<v1beta1::ContainerAllocateResponse> a =
+      BuildContainerAllocateResponse(r_, inv_, {}, {"GPU-3::1", "GPU-3::2", "GPU-5::0"}, "u");
   ASSERT_TRUE(a.ok()) << a.status().message();
   EXPECT_EQ(a->envs().at("NVIDIA_VISIBLE_DEVICES"), "GPU-3,GPU-5");
   AllocateOptions idx;
@@ -104,8 +104,7 @@ TEST_F(TimeSlicedTest, DistributedSpreadsOverGpus) {
 
 TEST_F(TimeSlicedTest, PackedFillsOneGpuFirst) {
   const ReplicaPolicy packed = ReplicaPolicy::kPacked;
-  Result<std::vector<std::string>> ids =
-      PreferredAllocation(r_, inv_, AllIds(r_), {}, 6, packed);
+  Result<std::vector<std::string>> ids = PreferredAllocation(r_, inv_, AllIds(r_), {}, 6, packed);
   ASSERT_TRUE(ids.ok()) << ids.status().message();
   EXPECT_EQ(*ids, (std::vector<std::string>{"GPU-0::0", "GPU-0::1", "GPU-0::2", "GPU-0::3",
                                             "GPU-1::0", "GPU-1::1"}));
@@ -201,7 +200,8 @@ TEST(MigAllocateTest, MigUuidsAndCapabilityNodes) {
   std::map<std::string, std::string> specs;
   for (const auto& d : a->devices()) specs[d.container_path()] = d.host_path();
   EXPECT_EQ(specs.at("/dev/nvidia1"), "/run/nvidia/driver/dev/nvidia1");
-  EXPECT_EQ(specs.at("/dev/nvidia-caps/nvidia-cap107"), "/run/nvidia/driver/dev/nvidia-caps/nvidia-cap107");
+  EXPECT_EQ(specs.at("/dev/nvidia-caps/nvidia-cap107"),
+            "/run/nvidia/driver/dev/nvidia-caps/nvidia-cap107");
   EXPECT_EQ(specs.count("/dev/nvidia-caps/nvidia-cap108"), 1u);
   EXPECT_EQ(specs.count("/dev/nvidia0"), 0u);
   EXPECT_EQ(specs.count("/dev/nvidiactl"), 1u);
@@ -240,7 +240,8 @@ class MpsAllocateTest : public ::testing::Test {
   const sharing::Resource& r_ = plan_.resources.at(0);
   AllocateOptions Options() const {
     AllocateOptions o;
-    o.mps["nvidia.com/gpu"] = MpsMount{"/run/nvidia/mps/nvidia.com_gpu/pipe", "/run/nvidia/mps/shm"};
+    o.mps["nvidia.com/gpu"] =
+        MpsMount{"/run/nvidia/mps/nvidia.com_gpu/pipe", "/run/nvidia/mps/shm"};
     return o;
   }
 };

@@ -107,8 +107,8 @@ std::optional<unsigned> ParseIndex(std::string_view s) {
 
 // flags.migStrategy errors: the flag may come from the file or the command line.
 Status MigError(const config::Config& cfg, const std::string& problem) {
-  return Status(ErrorCode::kInvalidInput, (cfg.source.empty() ? "" : cfg.source + ": ") +
-                                              "flags.migStrategy: " + problem);
+  return Status(ErrorCode::kInvalidInput,
+                (cfg.source.empty() ? "" : cfg.source + ": ") + "flags.migStrategy: " + problem);
 }
 
 using BaseResources = std::map<std::string, std::vector<AdvertisedDevice>>;
@@ -256,8 +256,7 @@ Result<std::vector<size_t>> Select(const gpu::Inventory& inv, config::MigStrateg
       auto [it, fresh] = chosen.emplace(h, ref.where.field);
       if (!fresh) {
         return config::InvalidAt(ref.where, "device " + what + " selects " + devs[h].id +
-                                                " again (already selected by " + it->second +
-                                                ")");
+                                                " again (already selected by " + it->second + ")");
       }
     }
   }
@@ -349,10 +348,10 @@ Result<Plan> BuildPlan(const gpu::Inventory& inventory, const config::Config& co
             return config::InvalidAt(
                 Sub(e.where, ".replicas"),
                 "MPS serves at most " + std::to_string(limit) + " clients per GPU" +
-                    (limit < 48 ? " before compute capability 7.5 (GPU " +
-                                      std::to_string(d.gpu_index) + " is " +
-                                      (g ? g->compute_capability() : "?") + ")"
-                                : "") +
+                    (limit < 48
+                         ? " before compute capability 7.5 (GPU " + std::to_string(d.gpu_index) +
+                               " is " + (g ? g->compute_capability() : "?") + ")"
+                         : "") +
                     ", got " + std::to_string(e.replicas));
           }
         }
@@ -394,8 +393,8 @@ Result<Plan> BuildPlan(const gpu::Inventory& inventory, const config::Config& co
     if (name != t.base_name && base.count(name)) {
       const config::SourceLocation loc =
           t.first->rename.empty() ? Sub(t.first->where, ".name") : t.first->rename_where;
-      return config::InvalidAt(loc, "advertised name " + Quote(name) +
-                                        " clashes with a resource this node advertises");
+      return config::InvalidAt(
+          loc, "advertised name " + Quote(name) + " clashes with a resource this node advertises");
     }
   }
 

@@ -120,8 +120,7 @@ TEST_P(PlanTable, Builds) {
   if (want.rfind("ERR ", 0) == 0) {
     ASSERT_FALSE(p.ok()) << "plan: " << Summary(*p);
     EXPECT_EQ(p.status().code(), ErrorCode::kInvalidInput);
-    EXPECT_NE(p.status().message().find(want.substr(4)), std::string::npos)
-        << p.status().message();
+    EXPECT_NE(p.status().message().find(want.substr(4)), std::string::npos) << p.status().message();
   } else {
     ASSERT_TRUE(p.ok()) << p.status().message();
     EXPECT_EQ(Summary(*p), want);
@@ -142,7 +141,10 @@ const Case kCases[] = {
     {"single_on_a100_mixed_profiles", A100Mixed, "flags: {migStrategy: single}\n",
      "ERR cfg.yaml: flags.migStrategy: single needs MIG enabled on every GPU or on none; enabled "
      "on GPU 0,1, disabled on GPU 2,3,4,5,6,7"},
-    {"single_profiles_differ", [] { return MigEverywhere(2, {"3g.40gb", "1g.10gb"}); },
+    {"single_profiles_differ",
+     [] {
+       return MigEverywhere(2, {"3g.40gb", "1g.10gb"});
+     },
      "flags: {migStrategy: single}\n",
      "ERR single needs every MIG device to have the same profile, found 1g.10gb (GPU 0,1), "
      "3g.40gb (GPU 0,1)"},
@@ -150,7 +152,10 @@ const Case kCases[] = {
      "flags: {migStrategy: single}\n", "nvidia.com/gpu=56"},
     {"single_without_mig_is_none", H100x8, "flags: {migStrategy: single}\n", "nvidia.com/gpu=8"},
     {"mixed_without_mig", H100x8, "flags: {migStrategy: mixed}\n", "nvidia.com/gpu=8"},
-    {"mixed_media_extensions", [] { return MigEverywhere(1, {"1g.10gb+me", "1g.10gb"}); },
+    {"mixed_media_extensions",
+     [] {
+       return MigEverywhere(1, {"1g.10gb+me", "1g.10gb"});
+     },
      "flags: {migStrategy: mixed}\n", "nvidia.com/mig-1g.10gb=1 nvidia.com/mig-1g.10gb.me=1"},
 
     // --- time-slicing: replicas and renames ---
@@ -194,7 +199,10 @@ const Case kCases[] = {
      "    - {name: mig-1g.5gb, rename: small-mig, devices: [1], replicas: 2}\n",
      "nvidia.com/gpu=6 nvidia.com/mig-1g.5gb=2 nvidia.com/mig-2g.10gb=1 "
      "nvidia.com/mig-3g.20gb=1 nvidia.com/small-mig=14/2:time-slicing"},
-    {"ts_single_mig_shared", [] { return MigEverywhere(2, {"3g.40gb", "3g.40gb"}); },
+    {"ts_single_mig_shared",
+     [] {
+       return MigEverywhere(2, {"3g.40gb", "3g.40gb"});
+     },
      "flags: {migStrategy: single}\nsharing:\n  timeSlicing:\n    resources:\n"
      "    - {name: gpu, replicas: 2}\n",
      "nvidia.com/gpu=8/2:time-slicing"},
@@ -275,12 +283,15 @@ const Case kCases[] = {
      "sharing:\n  mps:\n    resources:\n    - {name: gpu, replicas: 49}\n",
      "ERR cfg.yaml:4: sharing.mps.resources[0].replicas: MPS serves at most 48 clients per GPU, "
      "got 49"},
-    {"mps_16_on_volta", V100x4, "sharing:\n  mps:\n    resources:\n    - {name: gpu, replicas: 16}\n",
+    {"mps_16_on_volta", V100x4,
+     "sharing:\n  mps:\n    resources:\n    - {name: gpu, replicas: 16}\n",
      "nvidia.com/gpu=64/16:mps"},
-    {"mps_17_on_volta", V100x4, "sharing:\n  mps:\n    resources:\n    - {name: gpu, replicas: 17}\n",
+    {"mps_17_on_volta", V100x4,
+     "sharing:\n  mps:\n    resources:\n    - {name: gpu, replicas: 17}\n",
      "ERR sharing.mps.resources[0].replicas: MPS serves at most 16 clients per GPU before compute "
      "capability 7.5 (GPU 0 is 7.0), got 17"},
-    {"mps_48_on_turing", T4x2, "sharing:\n  mps:\n    resources:\n    - {name: gpu, replicas: 48}\n",
+    {"mps_48_on_turing", T4x2,
+     "sharing:\n  mps:\n    resources:\n    - {name: gpu, replicas: 48}\n",
      "nvidia.com/gpu=96/48:mps"},
     {"mps_per_gpu_renamed", H100x8,
      "sharing:\n  mps:\n    resources:\n    - {name: gpu, rename: gpu.mps, devices: [4, 5], "
@@ -370,14 +381,13 @@ TEST(BuildPlanTest, MixedMigDevicesKnowTheirParent) {
 }
 
 TEST(BuildPlanTest, MpsDefaultsToFailRequestsGreaterThanOne) {
-  Result<Plan> p =
-      BuildPlan(WholeGpus(2), Parse("sharing:\n  mps:\n    resources:\n"
-                                    "    - {name: gpu, replicas: 2}\n"));
+  Result<Plan> p = BuildPlan(WholeGpus(2), Parse("sharing:\n  mps:\n    resources:\n"
+                                                 "    - {name: gpu, replicas: 2}\n"));
   ASSERT_TRUE(p.ok()) << p.status().message();
   EXPECT_TRUE(p->resources[0].fail_requests_greater_than_one);
-  Result<Plan> q = BuildPlan(
-      WholeGpus(2), Parse("sharing:\n  mps:\n    failRequestsGreaterThanOne: false\n"
-                          "    resources:\n    - {name: gpu, replicas: 2}\n"));
+  Result<Plan> q =
+      BuildPlan(WholeGpus(2), Parse("sharing:\n  mps:\n    failRequestsGreaterThanOne: false\n"
+                                    "    resources:\n    - {name: gpu, replicas: 2}\n"));
   ASSERT_TRUE(q.ok()) << q.status().message();
   EXPECT_FALSE(q->resources[0].fail_requests_greater_than_one);
 }
@@ -399,8 +409,7 @@ TEST(BuildPlanTest, MigStrategyErrorWithoutFile) {
   cfg.flags.mig_strategy = config::MigStrategy::kSingle;
   Result<Plan> p = BuildPlan(A100Mixed(), cfg);
   ASSERT_FALSE(p.ok());
-  EXPECT_EQ(p.status().message().rfind("flags.migStrategy: single", 0), 0u)
-      << p.status().message();
+  EXPECT_EQ(p.status().message().rfind("flags.migStrategy: single", 0), 0u) << p.status().message();
 }
 
 TEST(SameDevicesTest, SeesMigChanges) {

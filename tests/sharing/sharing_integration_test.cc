@@ -109,8 +109,8 @@ TEST_F(SharingFixture, PerGpuSharingSideBySide) {
   const std::string shared = "nvidia.com/gpu.shared";
   WaitForDevices(5, 5);
   WaitForDevices(10, 10, 60s, shared);
-  EXPECT_EQ(Sockets(),
-            (std::vector<std::string>{"kubelet.sock", "nvidia-gpu.shared.sock", "nvidia-gpu.sock"}));
+  EXPECT_EQ(Sockets(), (std::vector<std::string>{"kubelet.sock", "nvidia-gpu.shared.sock",
+                                                 "nvidia-gpu.sock"}));
   std::map<std::string, std::vector<HarnessDevice>> by_gpu = ByBase(shared);
   ASSERT_EQ(by_gpu.size(), 3u);
   std::multiset<size_t> counts;
@@ -217,7 +217,12 @@ TEST_F(SharingFixture, MpsWithStandInDaemonCrashAndRecovery) {
 
   const std::string dir = root + "/nvidia.com_gpu.mps";
   const std::string log = dir + "/log/control.log";
-  ASSERT_TRUE(Eventually([&] { return ReadAll(log).find("CMD set_default_active_thread_percentage 25") != std::string::npos; }, 30s))
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return ReadAll(log).find("CMD set_default_active_thread_percentage 25") !=
+               std::string::npos;
+      },
+      30s))
       << ReadAll(log);
   EXPECT_NE(ReadAll(log).find("set_default_device_pinned_mem_limit 1 "), std::string::npos)
       << ReadAll(log);
@@ -250,8 +255,8 @@ TEST_F(SharingFixture, MpsWithStandInDaemonCrashAndRecovery) {
 
 TEST_F(SharingFixture, RediscoversMigLayoutWithoutRestart) {
   fixture_ = "dgx-a100";
-  RunResult help = RunGpulet({"--simulate", fixture_, "--sim-state", sim_state_, "mig", "apply",
-                              "--help"});
+  RunResult help =
+      RunGpulet({"--simulate", fixture_, "--sim-state", sim_state_, "mig", "apply", "--help"});
   if (help.exit_code != 0 || help.output.find("-c") == std::string::npos ||
       help.output.find("-f") == std::string::npos) {
     GTEST_SKIP() << "gpulet mig apply is not available: " << help.output;
