@@ -167,6 +167,91 @@ typedef enum {
   NVML_NVLINK_DEVICE_TYPE_UNKNOWN = 0xFF,
 } nvmlIntNvLinkDeviceType_t;
 
+// Multi-Instance GPU management (nvmlDeviceSetMigMode, GPU and compute instances).
+typedef struct nvmlGpuInstance_st* nvmlGpuInstance_t;
+typedef struct nvmlComputeInstance_st* nvmlComputeInstance_t;
+
+// GPU instance profile ids (the index passed to nvmlDeviceGetGpuInstanceProfileInfo).
+enum : unsigned int {
+  NVML_GPU_INSTANCE_PROFILE_1_SLICE = 0x0,
+  NVML_GPU_INSTANCE_PROFILE_2_SLICE = 0x1,
+  NVML_GPU_INSTANCE_PROFILE_3_SLICE = 0x2,
+  NVML_GPU_INSTANCE_PROFILE_4_SLICE = 0x3,
+  NVML_GPU_INSTANCE_PROFILE_7_SLICE = 0x4,
+  NVML_GPU_INSTANCE_PROFILE_8_SLICE = 0x5,
+  NVML_GPU_INSTANCE_PROFILE_6_SLICE = 0x6,
+  NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1 = 0x7,
+  NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1 = 0x8,
+  NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2 = 0x9,
+  NVML_GPU_INSTANCE_PROFILE_COUNT = 0xA,
+};
+
+// Compute instance profile ids, and the only engine profile (engines shared within the GI).
+enum : unsigned int {
+  NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE = 0x0,
+  NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE = 0x1,
+  NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE = 0x2,
+  NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE = 0x3,
+  NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE = 0x4,
+  NVML_COMPUTE_INSTANCE_PROFILE_8_SLICE = 0x5,
+  NVML_COMPUTE_INSTANCE_PROFILE_6_SLICE = 0x6,
+  NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE_REV1 = 0x7,
+  NVML_COMPUTE_INSTANCE_PROFILE_COUNT = 0x8,
+  NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED = 0x0,
+};
+
+// A GPU instance's position in units of memory slices (8 on A100/H100/H200).
+typedef struct {
+  unsigned int start;
+  unsigned int size;
+} nvmlGpuInstancePlacement_t;
+
+typedef struct {
+  unsigned int id;  // an NVML_GPU_INSTANCE_PROFILE_* value
+  unsigned int isP2pSupported;
+  unsigned int sliceCount;
+  unsigned int instanceCount;  // how many instances of this profile fit on an empty GPU
+  unsigned int multiprocessorCount;
+  unsigned int copyEngineCount;
+  unsigned int decoderCount;
+  unsigned int encoderCount;
+  unsigned int jpegCount;
+  unsigned int ofaCount;
+  unsigned long long memorySizeMB;
+} nvmlGpuInstanceProfileInfo_t;
+
+typedef struct {
+  nvmlDevice_t device;
+  unsigned int id;
+  unsigned int profileId;
+  nvmlGpuInstancePlacement_t placement;
+} nvmlGpuInstanceInfo_t;
+
+typedef struct {
+  unsigned int start;
+  unsigned int size;
+} nvmlComputeInstancePlacement_t;
+
+typedef struct {
+  unsigned int id;  // an NVML_COMPUTE_INSTANCE_PROFILE_* value
+  unsigned int sliceCount;
+  unsigned int instanceCount;
+  unsigned int multiprocessorCount;
+  unsigned int sharedCopyEngineCount;
+  unsigned int sharedDecoderCount;
+  unsigned int sharedEncoderCount;
+  unsigned int sharedJpegCount;
+  unsigned int sharedOfaCount;
+} nvmlComputeInstanceProfileInfo_t;
+
+typedef struct {
+  nvmlDevice_t device;
+  nvmlGpuInstance_t gpuInstance;
+  unsigned int id;
+  unsigned int profileId;
+  nvmlComputeInstancePlacement_t placement;
+} nvmlComputeInstanceInfo_t;
+
 }  // extern "C"
 
 // The functions gpulet resolves, as X(name, return type, parameter list). Required ones fail the
@@ -236,7 +321,35 @@ typedef enum {
     (nvmlDevice_t device, unsigned int* corr_rows, unsigned int* unc_rows,                     \
      unsigned int* is_pending, unsigned int* failure_occurred))                                \
   X(nvmlDeviceGetCurrentClocksThrottleReasons, nvmlReturn_t,                                   \
-    (nvmlDevice_t device, unsigned long long* reasons))
+    (nvmlDevice_t device, unsigned long long* reasons))                                        \
+  X(nvmlDeviceSetMigMode, nvmlReturn_t,                                                        \
+    (nvmlDevice_t device, unsigned int mode, nvmlReturn_t* activationStatus))                  \
+  X(nvmlDeviceGetGpuInstanceProfileInfo, nvmlReturn_t,                                         \
+    (nvmlDevice_t device, unsigned int profile, nvmlGpuInstanceProfileInfo_t* info))           \
+  X(nvmlDeviceGetGpuInstancePossiblePlacements_v2, nvmlReturn_t,                               \
+    (nvmlDevice_t device, unsigned int profileId, nvmlGpuInstancePlacement_t* placements,      \
+     unsigned int* count))                                                                     \
+  X(nvmlDeviceCreateGpuInstanceWithPlacement, nvmlReturn_t,                                    \
+    (nvmlDevice_t device, unsigned int profileId, const nvmlGpuInstancePlacement_t* placement, \
+     nvmlGpuInstance_t* gpuInstance))                                                          \
+  X(nvmlDeviceGetGpuInstances, nvmlReturn_t,                                                   \
+    (nvmlDevice_t device, unsigned int profileId, nvmlGpuInstance_t* gpuInstances,             \
+     unsigned int* count))                                                                     \
+  X(nvmlGpuInstanceGetInfo, nvmlReturn_t,                                                      \
+    (nvmlGpuInstance_t gpuInstance, nvmlGpuInstanceInfo_t* info))                              \
+  X(nvmlGpuInstanceDestroy, nvmlReturn_t, (nvmlGpuInstance_t gpuInstance))                     \
+  X(nvmlGpuInstanceGetComputeInstanceProfileInfo, nvmlReturn_t,                                \
+    (nvmlGpuInstance_t gpuInstance, unsigned int profile, unsigned int engProfile,             \
+     nvmlComputeInstanceProfileInfo_t* info))                                                  \
+  X(nvmlGpuInstanceCreateComputeInstance, nvmlReturn_t,                                        \
+    (nvmlGpuInstance_t gpuInstance, unsigned int profileId,                                    \
+     nvmlComputeInstance_t* computeInstance))                                                  \
+  X(nvmlGpuInstanceGetComputeInstances, nvmlReturn_t,                                          \
+    (nvmlGpuInstance_t gpuInstance, unsigned int profileId,                                    \
+     nvmlComputeInstance_t* computeInstances, unsigned int* count))                            \
+  X(nvmlComputeInstanceDestroy, nvmlReturn_t, (nvmlComputeInstance_t computeInstance))         \
+  X(nvmlComputeInstanceGetInfo_v2, nvmlReturn_t,                                               \
+    (nvmlComputeInstance_t computeInstance, nvmlComputeInstanceInfo_t* info))
 
 #define GPULET_NVML_ALL_FUNCTIONS(X) \
   GPULET_NVML_REQUIRED_FUNCTIONS(X)  \

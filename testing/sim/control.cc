@@ -76,6 +76,21 @@ std::string ControlStateToJson(const ControlState& state, int indent) {
     events.push_back(ev);
   }
   j["events"] = events;
+  if (!state.mig.empty()) {
+    json mig = json::object();
+    for (const auto& [index, layout] : state.mig) {
+      json instances = json::array();
+      for (const auto& i : layout.instances) {
+        instances.push_back(
+            {{"gi", i.gi}, {"profile", i.profile}, {"placement", i.placement}, {"cis", i.cis}});
+      }
+      mig[std::to_string(index)] = {{"enabled", layout.enabled}, {"instances", instances}};
+    }
+    j["mig"] = mig;
+  }
+  if (state.mig_create_fail_countdown > 0) {
+    j["mig_create_fail_countdown"] = state.mig_create_fail_countdown;
+  }
   return j.dump(indent);
 }
 
@@ -112,6 +127,24 @@ Result<ControlState> ControlStateFromJson(const std::string& text, const std::st
       e.compute_instance = ev.value("compute_instance", kNoInstance);
       s.events.push_back(e);
     }
+    if (j.contains("mig")) {
+      for (const auto& [key, m] : j.at("mig").items()) {
+        field = "mig." + key;
+        MigLayoutState layout;
+        layout.enabled = m.at("enabled").get<bool>();
+        for (const auto& i : m.at("instances")) {
+          MigInstanceState inst;
+          inst.gi = i.at("gi").get<unsigned>();
+          inst.profile = i.at("profile").get<std::string>();
+          inst.placement = i.at("placement").get<unsigned>();
+          inst.cis = i.at("cis").get<std::vector<unsigned>>();
+          layout.instances.push_back(std::move(inst));
+        }
+        s.mig[static_cast<unsigned>(std::stoul(key))] = std::move(layout);
+      }
+    }
+    field = "mig_create_fail_countdown";
+    s.mig_create_fail_countdown = j.value("mig_create_fail_countdown", 0u);
   } catch (const std::exception& e) {
     return Status(ErrorCode::kInvalidInput, source + ": " + field + ": " + e.what());
   }

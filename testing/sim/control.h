@@ -15,6 +15,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -44,10 +45,31 @@ struct SimEvent {
   unsigned compute_instance = kNoInstance;
 };
 
+// One GPU instance of a GPU's live MIG layout, with the ids of its compute instances.
+struct MigInstanceState {
+  unsigned gi = 0;
+  std::string profile;     // a fixture mig_profiles name: "3g.20gb"
+  unsigned placement = 0;  // start, in memory slices
+  std::vector<unsigned> cis;
+  bool operator==(const MigInstanceState&) const = default;
+};
+
+// A GPU's MIG layout once something (nvmlDeviceSetMigMode, instance create/destroy) changed it;
+// until then the fixture's `mig:` list is the layout.
+struct MigLayoutState {
+  bool enabled = false;
+  std::vector<MigInstanceState> instances;  // ordered by gi
+  bool operator==(const MigLayoutState&) const = default;
+};
+
 struct ControlState {
   uint64_t next_seq = 1;
   std::map<unsigned, GpuOverrides> gpus;
   std::deque<SimEvent> events;  // the newest kMaxEvents
+  std::map<unsigned, MigLayoutState> mig;  // by GPU index; absent: the fixture's layout
+  // Fault hook: when > 0, counts down on every GPU- or compute-instance create; the create that
+  // brings it to 0 fails with NVML_ERROR_INSUFFICIENT_RESOURCES (1: the next create fails).
+  unsigned mig_create_fail_countdown = 0;
 
   // Every writer and every reader parses the whole file, so the queue stays short: an event set
   // that falls more than this many events behind misses the oldest ones.

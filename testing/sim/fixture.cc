@@ -325,9 +325,22 @@ class Parser {
               const std::string pf = key + "." + pname;
               MigProfile p;
               bool have[3] = {false, false, false};
-              ForEachKey(it->second, pf, {"slices", "memory_mb", "sms"},
+              bool have_id = false;
+              ForEachKey(it->second, pf,
+                         {"slices", "memory_mb", "sms", "id", "placements", "placement_size"},
                          [&](const std::string& k, const YAML::Node& pv) {
-                           if (k == "slices") {
+                           if (k == "id") {
+                             p.id = Uint32(pv, pf + "." + k, NVML_GPU_INSTANCE_PROFILE_COUNT - 1);
+                             have_id = true;
+                           } else if (k == "placements") {
+                             RequireSeq(pv, pf + "." + k);
+                             for (size_t j = 0; j < pv.size(); ++j) {
+                               p.placements.push_back(
+                                   Uint32(pv[j], pf + "." + k + "[" + std::to_string(j) + "]", 7));
+                             }
+                           } else if (k == "placement_size") {
+                             p.placement_size = Uint32(pv, pf + "." + k, 8);
+                           } else if (k == "slices") {
                              p.slices = Uint32(pv, pf + "." + k, 7);
                              have[0] = p.slices > 0;
                              if (!have[0]) Fail(pv, pf + "." + k, "must be 1..7");
@@ -342,6 +355,14 @@ class Parser {
               const char* names[3] = {"slices", "memory_mb", "sms"};
               for (int i = 0; i < 3; ++i) {
                 if (!have[i]) Fail(it->second, pf + "." + names[i], "required");
+              }
+              FillMigProfileDefaults(p, have_id);
+              for (unsigned start : p.placements) {
+                if (start + p.placement_size > 8) {
+                  Fail(it->second, pf + ".placements",
+                       "start " + std::to_string(start) + " + size " +
+                           std::to_string(p.placement_size) + " exceeds 8 memory slices");
+                }
               }
               f.mig_profiles[pname] = p;
             }
@@ -488,8 +509,7 @@ class Parser {
                "duplicate gi " + std::to_string(m.gi) + " / ci " + std::to_string(m.ci));
         }
         if (m.uuid.empty()) {
-          m.uuid =
-              DerivedUuid("MIG-", g.uuid + "/" + std::to_string(m.gi) + "/" + std::to_string(m.ci));
+          m.uuid = DerivedMigUuid(g.uuid, m.gi, m.ci);
         }
       }
       if (slices > 7) {
@@ -588,6 +608,34 @@ std::optional<int> NvmlReturnFromName(const std::string& name_in) {
   auto it = kCodes.find(name);
   if (it == kCodes.end()) return std::nullopt;
   return it->second;
+}
+
+void FillMigProfileDefaults(MigProfile& p, bool have_id) {
+  struct Default {
+    unsigned slices, id, size;
+    std::vector<unsigned> starts;
+  };
+  static const Default kDefaults[] = {
+      {1, NVML_GPU_INSTANCE_PROFILE_1_SLICE, 1, {0, 1, 2, 3, 4, 5, 6}},
+      {2, NVML_GPU_INSTANCE_PROFILE_2_SLICE, 2, {0, 2, 4}},
+      {3, NVML_GPU_INSTANCE_PROFILE_3_SLICE, 4, {0, 4}},
+      {4, NVML_GPU_INSTANCE_PROFILE_4_SLICE, 4, {0}},
+      {6, NVML_GPU_INSTANCE_PROFILE_6_SLICE, 8, {0}},
+      {7, NVML_GPU_INSTANCE_PROFILE_7_SLICE, 8, {0}},
+  };
+  for (const Default& d : kDefaults) {
+    if (d.slices != p.slices) continue;
+    if (!have_id) p.id = d.id;
+    if (p.placements.empty()) p.placements = d.starts;
+    if (p.placement_size == 0) p.placement_size = d.size;
+    return;
+  }
+  if (p.placement_size == 0) p.placement_size = p.slices;
+  if (p.placements.empty()) p.placements = {0};
+}
+
+std::string DerivedMigUuid(const std::string& gpu_uuid, unsigned gi, unsigned ci) {
+  return DerivedUuid("MIG-", gpu_uuid + "/" + std::to_string(gi) + "/" + std::to_string(ci));
 }
 
 }  // namespace gpulet::sim

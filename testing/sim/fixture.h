@@ -10,6 +10,8 @@
 //   init_error: DRIVER_NOT_LOADED     nvmlInit_v2 fails with NVML_ERROR_<this>
 //   numa_nodes: [{cpus: "0-55,112-167"}, …]   index = NUMA node id
 //   mig_profiles: {1g.5gb: {slices: 1, memory_mb: 4864, sms: 14}, …}
+//                 optional per profile: id (NVML profile id), placements: [0, 2, 4],
+//                 placement_size (memory slices occupied); defaults from slices
 //   defaults: {<any per-GPU key>}     applied to every GPU before its own keys
 //   count: 64                         generate N GPUs (bus ids, NUMA and switches spread evenly)
 //   gpus: [{<per-GPU keys>}, …]       one entry per GPU, in index order (required unless count)
@@ -34,7 +36,16 @@ struct MigProfile {
   unsigned slices = 0;     // GPU instance slices (1..7)
   uint64_t memory_mb = 0;  // nvmlDeviceAttributes_t.memorySizeMB
   unsigned sms = 0;        // multiprocessorCount
+  // Where the driver lets an instance of this profile start, in memory slices (0..7), and how
+  // many memory slices it then occupies. Defaults follow A100/H100 from the slice count:
+  // 1g: 0..6 size 1; 2g: 0,2,4 size 2; 3g: 0,4 size 4; 4g: 0 size 4; 7g: 0 size 8.
+  unsigned id = 0;  // NVML_GPU_INSTANCE_PROFILE_*; default from slices (1g→0 … 7g→4)
+  std::vector<unsigned> placements;
+  unsigned placement_size = 0;
 };
+
+// Fills id / placements / placement_size left unset from the slice count.
+void FillMigProfileDefaults(MigProfile& p, bool have_id);
 
 struct MigDeviceSpec {
   std::string profile;  // "3g.20gb"
@@ -62,8 +73,9 @@ struct GpuSpec {
   unsigned max_sm_clock_mhz = 1980, mem_clock_mhz = 2619;
   bool mig_capable = false;
   std::vector<MigDeviceSpec> mig;  // non-empty: MIG mode enabled
+  bool mig_mode = false;           // MIG enabled with no devices (set by the simulated driver)
 
-  bool mig_enabled() const { return !mig.empty(); }
+  bool mig_enabled() const { return mig_mode || !mig.empty(); }
   // "00000000:18:00.0": NVML's busId form (8-hex-digit domain, upper-case).
   std::string NvmlBusId() const;
   // "0000:18:00.0": the legacy/sysfs form (4-hex-digit domain, lower-case).
@@ -98,6 +110,10 @@ struct Fixture {
 Result<Fixture> LoadFixture(const std::string& path);
 // Same, from text; `file` names it in errors.
 Result<Fixture> ParseFixture(const std::string& text, const std::string& file);
+
+// The UUID the simulated driver gives MIG device gi/ci of a GPU that names none: stable, so a
+// device destroyed and created again at the same ids keeps its UUID.
+std::string DerivedMigUuid(const std::string& gpu_uuid, unsigned gi, unsigned ci);
 
 // NVML return code for a name like "DRIVER_NOT_LOADED" or "NVML_ERROR_DRIVER_NOT_LOADED".
 std::optional<int> NvmlReturnFromName(const std::string& name);

@@ -15,8 +15,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <tuple>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -24,6 +26,7 @@
 #include "gpu/nvml_api.h"
 #include "sim/control.h"
 #include "sim/fixture.h"
+#include "sim/mig_layout.h"
 #include "sim/simulation.h"
 #include "sim/telemetry.h"
 
@@ -39,6 +42,19 @@ GPULET_NVML_ALL_FUNCTIONS(GPULET_SIM_DECLARE)
 struct nvmlDevice_st {
   unsigned gpu = 0;
   int mig = -1;  // index among the GPU's MIG devices; -1: the physical GPU
+};
+
+// GPU and compute instances are named by their ids; a handle outlives the instance (the driver
+// then answers NVML_ERROR_INVALID_ARGUMENT) and is freed with the session.
+struct nvmlGpuInstance_st {
+  unsigned gpu = 0;
+  unsigned gi = 0;
+};
+
+struct nvmlComputeInstance_st {
+  unsigned gpu = 0;
+  unsigned gi = 0;
+  unsigned ci = 0;
 };
 
 struct nvmlEventSet_st {
@@ -68,8 +84,40 @@ class Driver {
   std::vector<std::vector<std::unique_ptr<nvmlDevice_st>>> migs;  // by GPU index, MIG index
   std::unordered_set<const nvmlDevice_st*> valid;
   std::unordered_set<nvmlEventSet_st*> event_sets;
+  std::vector<std::vector<MigDeviceSpec>> base_mig;  // the fixture's MIG devices, by GPU index
+  std::map<std::pair<unsigned, unsigned>, std::unique_ptr<nvmlGpuInstance_st>> gi_handles;
+  std::map<std::tuple<unsigned, unsigned, unsigned>, std::unique_ptr<nvmlComputeInstance_st>>
+      ci_handles;
 
   nvmlReturn_t Start();
+
+  // The GPU's live MIG layout: the control state's once changed, else the fixture's.
+  MigLayoutState Layout(unsigned gpu) const {
+    auto it = state.mig.find(gpu);
+    return it != state.mig.end() ? it->second : LayoutFromFixture(base_mig[gpu]);
+  }
+
+  // Rebuilds every GPU's MIG devices from the layouts in `state`. MIG device handles are
+  // allocated per index and never freed during a session, so a caller's stale handle stays
+  // safe to pass (Resolve rejects an index past the current devices).
+  void ApplyLayouts() {
+    for (GpuSpec& g : fixture.gpus) {
+      auto it = state.mig.find(g.index);
+      if (it == state.mig.end()) {
+        g.mig = base_mig[g.index];
+        g.mig_mode = false;
+      } else {
+        g.mig = MigDevicesOf(fixture, g, base_mig[g.index], it->second);
+        g.mig_mode = it->second.enabled;
+      }
+      auto& handles = migs[g.index];
+      while (handles.size() < g.mig.size()) {
+        handles.push_back(std::make_unique<nvmlDevice_st>(
+            nvmlDevice_st{g.index, static_cast<int>(handles.size())}));
+        valid.insert(handles.back().get());
+      }
+    }
+  }
 
   // Re-reads the control file when another process replaced it. A file that fails to parse
   // keeps the last good state (a writer never leaves one; a human editing it might).
@@ -77,6 +125,7 @@ class Driver {
     if (!watch->Changed()) return;
     Result<ControlState> s = control->Read();
     if (s.ok()) state = std::move(s).value();
+    ApplyLayouts();
   }
 
   const GpuOverrides* Overrides(unsigned gpu) const { return state.Find(gpu); }
@@ -94,6 +143,9 @@ class Driver {
     valid.clear();
     gpus.clear();
     migs.clear();
+    base_mig.clear();
+    gi_handles.clear();
+    ci_handles.clear();
   }
 };
 
@@ -133,11 +185,7 @@ nvmlReturn_t Driver::Start() {
     gpus.push_back(std::make_unique<nvmlDevice_st>(nvmlDevice_st{g.index, -1}));
     valid.insert(gpus.back().get());
     migs.emplace_back();
-    for (size_t m = 0; m < g.mig.size(); ++m) {
-      migs.back().push_back(
-          std::make_unique<nvmlDevice_st>(nvmlDevice_st{g.index, static_cast<int>(m)}));
-      valid.insert(migs.back().back().get());
-    }
+    base_mig.push_back(g.mig);
   }
   Refresh();
   return NVML_SUCCESS;
@@ -181,6 +229,9 @@ nvmlReturn_t Resolve(Session& s, nvmlDevice_t device, bool outputs_ok, Target* t
     return NVML_ERROR_INVALID_ARGUMENT;
   }
   t->gpu = &s.d.fixture.gpus[device->gpu];
+  if (device->mig >= 0 && static_cast<size_t>(device->mig) >= t->gpu->mig.size()) {
+    return NVML_ERROR_INVALID_ARGUMENT;  // the MIG device was destroyed
+  }
   t->mig = device->mig >= 0 ? &t->gpu->mig[static_cast<size_t>(device->mig)] : nullptr;
   if (s.d.Lost(device->gpu)) return NVML_ERROR_GPU_IS_LOST;
   return NVML_SUCCESS;
@@ -902,6 +953,359 @@ SIM_EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
     if (set == nullptr || s.d.event_sets.erase(set) == 0) return NVML_ERROR_INVALID_ARGUMENT;
     if (set->inotify_fd >= 0) ::close(set->inotify_fd);
     delete set;
+    return NVML_SUCCESS;
+  });
+}
+
+// ---- MIG management: every change is one ControlFile::Update of the GPU's layout. ----
+namespace gpulet::sim {
+namespace {
+
+// Runs `op` on GPU `gpu`'s layout inside the control file's lock and stores the layout when op
+// succeeds. `op(state, layout)` returns an nvmlReturn_t.
+template <typename F>
+nvmlReturn_t ChangeLayout(Session& s, unsigned gpu, F&& op) {
+  nvmlReturn_t rc = NVML_SUCCESS;
+  Result<ControlState> updated = s.d.control->Update([&](ControlState& st) {
+    auto it = st.mig.find(gpu);
+    MigLayoutState layout =
+        it != st.mig.end() ? it->second : LayoutFromFixture(s.d.base_mig[gpu]);
+    rc = op(st, layout);
+    if (rc == NVML_SUCCESS) st.mig[gpu] = std::move(layout);
+  });
+  if (!updated.ok()) return NVML_ERROR_UNKNOWN;
+  s.d.Refresh();
+  return rc;
+}
+
+// The fault hook: true when this create is the one `gpulet sim`/a test asked to fail.
+bool CreateFails(ControlState& st) {
+  if (st.mig_create_fail_countdown == 0) return false;
+  return --st.mig_create_fail_countdown == 0;
+}
+
+// A physical, MIG-capable GPU with MIG enabled.
+nvmlReturn_t ResolveMigParent(Session& s, nvmlDevice_t device, bool outputs_ok, Target* t) {
+  if (nvmlReturn_t rc = Resolve(s, device, outputs_ok, t); rc != NVML_SUCCESS) return rc;
+  if (t->mig != nullptr || !t->gpu->mig_capable) return NVML_ERROR_NOT_SUPPORTED;
+  return NVML_SUCCESS;
+}
+
+nvmlGpuInstance_t GpuInstanceHandle(Driver& d, unsigned gpu, unsigned gi) {
+  auto& h = d.gi_handles[{gpu, gi}];
+  if (!h) h = std::make_unique<nvmlGpuInstance_st>(nvmlGpuInstance_st{gpu, gi});
+  return h.get();
+}
+
+nvmlComputeInstance_t ComputeInstanceHandle(Driver& d, unsigned gpu, unsigned gi, unsigned ci) {
+  auto& h = d.ci_handles[{gpu, gi, ci}];
+  if (!h) h = std::make_unique<nvmlComputeInstance_st>(nvmlComputeInstance_st{gpu, gi, ci});
+  return h.get();
+}
+
+// A GPU instance handle that names a live instance.
+nvmlReturn_t ResolveGi(Session& s, nvmlGpuInstance_t gi, bool outputs_ok, MigInstanceState* out) {
+  if (s.rc != NVML_SUCCESS) return s.rc;
+  if (gi == nullptr || !outputs_ok) return NVML_ERROR_INVALID_ARGUMENT;
+  auto it = s.d.gi_handles.find({gi->gpu, gi->gi});
+  if (it == s.d.gi_handles.end() || it->second.get() != gi) return NVML_ERROR_INVALID_ARGUMENT;
+  if (s.d.Lost(gi->gpu)) return NVML_ERROR_GPU_IS_LOST;
+  for (const auto& i : s.d.Layout(gi->gpu).instances) {
+    if (i.gi == gi->gi) {
+      *out = i;
+      return NVML_SUCCESS;
+    }
+  }
+  return NVML_ERROR_INVALID_ARGUMENT;
+}
+
+void FillGpuInstanceProfile(const MigProfile& p, nvmlGpuInstanceProfileInfo_t* info) {
+  std::memset(info, 0, sizeof *info);
+  info->id = p.id;
+  info->isP2pSupported = 0;
+  info->sliceCount = p.slices;
+  info->instanceCount = static_cast<unsigned>(p.placements.size());
+  info->multiprocessorCount = p.sms;
+  info->copyEngineCount = p.slices;
+  info->decoderCount = p.slices / 2;
+  info->encoderCount = p.slices == 7 ? 1 : 0;
+  info->jpegCount = p.slices == 7 ? 1 : 0;
+  info->ofaCount = p.slices == 7 ? 1 : 0;
+  info->memorySizeMB = p.memory_mb;
+}
+
+}  // namespace
+}  // namespace gpulet::sim
+
+using gpulet::sim::ChangeLayout;
+using gpulet::sim::ControlState;
+using gpulet::sim::MigLayoutState;
+using gpulet::sim::MigInstanceState;
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t device, unsigned int mode,
+                                             nvmlReturn_t* activationStatus) {
+  return Guard([&]() -> nvmlReturn_t {
+    Session s;
+    Target t;
+    const bool known = mode == NVML_DEVICE_MIG_ENABLE || mode == NVML_DEVICE_MIG_DISABLE;
+    nvmlReturn_t rc = gpulet::sim::ResolveMigParent(s, device, activationStatus != nullptr && known, &t);
+    if (rc != NVML_SUCCESS) return rc;
+    const auto& g = *t.gpu;
+    // The simulated GPU activates the new mode at once (no reset pending).
+    rc = ChangeLayout(s, g.index, [&](ControlState&, MigLayoutState& layout) {
+      return gpulet::sim::SetMigModeInLayout(g, layout, mode == NVML_DEVICE_MIG_ENABLE);
+    });
+    *activationStatus = rc;
+    return rc;
+  });
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device,
+                                                            unsigned int profile,
+                                                            nvmlGpuInstanceProfileInfo_t* info) {
+  return Guard([&]() -> nvmlReturn_t {
+    Session s;
+    Target t;
+    nvmlReturn_t rc = gpulet::sim::ResolveMigParent(s, device, info != nullptr, &t);
+    if (rc != NVML_SUCCESS) return rc;
+    if (profile >= NVML_GPU_INSTANCE_PROFILE_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
+    const auto* p = gpulet::sim::FindMigProfileById(s.d.fixture, profile, nullptr);
+    if (p == nullptr) return NVML_ERROR_NOT_SUPPORTED;
+    gpulet::sim::FillGpuInstanceProfile(*p, info);
+    return NVML_SUCCESS;
+  });
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(
+    nvmlDevice_t device, unsigned int profileId, nvmlGpuInstancePlacement_t* placements,
+    unsigned int* count) {
+  return Guard([&]() -> nvmlReturn_t {
+    Session s;
+    Target t;
+    nvmlReturn_t rc = gpulet::sim::ResolveMigParent(s, device, count != nullptr, &t);
+    if (rc != NVML_SUCCESS) return rc;
+    const auto* p = gpulet::sim::FindMigProfileById(s.d.fixture, profileId, nullptr);
+    if (p == nullptr) return NVML_ERROR_NOT_SUPPORTED;
+    const auto n = static_cast<unsigned>(p->placements.size());
+    if (placements == nullptr) {  // a size query
+      *count = n;
+      return NVML_SUCCESS;
+    }
+    if (*count < n) {
+      *count = n;
+      return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (unsigned i = 0; i < n; ++i) placements[i] = {p->placements[i], p->placement_size};
+    *count = n;
+    return NVML_SUCCESS;
+  });
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(
+    nvmlDevice_t device, unsigned int profileId, const nvmlGpuInstancePlacement_t* placement,
+    nvmlGpuInstance_t* gpuInstance) {
+  return Guard([&]() -> nvmlReturn_t {
+    Session s;
+    Target t;
+    nvmlReturn_t rc = gpulet::sim::ResolveMigParent(
+        s, device, placement != nullptr && gpuInstance != nullptr, &t);
+    if (rc != NVML_SUCCESS) return rc;
+    const auto* p = gpulet::sim::FindMigProfileById(s.d.fixture, profileId, nullptr);
+    if (p == nullptr) return NVML_ERROR_NOT_SUPPORTED;
+    if (placement->size != p->placement_size) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned gi = 0;
+    rc = ChangeLayout(s, t.gpu->index, [&](ControlState& st, MigLayoutState& layout) {
+      if (!layout.enabled) return static_cast<int>(NVML_ERROR_INVALID_STATE);
+      if (gpulet::sim::CreateFails(st)) return static_cast<int>(NVML_ERROR_INSUFFICIENT_RESOURCES);
+      return gpulet::sim::CreateGpuInstanceInLayout(s.d.fixture, layout, profileId,
+                                                    placement->start, &gi);
+    });
+    if (rc == NVML_SUCCESS) *gpuInstance = gpulet::sim::GpuInstanceHandle(s.d, t.gpu->index, gi);
+    return rc;
+  });
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned int profileId,
+                                                  nvmlGpuInstance_t* gpuInstances,
+                                                  unsigned int* count) {
+  return Guard([&]() -> nvmlReturn_t {
+    Session s;
+    Target t;
+    nvmlReturn_t rc = gpulet::sim::ResolveMigParent(
+        s, device, gpuInstances != nullptr && count != nullptr, &t);
+    if (rc != NVML_SUCCESS) return rc;
+    std::string name;
+    if (gpulet::sim::FindMigProfileById(s.d.fixture, profileId, &name) == nullptr) {
+      return NVML_ERROR_NOT_SUPPORTED;
+    }
+    const MigLayoutState layout = s.d.Layout(t.gpu->index);
+    if (!layout.enabled) return NVML_ERROR_INVALID_STATE;
+    std::vector<unsigned> ids;
+    for (const auto& i : layout.instances) {
+      if (i.profile == name) ids.push_back(i.gi);
+    }
+    if (*count < ids.size()) {
+      *count = static_cast<unsigned>(ids.size());
+      return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (size_t i = 0; i < ids.size(); ++i) {
+      gpuInstances[i] = gpulet::sim::GpuInstanceHandle(s.d, t.gpu->index, ids[i]);
+    }
+    *count = static_cast<unsigned>(ids.size());
+    return NVML_SUCCESS;
+  });
+}
+
+SIM_EXPORT nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance,
+                                               nvmlGpuInstanceInfo_t* info) {
+  return Guard([&]() -> nvmlReturn_t {
+    Session s;
+    MigInstanceState inst;
+    nvmlReturn_t rc = gpulet::sim::ResolveGi(s, gpuInstance, info != nullptr, &inst);
+    if (rc != NVML_SUCCESS) return rc;
+    const auto& p = s.d.fixture.mig_profiles.at(inst.profile);
+    std::memset(info, 0, sizeof *info);
+    info->device = s.d.gpus[gpuInstance->gpu].get();
+    info->id = inst.gi;
+    info->profileId = p.id;
+    info->placement = {inst.placement, p.placement_size};
+    return NVML_SUCCESS;
+  });
+}
+
+SIM_EXPORT nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpuInstance) {
+  return Guard([&]() -> nvmlReturn_t {
+    Session s;
+    MigInstanceState inst;
+    nvmlReturn_t rc = gpulet::sim::ResolveGi(s, gpuInstance, true, &inst);
+    if (rc != NVML_SUCCESS) return rc;
+    return ChangeLayout(s, gpuInstance->gpu, [&](ControlState&, MigLayoutState& layout) {
+      return gpulet::sim::DestroyGpuInstanceInLayout(layout, inst.gi);
+    });
+  });
+}
+
+SIM_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(
+    nvmlGpuInstance_t gpuInstance, unsigned int profile, unsigned int engProfile,
+    nvmlComputeInstanceProfileInfo_t* info) {
+  return Guard([&]() -> nvmlReturn_t {
+    Session s;
+    MigInstanceState inst;
+    nvmlReturn_t rc = gpulet::sim::ResolveGi(s, gpuInstance, info != nullptr, &inst);
+    if (rc != NVML_SUCCESS) return rc;
+    if (engProfile != NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED ||
+        profile >= NVML_COMPUTE_INSTANCE_PROFILE_COUNT) {
+      return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    const auto& p = s.d.fixture.mig_profiles.at(inst.profile);
+    // Only the compute profile spanning the whole GPU instance is simulated.
+    if (gpulet::sim::ComputeProfileSlices(profile) != p.slices) return NVML_ERROR_NOT_SUPPORTED;
+    std::memset(info, 0, sizeof *info);
+    info->id = profile;
+    info->sliceCount = p.slices;
+    info->instanceCount = 1;
+    info->multiprocessorCount = p.sms;
+    info->sharedCopyEngineCount = p.slices;
+    info->sharedDecoderCount = p.slices / 2;
+    info->sharedJpegCount = p.slices == 7 ? 1 : 0;
+    info->sharedOfaCount = p.slices == 7 ? 1 : 0;
+    return NVML_SUCCESS;
+  });
+}
+
+SIM_EXPORT nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(
+    nvmlGpuInstance_t gpuInstance, unsigned int profileId,
+    nvmlComputeInstance_t* computeInstance) {
+  return Guard([&]() -> nvmlReturn_t {
+    Session s;
+    MigInstanceState inst;
+    nvmlReturn_t rc = gpulet::sim::ResolveGi(s, gpuInstance, computeInstance != nullptr, &inst);
+    if (rc != NVML_SUCCESS) return rc;
+    unsigned ci = 0;
+    rc = ChangeLayout(s, gpuInstance->gpu, [&](ControlState& st, MigLayoutState& layout) {
+      if (gpulet::sim::CreateFails(st)) return static_cast<int>(NVML_ERROR_INSUFFICIENT_RESOURCES);
+      return gpulet::sim::CreateComputeInstanceInLayout(s.d.fixture, layout, inst.gi, profileId,
+                                                        &ci);
+    });
+    if (rc == NVML_SUCCESS) {
+      *computeInstance = gpulet::sim::ComputeInstanceHandle(s.d, gpuInstance->gpu, inst.gi, ci);
+    }
+    return rc;
+  });
+}
+
+SIM_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpuInstance,
+                                                           unsigned int profileId,
+                                                           nvmlComputeInstance_t* computeInstances,
+                                                           unsigned int* count) {
+  return Guard([&]() -> nvmlReturn_t {
+    Session s;
+    MigInstanceState inst;
+    nvmlReturn_t rc = gpulet::sim::ResolveGi(
+        s, gpuInstance, computeInstances != nullptr && count != nullptr, &inst);
+    if (rc != NVML_SUCCESS) return rc;
+    const auto& p = s.d.fixture.mig_profiles.at(inst.profile);
+    std::vector<unsigned> cis;
+    if (gpulet::sim::ComputeProfileSlices(profileId) == p.slices) cis = inst.cis;
+    if (*count < cis.size()) {
+      *count = static_cast<unsigned>(cis.size());
+      return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (size_t i = 0; i < cis.size(); ++i) {
+      computeInstances[i] =
+          gpulet::sim::ComputeInstanceHandle(s.d, gpuInstance->gpu, inst.gi, cis[i]);
+    }
+    *count = static_cast<unsigned>(cis.size());
+    return NVML_SUCCESS;
+  });
+}
+
+namespace gpulet::sim {
+namespace {
+// A compute instance handle naming a live compute instance of a live GPU instance.
+nvmlReturn_t ResolveCi(Session& s, nvmlComputeInstance_t ci, bool outputs_ok,
+                       MigInstanceState* gi) {
+  if (s.rc != NVML_SUCCESS) return s.rc;
+  if (ci == nullptr || !outputs_ok) return NVML_ERROR_INVALID_ARGUMENT;
+  auto it = s.d.ci_handles.find({ci->gpu, ci->gi, ci->ci});
+  if (it == s.d.ci_handles.end() || it->second.get() != ci) return NVML_ERROR_INVALID_ARGUMENT;
+  nvmlGpuInstance_t parent = GpuInstanceHandle(s.d, ci->gpu, ci->gi);
+  if (nvmlReturn_t rc = ResolveGi(s, parent, true, gi); rc != NVML_SUCCESS) return rc;
+  if (std::find(gi->cis.begin(), gi->cis.end(), ci->ci) == gi->cis.end()) {
+    return NVML_ERROR_INVALID_ARGUMENT;
+  }
+  return NVML_SUCCESS;
+}
+}  // namespace
+}  // namespace gpulet::sim
+
+SIM_EXPORT nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t computeInstance) {
+  return Guard([&]() -> nvmlReturn_t {
+    Session s;
+    MigInstanceState gi;
+    nvmlReturn_t rc = gpulet::sim::ResolveCi(s, computeInstance, true, &gi);
+    if (rc != NVML_SUCCESS) return rc;
+    return ChangeLayout(s, computeInstance->gpu, [&](ControlState&, MigLayoutState& layout) {
+      return gpulet::sim::DestroyComputeInstanceInLayout(layout, gi.gi, computeInstance->ci);
+    });
+  });
+}
+
+SIM_EXPORT nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t computeInstance,
+                                                      nvmlComputeInstanceInfo_t* info) {
+  return Guard([&]() -> nvmlReturn_t {
+    Session s;
+    MigInstanceState gi;
+    nvmlReturn_t rc = gpulet::sim::ResolveCi(s, computeInstance, info != nullptr, &gi);
+    if (rc != NVML_SUCCESS) return rc;
+    const auto& p = s.d.fixture.mig_profiles.at(gi.profile);
+    std::memset(info, 0, sizeof *info);
+    info->device = s.d.gpus[computeInstance->gpu].get();
+    info->gpuInstance = gpulet::sim::GpuInstanceHandle(s.d, computeInstance->gpu, gi.gi);
+    info->id = computeInstance->ci;
+    static const unsigned kCiProfileBySlices[] = {0, 0, 1, 2, 3, 0, 6, 4, 5};
+    info->profileId = p.slices <= 8 ? kCiProfileBySlices[p.slices] : 0;
+    info->placement = {0, p.slices};
     return NVML_SUCCESS;
   });
 }

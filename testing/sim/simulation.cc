@@ -274,10 +274,13 @@ Status ResetState(const ControlFile& control, std::optional<unsigned> gpu) {
   return Apply(control, [&](ControlState& st) {
     if (gpu) {
       st.gpus.erase(*gpu);
+      st.mig.erase(*gpu);
       return;
     }
     st.gpus.clear();
     st.events.clear();
+    st.mig.clear();
+    st.mig_create_fail_countdown = 0;
   });
 }
 

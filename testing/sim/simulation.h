@@ -66,8 +66,8 @@ Status InjectEcc(const ControlFile& control, const Fixture& fixture, const Devic
 // Sets the telemetry overrides present in `set` (absent ones are kept).
 Status SetOverrides(const ControlFile& control, unsigned gpu, const GpuOverrides& set);
 Status SetLost(const ControlFile& control, unsigned gpu, bool lost);
-// Clears overrides, lost flags and ECC additions (one GPU, or all when `gpu` is empty) and, for
-// all, the event queue. Sequence numbers keep increasing so open event sets stay consistent.
+// Clears overrides, lost flags, ECC additions and MIG layout changes (one GPU, or all when `gpu`
+// is empty) and, for all, the event queue and the MIG fault hook. Sequence numbers keep increasing so open event sets stay consistent.
 Status ResetState(const ControlFile& control, std::optional<unsigned> gpu);
 
 }  // namespace gpulet::sim
