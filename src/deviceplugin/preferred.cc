@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <unordered_map>
 #include <set>
 
 namespace gpulet::deviceplugin {
@@ -109,7 +110,9 @@ std::vector<size_t> ChooseReplicas(const sharing::Resource& resource, const std:
     size_t next = 0;            // into spare
     int in_use() const { return total - free_or_mine + chosen; }
   };
-  std::map<std::string, Group> groups;  // by backing UUID
+  // By backing UUID; iteration order does not matter (ties go to Group::first).
+  std::unordered_map<std::string, Group> groups;
+  groups.reserve(resource.devices.size());
   for (size_t i = 0; i < resource.devices.size(); ++i) {
     auto [it, fresh] = groups.try_emplace(resource.devices[i].uuid);
     if (fresh) it->second.first = i;
@@ -165,7 +168,8 @@ Result<std::vector<std::string>> PreferredAllocation(const sharing::Resource& re
                                                      const std::vector<std::string>& available,
                                                      const std::vector<std::string>& must_include,
                                                      int size, ReplicaPolicy policy) {
-  std::map<std::string, size_t> position;
+  std::unordered_map<std::string, size_t> position;
+  position.reserve(resource.devices.size());
   for (size_t i = 0; i < resource.devices.size(); ++i) position[resource.devices[i].id] = i;
 
   std::set<size_t> must_set;
