@@ -159,6 +159,13 @@ TEST_F(SharingFixture, MixedMigOnDgxA100) {
   for (const std::string& p : paths) caps += p.rfind("/dev/nvidia-caps/nvidia-cap", 0) == 0;
   EXPECT_EQ(caps, 2);  // GI and CI capability nodes
 
+  // An XID on a MIG device marks that device only.
+  Sim({"xid", "--gpu", "0", "--mig", "0", "--code", "79"});
+  WaitForDevices(1, 0, 60s, "nvidia.com/mig-3g.20gb");
+  EXPECT_EQ(harness_->State("nvidia.com/mig-1g.5gb")->HealthyCount(), 9u);
+  EXPECT_EQ(harness_->State("nvidia.com/mig-2g.10gb")->HealthyCount(), 1u);
+  WaitForDevices(1, 1, 60s, "nvidia.com/mig-3g.20gb");  // recovers after the quiet period
+
   // An XID on the parent GPU marks every MIG device of it, and nothing else.
   Sim({"xid", "--gpu", "1", "--code", "79"});
   WaitForDevices(9, 2, 60s, "nvidia.com/mig-1g.5gb");  // GPU 1's seven 1g.5gb go Unhealthy
