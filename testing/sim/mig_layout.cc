@@ -85,6 +85,25 @@ unsigned ComputeProfileSlices(unsigned ci_profile) {
   }
 }
 
+unsigned WholeComputeProfile(unsigned slices) {
+  switch (slices) {
+    case 1:
+      return NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE;
+    case 2:
+      return NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE;
+    case 3:
+      return NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE;
+    case 4:
+      return NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE;
+    case 6:
+      return NVML_COMPUTE_INSTANCE_PROFILE_6_SLICE;
+    case 8:
+      return NVML_COMPUTE_INSTANCE_PROFILE_8_SLICE;
+    default:
+      return NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE;
+  }
+}
+
 std::vector<MigDeviceSpec> MigDevicesOf(const Fixture& fixture, const GpuSpec& gpu,
                                         const std::vector<MigDeviceSpec>& base,
                                         const MigLayoutState& layout) {
@@ -171,7 +190,9 @@ int CreateComputeInstanceInLayout(const Fixture& fixture, MigLayoutState& layout
   const MigProfile* p = FindProfileByName(fixture, i->profile);
   const unsigned slices = ComputeProfileSlices(ci_profile);
   if (p == nullptr || slices == 0) return NVML_ERROR_INVALID_ARGUMENT;
-  if (slices != p->slices) return NVML_ERROR_NOT_SUPPORTED;
+  if (slices != p->slices || ci_profile != WholeComputeProfile(p->slices)) {
+    return NVML_ERROR_NOT_SUPPORTED;
+  }
   if (!i->cis.empty()) return NVML_ERROR_INSUFFICIENT_RESOURCES;
   i->cis.push_back(0);
   *ci = 0;

@@ -29,6 +29,8 @@ MigLayoutState LayoutFromFixture(const std::vector<MigDeviceSpec>& mig);
 const MigProfile* FindMigProfileById(const Fixture& fixture, unsigned id, std::string* name);
 // Slices of an NVML_COMPUTE_INSTANCE_PROFILE_* id; 0 for an unknown id.
 unsigned ComputeProfileSlices(unsigned ci_profile);
+// The compute profile spanning a whole GPU instance of `slices` (the only one simulated).
+unsigned WholeComputeProfile(unsigned slices);
 
 // The MIG devices (one per compute instance) of `layout`, ordered by gi then ci. A device whose
 // gi/ci/profile is in `base` (the fixture's list) keeps that entry's UUID.

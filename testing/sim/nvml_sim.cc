@@ -472,25 +472,34 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsig
   });
 }
 
+namespace gpulet::sim {
+// Framebuffer use of a GPU or MIG device (nvmlDeviceGetMemoryInfo and its v2).
+nvmlMemory_t MemoryOf(const Session& s, const Target& t) {
+  constexpr unsigned long long kMiB = 1024ULL * 1024ULL;
+  const Telemetry now = Now(s, *t.gpu);
+  unsigned long long total = t.gpu->memory_mib * kMiB;
+  unsigned long long used = now.memory_used_mib * kMiB;
+  if (t.mig != nullptr) {  // a MIG device uses its share of the GPU's simulated load
+    total = t.mig->facts.memory_mb * kMiB;
+    used = static_cast<unsigned long long>(static_cast<double>(total) *
+                                           static_cast<double>(now.memory_used_mib) /
+                                           static_cast<double>(t.gpu->memory_mib));
+  }
+  nvmlMemory_t m{};
+  m.total = total;
+  m.used = std::min(used, total);
+  m.free = total - m.used;
+  return m;
+}
+}  // namespace gpulet::sim
+
 #ifndef GPULET_SIM_OMIT_MEMORY_INFO
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
   return Guard([&]() -> nvmlReturn_t {
     Session s;
     Target t;
     if (nvmlReturn_t rc = Resolve(s, device, memory != nullptr, &t); rc != NVML_SUCCESS) return rc;
-    constexpr unsigned long long kMiB = 1024ULL * 1024ULL;
-    const gpulet::sim::Telemetry now = gpulet::sim::Now(s, *t.gpu);
-    unsigned long long total = t.gpu->memory_mib * kMiB;
-    unsigned long long used = now.memory_used_mib * kMiB;
-    if (t.mig != nullptr) {  // a MIG device uses its share of the GPU's simulated load
-      total = t.mig->facts.memory_mb * kMiB;
-      used = static_cast<unsigned long long>(static_cast<double>(total) *
-                                             static_cast<double>(now.memory_used_mib) /
-                                             static_cast<double>(t.gpu->memory_mib));
-    }
-    memory->total = total;
-    memory->used = std::min(used, total);
-    memory->free = total - memory->used;
+    *memory = gpulet::sim::MemoryOf(s, t);
     return NVML_SUCCESS;
   });
 }
@@ -566,7 +575,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device,
     if (t.mig != nullptr || index >= 7) return NVML_ERROR_INVALID_ARGUMENT;
     if (!t.gpu->mig_capable) return NVML_ERROR_NOT_SUPPORTED;
     const auto& handles = s.d.migs[t.gpu->index];
-    if (index >= handles.size()) return NVML_ERROR_NOT_FOUND;
+    if (index >= t.gpu->mig.size() || index >= handles.size()) return NVML_ERROR_NOT_FOUND;
     *mig = handles[index].get();
     return NVML_SUCCESS;
   });
@@ -1199,7 +1208,7 @@ SIM_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(
     }
     const auto& p = s.d.fixture.mig_profiles.at(inst.profile);
     // Only the compute profile spanning the whole GPU instance is simulated.
-    if (gpulet::sim::ComputeProfileSlices(profile) != p.slices) return NVML_ERROR_NOT_SUPPORTED;
+    if (profile != gpulet::sim::WholeComputeProfile(p.slices)) return NVML_ERROR_NOT_SUPPORTED;
     std::memset(info, 0, sizeof *info);
     info->id = profile;
     info->sliceCount = p.slices;
@@ -1246,7 +1255,7 @@ SIM_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpu
     if (rc != NVML_SUCCESS) return rc;
     const auto& p = s.d.fixture.mig_profiles.at(inst.profile);
     std::vector<unsigned> cis;
-    if (gpulet::sim::ComputeProfileSlices(profileId) == p.slices) cis = inst.cis;
+    if (profileId == gpulet::sim::WholeComputeProfile(p.slices)) cis = inst.cis;
     if (*count < cis.size()) {
       *count = static_cast<unsigned>(cis.size());
       return NVML_ERROR_INSUFFICIENT_SIZE;
@@ -1303,8 +1312,7 @@ SIM_EXPORT nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t comp
     info->device = s.d.gpus[computeInstance->gpu].get();
     info->gpuInstance = gpulet::sim::GpuInstanceHandle(s.d, computeInstance->gpu, gi.gi);
     info->id = computeInstance->ci;
-    static const unsigned kCiProfileBySlices[] = {0, 0, 1, 2, 3, 0, 6, 4, 5};
-    info->profileId = p.slices <= 8 ? kCiProfileBySlices[p.slices] : 0;
+    info->profileId = gpulet::sim::WholeComputeProfile(p.slices);
     info->placement = {0, p.slices};
     return NVML_SUCCESS;
   });
