@@ -254,6 +254,102 @@ typedef struct {
 
 }  // extern "C"
 
+// Field values (nvmlDeviceGetFieldValues): readings addressed by field id, e.g. memory temperature.
+enum : unsigned int {
+  NVML_FI_DEV_MEMORY_TEMP = 82,
+  NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX = 140,  // KiB, data + protocol overhead, all links
+  NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX = 141,
+};
+// scopeId asking for the sum over every NVLink.
+inline constexpr unsigned int kNvmlScopeAllLinks = 0xFFFFFFFFu;
+
+typedef enum {
+  NVML_VALUE_TYPE_DOUBLE = 0,
+  NVML_VALUE_TYPE_UNSIGNED_INT = 1,
+  NVML_VALUE_TYPE_UNSIGNED_LONG = 2,
+  NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3,
+  NVML_VALUE_TYPE_SIGNED_LONG_LONG = 4,
+  NVML_VALUE_TYPE_SIGNED_INT = 5,
+} nvmlValueType_t;
+
+typedef union {
+  double dVal;
+  unsigned int uiVal;
+  unsigned long ulVal;
+  unsigned long long ullVal;
+  signed long long sllVal;
+  signed int siVal;
+} nvmlValue_t;
+
+typedef struct {
+  unsigned int fieldId;
+  unsigned int scopeId;
+  long long timestamp;
+  long long latencyUsec;
+  nvmlValueType_t valueType;
+  nvmlReturn_t nvmlReturn;
+  nvmlValue_t value;
+} nvmlFieldValue_t;
+
+// nvmlDeviceGetMemoryInfo_v2: like nvmlMemory_t plus the memory the driver reserves.
+typedef struct {
+  unsigned int version;  // nvmlMemory_v2 below
+  unsigned long long total;
+  unsigned long long reserved;
+  unsigned long long free;
+  unsigned long long used;
+} nvmlMemory_v2_t;
+inline constexpr unsigned int nvmlMemory_v2 =
+    static_cast<unsigned int>(sizeof(nvmlMemory_v2_t)) | (2u << 24);
+
+// GPU Performance Monitoring (Hopper and newer): two samples taken some time apart give the
+// averages of profiling metrics over the interval.
+typedef struct nvmlGpmSample_st* nvmlGpmSample_t;
+
+enum : unsigned int {
+  NVML_GPM_METRIC_GRAPHICS_UTIL = 1,
+  NVML_GPM_METRIC_SM_UTIL = 2,
+  NVML_GPM_METRIC_SM_OCCUPANCY = 3,
+  NVML_GPM_METRIC_ANY_TENSOR_UTIL = 5,
+  NVML_GPM_METRIC_DRAM_BW_UTIL = 10,
+  NVML_GPM_METRIC_FP64_UTIL = 11,
+  NVML_GPM_METRIC_FP32_UTIL = 12,
+  NVML_GPM_METRIC_FP16_UTIL = 13,
+  NVML_GPM_METRIC_PCIE_TX_PER_SEC = 20,  // MiB/s
+  NVML_GPM_METRIC_PCIE_RX_PER_SEC = 21,
+  NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC = 60,
+  NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC = 61,
+};
+inline constexpr unsigned int NVML_GPM_METRICS_GET_VERSION = 1;
+inline constexpr unsigned int NVML_GPM_SUPPORT_VERSION = 1;
+// Capacity of the metrics array. The driver reads and writes only the first numMetrics entries,
+// so the capacity is ours to choose; it matches the largest NVML_GPM_METRIC_MAX published.
+inline constexpr unsigned int kNvmlGpmMetricsCapacity = 333;
+
+typedef struct {
+  unsigned int metricId;
+  nvmlReturn_t nvmlReturn;
+  double value;
+  struct {
+    char* shortName;
+    char* longName;
+    char* unit;
+  } metricInfo;
+} nvmlGpmMetric_t;
+
+typedef struct {
+  unsigned int version;  // NVML_GPM_METRICS_GET_VERSION
+  unsigned int numMetrics;
+  nvmlGpmSample_t sample1;
+  nvmlGpmSample_t sample2;
+  nvmlGpmMetric_t metrics[kNvmlGpmMetricsCapacity];
+} nvmlGpmMetricsGet_t;
+
+typedef struct {
+  unsigned int version;  // NVML_GPM_SUPPORT_VERSION
+  unsigned int isSupportedDevice;
+} nvmlGpmSupport_t;
+
 // The functions gpulet resolves, as X(name, return type, parameter list). Required ones fail the
 // load when absent; optional ones are left null and their features report "not supported".
 #define GPULET_NVML_REQUIRED_FUNCTIONS(X)                                                      \
@@ -351,6 +447,20 @@ typedef struct {
   X(nvmlComputeInstanceGetInfo_v2, nvmlReturn_t,                                               \
     (nvmlComputeInstance_t computeInstance, nvmlComputeInstanceInfo_t* info))
 
+// Telemetry beyond the basic queries: field values, memory v2 and GPM profiling.
+#define GPULET_NVML_TELEMETRY_FUNCTIONS(X)                                                     \
+  X(nvmlDeviceGetFieldValues, nvmlReturn_t,                                                    \
+    (nvmlDevice_t device, int valuesCount, nvmlFieldValue_t* values))                          \
+  X(nvmlDeviceGetMemoryInfo_v2, nvmlReturn_t, (nvmlDevice_t device, nvmlMemory_v2_t* memory))  \
+  X(nvmlGpmQueryDeviceSupport, nvmlReturn_t, (nvmlDevice_t device, nvmlGpmSupport_t* support)) \
+  X(nvmlGpmSampleAlloc, nvmlReturn_t, (nvmlGpmSample_t * sample))                              \
+  X(nvmlGpmSampleFree, nvmlReturn_t, (nvmlGpmSample_t sample))                                 \
+  X(nvmlGpmSampleGet, nvmlReturn_t, (nvmlDevice_t device, nvmlGpmSample_t sample))             \
+  X(nvmlGpmMigSampleGet, nvmlReturn_t,                                                         \
+    (nvmlDevice_t device, unsigned int gpuInstanceId, nvmlGpmSample_t sample))                 \
+  X(nvmlGpmMetricsGet, nvmlReturn_t, (nvmlGpmMetricsGet_t * metricsGet))
+
 #define GPULET_NVML_ALL_FUNCTIONS(X) \
   GPULET_NVML_REQUIRED_FUNCTIONS(X)  \
-  GPULET_NVML_OPTIONAL_FUNCTIONS(X)
+  GPULET_NVML_OPTIONAL_FUNCTIONS(X)  \
+  GPULET_NVML_TELEMETRY_FUNCTIONS(X)

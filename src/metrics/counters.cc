@@ -145,6 +145,7 @@ CounterSet DefaultCounters() {
   static constexpr std::string_view kDefault =
       "DCGM_FI_DEV_SM_CLOCK, gauge, SM clock frequency (in MHz).\n"
       "DCGM_FI_DEV_MEM_CLOCK, gauge, Memory clock frequency (in MHz).\n"
+      "DCGM_FI_DEV_MEMORY_TEMP, gauge, Memory temperature (in C).\n"
       "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n"
       "DCGM_FI_DEV_POWER_USAGE, gauge, Power draw (in W).\n"
       "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, counter, Total energy consumption since boot (in mJ).\n"
@@ -156,6 +157,8 @@ CounterSet DefaultCounters() {
       "DCGM_FI_DEV_XID_ERRORS, gauge, Value of the last XID error encountered.\n"
       "DCGM_FI_DEV_FB_FREE, gauge, Framebuffer memory free (in MiB).\n"
       "DCGM_FI_DEV_FB_USED, gauge, Framebuffer memory used (in MiB).\n"
+      "DCGM_FI_DEV_FB_RESERVED, gauge, Framebuffer memory reserved (in MiB).\n"
+      "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, counter, Total NVLink traffic of all links with protocol overhead (in B).\n"
       "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, counter, Total number of single-bit volatile ECC errors.\n"
       "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, counter, Total number of double-bit volatile ECC errors.\n"
       "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL, counter, Total number of single-bit persistent ECC errors.\n"
@@ -164,7 +167,12 @@ CounterSet DefaultCounters() {
       "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS, counter, Number of remapped rows for correctable errors\n"
       "DCGM_FI_DEV_ROW_REMAP_FAILURE, gauge, Whether remapping of rows has failed\n"
       "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS, gauge, Current clock throttle reasons (bitmask).\n"
-      "DCGM_FI_DRIVER_VERSION, label, Driver Version\n";
+      "DCGM_FI_DRIVER_VERSION, label, Driver Version\n"
+      "DCGM_FI_PROF_GR_ENGINE_ACTIVE, gauge, Ratio of time the graphics engine is active.\n"
+      "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, gauge, Ratio of cycles any tensor pipe is active.\n"
+      "DCGM_FI_PROF_DRAM_ACTIVE, gauge, Ratio of cycles the device memory interface is active.\n"
+      "DCGM_FI_PROF_PCIE_TX_BYTES, gauge, PCIe transmit rate with headers (in B/s).\n"
+      "DCGM_FI_PROF_PCIE_RX_BYTES, gauge, PCIe receive rate with headers (in B/s).\n";
   auto set = ParseCounters(kDefault, "<built-in>");
   return set.ok() ? std::move(set).value() : CounterSet{};
 }

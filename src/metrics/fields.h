@@ -5,7 +5,8 @@
 // dashboards and alerts built for dcgm-exporter keep working. Three kinds of names exist:
 //   - supported:  FindField() returns how to read it;
 //   - known:      a real DCGM field gpulet cannot read through NVML (profiling counters, NVLink
-//                 throughput, …). A counters file may name it; the row is skipped with one log line;
+//                 throughput, …). A counters file may name it; the row is skipped with one log
+//                 line;
 //   - unknown:    anything else. A counters file naming it is rejected (probably a typo).
 #pragma once
 
@@ -40,6 +41,23 @@ enum class Source {
   kRowRemapPending,     // nvmlDeviceGetRemappedRows isPending (0/1)
   kRowRemapFailure,     // nvmlDeviceGetRemappedRows failureOccurred (0/1)
   kThrottleReasons,     // nvmlDeviceGetCurrentClocksThrottleReasons bitmask
+  kMemoryTemp,          // nvmlDeviceGetFieldValues(NVML_FI_DEV_MEMORY_TEMP), °C
+  kFbReserved,          // nvmlDeviceGetMemoryInfo_v2().reserved, MiB
+  kNvlinkBandwidth,     // field values NVLINK_THROUGHPUT_RAW_TX + RX over all links, KiB → bytes
+  // GPM profiling (Hopper and newer): averages between two collections, as DCGM's ratios 0–1 or
+  // bytes per second.
+  kProfGrEngineActive,  // NVML_GPM_METRIC_GRAPHICS_UTIL / 100
+  kProfSmActive,        // NVML_GPM_METRIC_SM_UTIL / 100
+  kProfSmOccupancy,     // NVML_GPM_METRIC_SM_OCCUPANCY / 100
+  kProfTensorActive,    // NVML_GPM_METRIC_ANY_TENSOR_UTIL / 100
+  kProfDramActive,      // NVML_GPM_METRIC_DRAM_BW_UTIL / 100
+  kProfFp64Active,      // NVML_GPM_METRIC_FP64_UTIL / 100
+  kProfFp32Active,      // NVML_GPM_METRIC_FP32_UTIL / 100
+  kProfFp16Active,      // NVML_GPM_METRIC_FP16_UTIL / 100
+  kProfPcieTxBytes,     // NVML_GPM_METRIC_PCIE_TX_PER_SEC, MiB/s → bytes/s
+  kProfPcieRxBytes,     // NVML_GPM_METRIC_PCIE_RX_PER_SEC, MiB/s → bytes/s
+  kProfNvlinkTxBytes,   // NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, MiB/s → bytes/s
+  kProfNvlinkRxBytes,   // NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, MiB/s → bytes/s
   // Label sources (values are strings from the Inventory).
   kDriverVersion,
   kCudaDriverVersion,
@@ -53,16 +71,20 @@ enum class MigScope {
   kParent,    // a property of the physical GPU: the parent's value (what DCGM reports)
   kInstance,  // read through the MIG device handle (framebuffer)
   kNone,      // NVML has no per-instance reading (utilisation): left out of MIG series
+  kGpm,       // GPM profiling: sampled per GPU instance through the parent (nvmlGpmMigSampleGet)
 };
 
 struct FieldInfo {
   std::string_view name;
   Source source;
-  bool is_double;    // DCGM's type: DCGM_FT_DOUBLE (rendered "%f") or DCGM_FT_INT64
-  bool is_label;     // a string field, usable only as a `label` row
+  bool is_double;         // DCGM's type: DCGM_FT_DOUBLE (rendered "%f") or DCGM_FT_INT64
+  bool is_label;          // a string field, usable only as a `label` row
   std::string_view unit;  // as dcgm-exporter's help text gives it, "" when unitless
   MigScope mig_scope;
 };
+
+// True for the GPM profiling sources (read by the sampler's GPM path, not per query).
+bool IsGpmSource(Source s);
 
 // The supported field named `name`, or nullptr.
 const FieldInfo* FindField(std::string_view name);

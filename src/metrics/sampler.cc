@@ -2,8 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
+#include <thread>
+#include <utility>
 
 namespace gpulet::metrics {
 
@@ -21,12 +24,68 @@ uint64_t XidLog::Last(unsigned gpu) const {
 namespace {
 
 constexpr uint64_t kMiB = 1024ull * 1024ull;
+// The shortest interval worth averaging GPM counters over (the first collection only).
+constexpr std::chrono::milliseconds kGpmPrimeInterval{100};
 
 // The outcome of reading one field: a value, "not available here", or "the GPU is lost".
 struct Reading {
   std::optional<Value> value;
   nvmlReturn_t rc = NVML_SUCCESS;
 };
+
+// The GPM metric behind a profiling source, and the factor from NVML's unit to DCGM's (percent →
+// ratio, MiB/s → bytes/s).
+std::pair<unsigned, double> GpmMetric(Source s) {
+  constexpr double kPercent = 0.01;
+  constexpr double kMiBps = 1024.0 * 1024.0;
+  switch (s) {
+    case Source::kProfGrEngineActive:
+      return {NVML_GPM_METRIC_GRAPHICS_UTIL, kPercent};
+    case Source::kProfSmActive:
+      return {NVML_GPM_METRIC_SM_UTIL, kPercent};
+    case Source::kProfSmOccupancy:
+      return {NVML_GPM_METRIC_SM_OCCUPANCY, kPercent};
+    case Source::kProfTensorActive:
+      return {NVML_GPM_METRIC_ANY_TENSOR_UTIL, kPercent};
+    case Source::kProfDramActive:
+      return {NVML_GPM_METRIC_DRAM_BW_UTIL, kPercent};
+    case Source::kProfFp64Active:
+      return {NVML_GPM_METRIC_FP64_UTIL, kPercent};
+    case Source::kProfFp32Active:
+      return {NVML_GPM_METRIC_FP32_UTIL, kPercent};
+    case Source::kProfFp16Active:
+      return {NVML_GPM_METRIC_FP16_UTIL, kPercent};
+    case Source::kProfPcieTxBytes:
+      return {NVML_GPM_METRIC_PCIE_TX_PER_SEC, kMiBps};
+    case Source::kProfPcieRxBytes:
+      return {NVML_GPM_METRIC_PCIE_RX_PER_SEC, kMiBps};
+    case Source::kProfNvlinkTxBytes:
+      return {NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, kMiBps};
+    case Source::kProfNvlinkRxBytes:
+      return {NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, kMiBps};
+    default:
+      return {0, 0};
+  }
+}
+
+// A field value as a double, whatever type NVML chose for it.
+double FieldValueAsDouble(const nvmlFieldValue_t& v) {
+  switch (v.valueType) {
+    case NVML_VALUE_TYPE_DOUBLE:
+      return v.value.dVal;
+    case NVML_VALUE_TYPE_UNSIGNED_INT:
+      return v.value.uiVal;
+    case NVML_VALUE_TYPE_UNSIGNED_LONG:
+      return static_cast<double>(v.value.ulVal);
+    case NVML_VALUE_TYPE_UNSIGNED_LONG_LONG:
+      return static_cast<double>(v.value.ullVal);
+    case NVML_VALUE_TYPE_SIGNED_LONG_LONG:
+      return static_cast<double>(v.value.sllVal);
+    case NVML_VALUE_TYPE_SIGNED_INT:
+      return v.value.siVal;
+  }
+  return 0;
+}
 
 // Memoises the NVML queries of one entity for one collection.
 class EntityReader {
@@ -35,8 +94,10 @@ class EntityReader {
 
   Reading Read(Source source, uint64_t last_xid) {
     switch (source) {
-      case Source::kSmClock: return Clock(NVML_CLOCK_SM);
-      case Source::kMemClock: return Clock(NVML_CLOCK_MEM);
+      case Source::kSmClock:
+        return Clock(NVML_CLOCK_SM);
+      case Source::kMemClock:
+        return Clock(NVML_CLOCK_MEM);
       case Source::kGpuTemp: {
         if (!fn_.nvmlDeviceGetTemperature) return Unsupported();
         unsigned t = 0;
@@ -81,7 +142,8 @@ class EntityReader {
         nvmlReturn_t rc = f(dev_, &u, &period);
         return IntResult(rc, u);
       }
-      case Source::kXid: return {Value::Int(static_cast<int64_t>(last_xid)), NVML_SUCCESS};
+      case Source::kXid:
+        return {Value::Int(static_cast<int64_t>(last_xid)), NVML_SUCCESS};
       case Source::kFbFree:
       case Source::kFbUsed:
       case Source::kFbTotal: {
@@ -124,7 +186,30 @@ class EntityReader {
         nvmlReturn_t rc = fn_.nvmlDeviceGetCurrentClocksThrottleReasons(dev_, &r);
         return IntResult(rc, r);
       }
-      default: return Unsupported();
+      case Source::kMemoryTemp: {
+        nvmlFieldValue_t v{};
+        v.fieldId = NVML_FI_DEV_MEMORY_TEMP;
+        nvmlReturn_t rc = Fields(&v, 1);
+        return IntResult(rc, static_cast<int64_t>(FieldValueAsDouble(v)));
+      }
+      case Source::kNvlinkBandwidth: {
+        nvmlFieldValue_t v[2]{};
+        v[0].fieldId = NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX;
+        v[1].fieldId = NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX;
+        v[0].scopeId = v[1].scopeId = kNvmlScopeAllLinks;
+        nvmlReturn_t rc = Fields(v, 2);
+        const double kib = FieldValueAsDouble(v[0]) + FieldValueAsDouble(v[1]);
+        return IntResult(rc, static_cast<int64_t>(kib * 1024.0));
+      }
+      case Source::kFbReserved: {
+        if (!fn_.nvmlDeviceGetMemoryInfo_v2) return Unsupported();
+        nvmlMemory_v2_t m{};
+        m.version = nvmlMemory_v2;
+        nvmlReturn_t rc = fn_.nvmlDeviceGetMemoryInfo_v2(dev_, &m);
+        return IntResult(rc, m.reserved / kMiB);
+      }
+      default:
+        return Unsupported();
     }
   }
 
@@ -139,13 +224,20 @@ class EntityReader {
     if (!fn_.nvmlDeviceGetClockInfo) return Unsupported();
     unsigned mhz = 0;
     nvmlReturn_t rc = fn_.nvmlDeviceGetClockInfo(dev_, type, &mhz);
-        return IntResult(rc, mhz);
+    return IntResult(rc, mhz);
+  }
+  // Reads `n` field values; the first failing value's status is the result.
+  nvmlReturn_t Fields(nvmlFieldValue_t* values, int n) {
+    if (!fn_.nvmlDeviceGetFieldValues) return NVML_ERROR_FUNCTION_NOT_FOUND;
+    nvmlReturn_t rc = fn_.nvmlDeviceGetFieldValues(dev_, n, values);
+    for (int i = 0; rc == NVML_SUCCESS && i < n; ++i) rc = values[i].nvmlReturn;
+    return rc;
   }
   Reading Ecc(nvmlMemoryErrorType_t type, nvmlEccCounterType_t counter) {
     if (!fn_.nvmlDeviceGetTotalEccErrors) return Unsupported();
     unsigned long long n = 0;
     nvmlReturn_t rc = fn_.nvmlDeviceGetTotalEccErrors(dev_, type, counter, &n);
-        return IntResult(rc, n);
+    return IntResult(rc, n);
   }
 
   const gpu::NvmlFunctions& fn_;
@@ -164,16 +256,156 @@ bool IsLost(nvmlReturn_t rc) {
 
 std::string LabelValue(Source s, const gpu::Inventory& inv, const gpu::Gpu& g) {
   switch (s) {
-    case Source::kDriverVersion: return inv.driver_version;
-    case Source::kCudaDriverVersion: return inv.cuda_version;
-    case Source::kDeviceName: return g.name;
-    case Source::kDeviceUuid: return g.uuid;
-    case Source::kPciBusId: return g.pci_bus_id;
-    default: return "";
+    case Source::kDriverVersion:
+      return inv.driver_version;
+    case Source::kCudaDriverVersion:
+      return inv.cuda_version;
+    case Source::kDeviceName:
+      return g.name;
+    case Source::kDeviceUuid:
+      return g.uuid;
+    case Source::kPciBusId:
+      return g.pci_bus_id;
+    default:
+      return "";
   }
 }
 
+Reading GpmReading(const GpmReadings& gpm, Source source) {
+  if (gpm.warming) return {std::nullopt, NVML_SUCCESS};
+  if (gpm.rc != NVML_SUCCESS) return {std::nullopt, gpm.rc};
+  const auto [id, scale] = GpmMetric(source);
+  auto it = gpm.values.find(id);
+  if (it == gpm.values.end()) return {std::nullopt, NVML_ERROR_NOT_SUPPORTED};
+  const double v = it->second * scale;
+  // Ratios are DCGM doubles; byte rates are DCGM integers.
+  if (scale < 1.0) return {Value::Double(v), NVML_SUCCESS};
+  return {Value::Int(static_cast<int64_t>(v)), NVML_SUCCESS};
+}
+
 }  // namespace
+
+Sampler::~Sampler() {
+  for (auto& [key, st] : gpm_) {
+    if (fn_.nvmlGpmSampleFree == nullptr) break;
+    if (st.prev != nullptr) fn_.nvmlGpmSampleFree(st.prev);
+    if (st.next != nullptr) fn_.nvmlGpmSampleFree(st.next);
+  }
+}
+
+bool Sampler::GpmSupported(nvmlDevice_t parent, const gpu::Gpu& g, nvmlReturn_t* rc) {
+  auto supported = gpm_supported_.find(g.index);
+  if (supported == gpm_supported_.end()) {
+    nvmlGpmSupport_t support{};
+    support.version = NVML_GPM_SUPPORT_VERSION;
+    nvmlReturn_t q = fn_.nvmlGpmQueryDeviceSupport ? fn_.nvmlGpmQueryDeviceSupport(parent, &support)
+                                                   : NVML_ERROR_FUNCTION_NOT_FOUND;
+    if (IsLost(q)) {  // asked again next time
+      *rc = q;
+      return false;
+    }
+    supported =
+        gpm_supported_.emplace(g.index, q == NVML_SUCCESS && support.isSupportedDevice).first;
+  }
+  if (!supported->second) *rc = NVML_ERROR_NOT_SUPPORTED;
+  return supported->second;
+}
+
+void Sampler::PrimeGpm() {
+  if (!fn_.nvmlGpmSampleAlloc || !fn_.nvmlGpmSampleGet || !fn_.nvmlGpmSampleFree) return;
+  bool primed = false;
+  for (const gpu::Gpu& g : inventory_.gpus) {
+    nvmlDevice_t dev = Handle(g.index);
+    nvmlReturn_t rc = NVML_SUCCESS;
+    if (dev == nullptr || !GpmSupported(dev, g, &rc)) continue;
+    std::vector<EntityKey> keys;
+    if (g.mig_enabled && !g.mig_devices.empty()) {
+      for (const gpu::MigDevice& m : g.mig_devices) {
+        EntityKey k{g.index, static_cast<int>(m.gpu_instance_id)};
+        if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+      }
+    } else {
+      keys.push_back({g.index, -1});
+    }
+    for (const EntityKey& k : keys) {
+      GpmState& st = gpm_[k];
+      if (st.have_prev) continue;
+      if (st.prev == nullptr && fn_.nvmlGpmSampleAlloc(&st.prev) != NVML_SUCCESS) {
+        st.prev = nullptr;
+        continue;
+      }
+      if (k.gpu_instance_id < 0) {
+        rc = fn_.nvmlGpmSampleGet(dev, st.prev);
+      } else {
+        rc = fn_.nvmlGpmMigSampleGet
+                 ? fn_.nvmlGpmMigSampleGet(dev, static_cast<unsigned>(k.gpu_instance_id), st.prev)
+                 : NVML_ERROR_FUNCTION_NOT_FOUND;
+      }
+      st.have_prev = rc == NVML_SUCCESS;
+      primed = primed || st.have_prev;
+    }
+  }
+  if (primed) std::this_thread::sleep_for(kGpmPrimeInterval);
+}
+
+GpmReadings Sampler::ReadGpm(nvmlDevice_t parent, const gpu::Gpu& g, const EntityKey& key,
+                             const std::vector<unsigned>& metric_ids) {
+  GpmReadings r;
+  if (!fn_.nvmlGpmSampleAlloc || !fn_.nvmlGpmSampleGet || !fn_.nvmlGpmMetricsGet ||
+      !fn_.nvmlGpmSampleFree) {
+    r.rc = NVML_ERROR_FUNCTION_NOT_FOUND;
+    return r;
+  }
+  if (!GpmSupported(parent, g, &r.rc)) return r;
+  GpmState& st = gpm_[key];
+  for (nvmlGpmSample_t* s : {&st.prev, &st.next}) {
+    if (*s == nullptr && fn_.nvmlGpmSampleAlloc(s) != NVML_SUCCESS) {
+      *s = nullptr;
+      r.rc = NVML_ERROR_MEMORY;
+      return r;
+    }
+  }
+  nvmlReturn_t rc = NVML_SUCCESS;
+  if (key.gpu_instance_id < 0) {
+    rc = fn_.nvmlGpmSampleGet(parent, st.next);
+  } else {
+    rc = fn_.nvmlGpmMigSampleGet
+             ? fn_.nvmlGpmMigSampleGet(parent, static_cast<unsigned>(key.gpu_instance_id), st.next)
+             : NVML_ERROR_FUNCTION_NOT_FOUND;
+  }
+  if (rc != NVML_SUCCESS) {
+    st.have_prev = false;
+    r.rc = rc;
+    return r;
+  }
+  if (!st.have_prev) {
+    std::swap(st.prev, st.next);
+    st.have_prev = true;
+    r.warming = true;
+    return r;
+  }
+  if (!gpm_request_) gpm_request_ = std::make_unique<nvmlGpmMetricsGet_t>();
+  nvmlGpmMetricsGet_t& req = *gpm_request_;
+  req = nvmlGpmMetricsGet_t{};
+  req.version = NVML_GPM_METRICS_GET_VERSION;
+  req.numMetrics =
+      static_cast<unsigned>(std::min<size_t>(metric_ids.size(), kNvmlGpmMetricsCapacity));
+  req.sample1 = st.prev;
+  req.sample2 = st.next;
+  for (unsigned i = 0; i < req.numMetrics; ++i) req.metrics[i].metricId = metric_ids[i];
+  rc = fn_.nvmlGpmMetricsGet(&req);
+  std::swap(st.prev, st.next);  // this sample is the start of the next interval
+  if (rc != NVML_SUCCESS) {
+    r.rc = rc;
+    return r;
+  }
+  for (unsigned i = 0; i < req.numMetrics; ++i) {
+    if (req.metrics[i].nvmlReturn == NVML_SUCCESS) {
+      r.values[req.metrics[i].metricId] = req.metrics[i].value;
+    }
+  }
+  return r;
+}
 
 Sampler::Sampler(const gpu::NvmlFunctions& fn, gpu::Inventory inventory, std::string hostname,
                  const XidLog* xids)
@@ -198,6 +430,13 @@ Snapshot Sampler::Sample(std::shared_ptr<const CounterSet> counters) {
                              std::chrono::system_clock::now().time_since_epoch())
                              .count();
   const CounterSet& cs = *counters;
+  std::vector<unsigned> gpm_ids;
+  for (const Counter& c : cs.metrics) {
+    if (!IsGpmSource(c.info->source)) continue;
+    const unsigned id = GpmMetric(c.info->source).first;
+    if (std::find(gpm_ids.begin(), gpm_ids.end(), id) == gpm_ids.end()) gpm_ids.push_back(id);
+  }
+  if (!gpm_ids.empty()) PrimeGpm();
 
   for (const gpu::Gpu& g : inventory_.gpus) {
     GpuHealth health;
@@ -248,6 +487,8 @@ Snapshot Sampler::Sample(std::shared_ptr<const CounterSet> counters) {
       e.sample.values.resize(cs.metrics.size());
       std::optional<EntityReader> instance;
       if (e.instance != nullptr) instance.emplace(fn_, e.instance);
+      GpmReadings gpm;
+      if (!gpm_ids.empty()) gpm = ReadGpm(dev, g, e.sample.key, gpm_ids);
       for (size_t m = 0; m < cs.metrics.size(); ++m) {
         const FieldInfo& f = *cs.metrics[m].info;
         EntityReader* reader = &parent;
@@ -258,7 +499,9 @@ Snapshot Sampler::Sample(std::shared_ptr<const CounterSet> counters) {
             reader = &*instance;
           }
         }
-        Reading r = reader->Read(f.source, last_xid);
+        Reading r =
+            IsGpmSource(f.source) ? GpmReading(gpm, f.source) : reader->Read(f.source, last_xid);
+        if (!r.value && r.rc == NVML_SUCCESS) continue;  // GPM warming up: no value yet
         if (r.value) {
           e.sample.values[m] = r.value;
         } else if (IsLost(r.rc)) {

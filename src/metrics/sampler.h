@@ -32,10 +32,20 @@ class XidLog {
   std::map<unsigned, uint64_t> last_;
 };
 
+// GPM readings of one entity for one collection (see Sampler::ReadGpm).
+struct GpmReadings {
+  nvmlReturn_t rc = NVML_SUCCESS;  // why nothing was read (not supported, lost, …)
+  bool warming = false;            // first sample taken: values come with the next collection
+  std::map<unsigned, double> values;  // by NVML_GPM_METRIC_* id, as NVML gives them
+};
+
 class Sampler {
  public:
   Sampler(const gpu::NvmlFunctions& fn, gpu::Inventory inventory, std::string hostname,
           const XidLog* xids);
+  ~Sampler();  // frees the GPM sample buffers
+  Sampler(const Sampler&) = delete;
+  Sampler& operator=(const Sampler&) = delete;
 
   Snapshot Sample(std::shared_ptr<const CounterSet> counters);
 
@@ -45,6 +55,20 @@ class Sampler {
 
  private:
   struct Target;  // one entity to read
+  // GPM keeps the previous sample of every entity: metrics are averages between two samples.
+  struct GpmState {
+    nvmlGpmSample_t prev = nullptr;
+    nvmlGpmSample_t next = nullptr;
+    bool have_prev = false;
+  };
+  GpmReadings ReadGpm(nvmlDevice_t parent, const gpu::Gpu& g, const EntityKey& key,
+                      const std::vector<unsigned>& metric_ids);
+  // Takes the first GPM sample of every entity that has none yet, then waits one short interval
+  // once, so even the first collection carries profiling values (instead of every entity
+  // waiting a whole collect interval for its second sample).
+  void PrimeGpm();
+  bool GpmSupported(nvmlDevice_t parent, const gpu::Gpu& g, nvmlReturn_t* rc);
+
   const gpu::NvmlFunctions& fn_;
   gpu::Inventory inventory_;
   std::string hostname_;
@@ -53,6 +77,9 @@ class Sampler {
   std::map<std::pair<unsigned, unsigned>, nvmlDevice_t> mig_handles_;  // (gpu, mig_index)
   std::set<std::string> logged_unsupported_;
   std::set<unsigned> logged_lost_;
+  std::map<unsigned, bool> gpm_supported_;  // by GPU index, once known
+  std::map<EntityKey, GpmState> gpm_;
+  std::unique_ptr<nvmlGpmMetricsGet_t> gpm_request_;  // 13 KiB: allocated once, on first use
 };
 
 }  // namespace gpulet::metrics

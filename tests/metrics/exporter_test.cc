@@ -139,8 +139,18 @@ TEST_F(ExporterProcess, UpstreamCountersFileLoadsUnchanged) {
   }
   EXPECT_NE(text.find(",DCGM_FI_DRIVER_VERSION=\""), std::string::npos);
   // Rows gpulet cannot read were skipped, one log line each, naming file:line.
-  EXPECT_NE(exporter_.log().find("default-counters.csv:10: DCGM_FI_DEV_MEMORY_TEMP"), std::string::npos)
+  EXPECT_NE(exporter_.log().find("default-counters.csv:69: DCGM_FI_DEV_VGPU_LICENSE_STATUS"),
+            std::string::npos)
       << exporter_.log();
+  // What dcgm-exporter reads beyond the basic queries is there too: memory temperature (field
+  // values), reserved framebuffer (memory info v2), and on Hopper the GPM profiling ratios, from
+  // the second collection on.
+  for (const char* f : {"DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_FB_RESERVED",
+                        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+                        "DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_PCIE_TX_BYTES"}) {
+    const std::string series = std::string("\n") + f + "{gpu=\"0\"";
+    EXPECT_TRUE(WaitFor([&] { return Metrics().find(series) != std::string::npos; })) << f;
+  }
 }
 
 TEST_F(ExporterProcess, InjectedXidShowsUp) {
