@@ -50,8 +50,13 @@ struct SlurmJob {
   std::set<std::string> sched_nodes;     // expanded SchedNodes (where the scheduler plans it)
 
   bool Pending() const { return state == "PENDING"; }
-  // Pending only because the cluster lacks resources right now.
-  bool CapacityBound() const { return Pending() && (reason == "Resources" || reason == "Priority"); }
+  // Pending because the cluster lacks resources right now: Resources, Priority, or
+  // ReqNodeNotAvail (the nodes it could use are drained or down, e.g. lent).
+  bool CapacityBound() const {
+    return Pending() && (reason == "Resources" || reason == "Priority" ||
+                         reason.rfind("ReqNodeNotAvail", 0) == 0 ||
+                         reason.rfind("Nodes_required_for_job", 0) == 0);
+  }
   // GPUs the job needs in all.
   int TotalGpus() const;
 };
