@@ -261,6 +261,43 @@ TEST_F(SharingFixture, MpsWithStandInDaemonCrashAndRecovery) {
       << ReadAll(log);
 }
 
+TEST_F(SharingFixture, MpsDaemonRestartsWhenItsResourceChangesOnReload) {
+  if (!fs::exists(MpsStandIn())) GTEST_SKIP() << "no MPS stand-in at " << MpsStandIn();
+  const std::string root = tmp_.path() + "/mps";
+  const std::string cfg = tmp_.path() + "/mps.yaml";
+  auto write = [&](int replicas) {
+    std::ofstream(cfg + ".tmp") << "version: v1\nsharing:\n  mps:\n    resources:\n"
+                                   "    - name: gpu\n      rename: gpu.mps\n      devices: [0]\n"
+                                   "      replicas: "
+                                << replicas << "\n";
+    fs::rename(cfg + ".tmp", cfg);
+  };
+  write(4);
+  StartHarness();
+  StartPlugin({"--config", cfg, "--mps-root", root, "--mps-control-binary", MpsStandIn()});
+  const std::string mps = "nvidia.com/gpu.mps";
+  WaitForDevices(4, 4, 60s, mps);
+  const std::string log = root + "/nvidia.com_gpu.mps/log/control.log";
+  // A reload that does not change the MPS resource leaves the daemon alone.
+  plugin_->Signal(SIGHUP);
+  ASSERT_TRUE(plugin_->WaitForLog("event=reload ", 30s));
+  EXPECT_EQ(plugin_->CountInLog("event=mps_started"), 1);
+  // Two replicas instead of four: the daemon is restarted with the new defaults.
+  write(2);
+  WaitForDevices(2, 2, 60s, mps);
+  ASSERT_TRUE(plugin_->WaitForLog("event=mps_started", 30s, 2));
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return ReadAll(log).find("CMD set_default_active_thread_percentage 50") !=
+               std::string::npos;
+      },
+      30s))
+      << ReadAll(log);
+  Result<v1beta1::ContainerAllocateResponse> a = harness_->Allocate(mps, {DeviceIds(mps)[0]});
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ(a->envs().at("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "50");
+}
+
 // Repartitions GPU 1 of the dgx-a100 node from 7 × 1g.5gb to 2 × 3g.20gb: with `gpulet mig apply`
 // when it is there, else by writing the simulated driver's live MIG layout directly.
 void RepartitionGpu1(const std::string& fixture, const std::string& sim_state,
