@@ -9,7 +9,6 @@
 #include <set>
 #include <sstream>
 
-#include "sim/control.h"
 #include "tests/deviceplugin/plugin_fixture.h"
 
 namespace gpulet::testing {
@@ -298,42 +297,22 @@ TEST_F(SharingFixture, MpsDaemonRestartsWhenItsResourceChangesOnReload) {
   EXPECT_EQ(a->envs().at("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "50");
 }
 
-// Repartitions GPU 1 of the dgx-a100 node from 7 × 1g.5gb to 2 × 3g.20gb: with `gpulet mig apply`
-// when it is there, else by writing the simulated driver's live MIG layout directly.
+// Repartitions GPU 1 of the dgx-a100 node from 7 × 1g.5gb to 2 × 3g.20gb with `gpulet mig apply`.
 void RepartitionGpu1(const std::string& fixture, const std::string& sim_state,
                      const std::string& dir) {
-  RunResult help =
-      RunGpulet({"--simulate", fixture, "--sim-state", sim_state, "mig", "apply", "--help"});
-  if (help.exit_code == 0 && help.output.find("-c") != std::string::npos &&
-      help.output.find("-f") != std::string::npos) {
-    std::string mig = dir + "/mig.yaml";
-    std::ofstream(mig) << "version: v1\nmig-configs:\n  two-big:\n"
-                          "    - devices: [1]\n      mig-enabled: true\n"
-                          "      mig-devices: {\"3g.20gb\": 2}\n";
-    RunResult apply = RunGpulet({"--simulate", fixture, "--sim-state", sim_state, "mig", "apply",
-                                 "-f", mig, "-c", "two-big"});
-    ASSERT_EQ(apply.exit_code, 0) << apply.output;
-    return;
-  }
-  sim::ControlFile control(sim_state);
-  Result<sim::ControlState> st = control.Update([](sim::ControlState& s) {
-    sim::MigLayoutState layout;
-    layout.enabled = true;
-    layout.instances.push_back(sim::MigInstanceState{1, "3g.20gb", 4, {0}});
-    layout.instances.push_back(sim::MigInstanceState{2, "3g.20gb", 0, {0}});
-    s.mig[1] = layout;
-  });
-  ASSERT_TRUE(st.ok()) << st.status().message();
+  std::string mig = dir + "/mig.yaml";
+  std::ofstream(mig) << "version: v1\nmig-configs:\n  two-big:\n"
+                        "    - devices: [1]\n      mig-enabled: true\n"
+                        "      mig-devices: {\"3g.20gb\": 2}\n";
+  RunResult apply = RunGpulet({"--simulate", fixture, "--sim-state", sim_state, "mig", "apply",
+                               "-f", mig, "-c", "two-big"});
+  ASSERT_EQ(apply.exit_code, 0) << apply.output;
 }
 
 TEST_F(SharingFixture, RediscoversMigLayoutWithoutRestart) {
   fixture_ = "dgx-a100";
   StartHarness();
-  // Health checks off: with the NVML event thread running, the simulated driver of this tree
-  // answers a re-discovery after a layout change with INVALID_ARGUMENT on the new MIG handles
-  // (a fresh process reads the same layout fine); reported to the simulator's owner.
-  StartPlugin({"--mig-strategy", "mixed", "--rescan-interval", "300ms"},
-              {{"DP_DISABLE_HEALTHCHECKS", "all"}});
+  StartPlugin({"--mig-strategy", "mixed", "--rescan-interval", "300ms"});
   WaitForDevices(9, 9, 60s, "nvidia.com/mig-1g.5gb");
   WaitForDevices(1, 1, 60s, "nvidia.com/mig-3g.20gb");
   WaitForDevices(6, 6);
