@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 
 namespace gpulet::broker {
 namespace {
@@ -60,10 +61,45 @@ std::vector<const SlurmJob*> CapacityBoundJobs(const SlurmView& slurm) {
   return jobs;
 }
 
+// What the lend rules need from all jobs and nodes, computed once per evaluation (the rules
+// then cost O(1) per candidate: 1,000 nodes x 10,000 jobs stays cheap).
+struct LendContext {
+  std::map<std::string, std::string> named;  // node → a pending job naming it
+  const SlurmJob* largest = nullptr;
+  int pool_total = 0;  // GPUs of Slurm's schedulable pool
+  int pool_fit = 0;    // nodes in it with >= largest->gpus_per_node GPUs
+};
+
+LendContext MakeLendContext(const SlurmView& slurm, const Journal& j, const SlurmJob* largest) {
+  LendContext ctx;
+  ctx.largest = largest;
+  for (const SlurmJob& job : slurm.jobs) {
+    if (!job.Pending()) continue;
+    for (const auto& n : job.required_nodes) ctx.named.emplace(n, job.id);
+    for (const auto& n : job.sched_nodes) ctx.named.emplace(n, job.id);
+  }
+  const int per_node = largest ? std::max(largest->gpus_per_node, 1) : 1;
+  for (int g : SlurmPool(slurm, j, "", "")) {
+    ctx.pool_total += g;
+    if (g >= per_node) ++ctx.pool_fit;
+  }
+  return ctx;
+}
+
+// Whether the largest capacity-bound job still fits in Slurm's pool without `n`.
+bool FitsWithout(const LendContext& ctx, const SlurmNode& n) {
+  const SlurmJob& job = *ctx.largest;
+  const bool in_pool = SlurmCapacity(n);
+  const int total = ctx.pool_total - (in_pool ? n.gpus : 0);
+  const int fit = ctx.pool_fit - (in_pool && n.gpus >= std::max(job.gpus_per_node, 1) ? 1 : 0);
+  if (job.gpus_per_node > 0 && fit < std::max(job.node_count, 1)) return false;
+  return total >= job.TotalGpus();
+}
+
 // Why `name` may not be lent now ("" when it may).
 std::string LendBlocker(const std::string& name, const SlurmView& slurm, const KubeView& kube,
                         const Journal& j, const BrokerConfig& c, TimeMs now,
-                        const SlurmJob* largest) {
+                        const LendContext& ctx) {
   auto it = slurm.nodes.find(name);
   if (it == slurm.nodes.end()) return "not in sinfo";
   const SlurmNode& n = it->second;
@@ -78,20 +114,17 @@ std::string LendBlocker(const std::string& name, const SlurmView& slurm, const K
     return "back in Slurm for " + Seconds(now - r->second) + " < minResidence " +
            Seconds(c.min_residence);
   }
-  for (const SlurmJob& job : slurm.jobs) {
-    if (!job.Pending()) continue;
-    if (job.required_nodes.count(name) || job.sched_nodes.count(name)) {
-      return "named by pending job " + job.id;
-    }
+  if (auto named = ctx.named.find(name); named != ctx.named.end()) {
+    return "named by pending job " + named->second;
   }
   for (const Reservation& r : slurm.reservations) {
     if (r.nodes.count(name) && r.end > now && r.start <= now + c.reservation_lookahead) {
       return "claimed by reservation " + r.name;
     }
   }
-  if (largest != nullptr && !JobFits(*largest, SlurmPool(slurm, j, name, ""))) {
-    return "Slurm needs it for pending job " + largest->id + " (" +
-           std::to_string(largest->TotalGpus()) + " GPUs)";
+  if (ctx.largest != nullptr && !FitsWithout(ctx, n)) {
+    return "Slurm needs it for pending job " + ctx.largest->id + " (" +
+           std::to_string(ctx.largest->TotalGpus()) + " GPUs)";
   }
   return "";
 }
@@ -358,11 +391,12 @@ Decision Evaluate(const SlurmView& slurm, const KubeView& kube, const Journal& j
                 "demand, but Slurm keeps its floor of " + std::to_string(c.slurm_min_nodes) +
                     " nodes");
   }
+  const LendContext ctx = MakeLendContext(slurm, j, largest);
   std::string pick, blockers;
   TimeMs pick_busy = 0;
   for (const std::string& name : c.nodes) {
     if (j.OwnerOf(name) != Owner::kSlurm) continue;
-    const std::string why = LendBlocker(name, slurm, kube, j, c, now, largest);
+    const std::string why = LendBlocker(name, slurm, kube, j, c, now, ctx);
     if (!why.empty()) {
       blockers += (blockers.empty() ? "" : "; ") + name + ": " + why;
       continue;
