@@ -56,7 +56,7 @@ MigConfigEntry ParseEntry(const std::string& file, const YAML::Node& n, const st
   bool have_devices = false, have_enabled = false;
   for (auto it = n.begin(); it != n.end(); ++it) {
     const std::string key = it->first.Scalar();
-    const YAML::Node& v = it->second;
+    YAML::Node v = it->second;  // a copy: GCC 12 -O2 flags const operator[] on yaml-cpp temporaries
     const std::string f = field + "." + key;
     if (key == "devices") {
       have_devices = true;
