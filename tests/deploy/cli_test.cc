@@ -17,6 +17,7 @@
 
 #include "../cli/run_command.h"
 #include "apiserver/fake_apiserver.h"
+#include <yaml-cpp/yaml.h>
 
 namespace gpulet::testing {
 namespace {
@@ -218,6 +219,58 @@ TEST_F(ConfigSyncCommand, FollowsALabelChangeAndStopsOnSigterm) {
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// Every named config in the shipped ConfigMap plans on the node it is meant for (what the
+// DaemonSet's `gpulet node` will advertise), checked through `gpulet labels`, which builds the same
+// sharing plan and reports it in GFD's labels.
+struct NamedConfigCase {
+  std::string config;
+  std::string fixture;
+  std::vector<std::string> expected;  // "key=value" lines, or "error:<text>" for a refused plan
+};
+
+TEST(ConfigMapPlans, EveryNamedConfigPlansOnItsNode) {
+  const std::vector<NamedConfigCase> cases = {
+      {"default", "dgx-h100", {"nvidia.com/gpu.sharing-strategy=none", "nvidia.com/gpu.count=8"}},
+      {"time-slicing",
+       "dgx-h100",
+       {"nvidia.com/gpu.sharing-strategy=time-slicing", "nvidia.com/gpu.replicas=4",
+        "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3-SHARED"}},
+      {"time-slicing-split",
+       "dgx-h100",
+       {"nvidia.com/gpu.sharing-strategy=time-slicing", "nvidia.com/gpu.replicas=1",
+        "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3"}},
+      {"mig-mixed",
+       "dgx-a100",
+       {"nvidia.com/mig.strategy=mixed", "nvidia.com/mig-1g.5gb.count=9",
+        "nvidia.com/mig-3g.20gb.count=1", "nvidia.com/mig-2g.10gb.count=1"}},
+      // dgx-a100 mixes profiles on GPU 0: strategy single must refuse the node, not half-advertise.
+      {"mig-single", "dgx-a100", {"error:migStrategy"}},
+      {"mps", "dgx-h100", {"nvidia.com/gpu.sharing-strategy=mps", "nvidia.com/mps.capable=true"}},
+  };
+  YAML::Node cm = YAML::LoadFile(kSource + "/deploy/base/configmap.yaml");
+  EXPECT_EQ(cm["data"].size(), cases.size()) << "a named config has no case here";
+  const std::string dir = TempDir();
+  for (const NamedConfigCase& c : cases) {
+    SCOPED_TRACE(c.config);
+    ASSERT_TRUE(cm["data"][c.config]) << "missing from the ConfigMap";
+    const std::string path = dir + "/" + c.config + ".yaml";
+    std::ofstream(path) << cm["data"][c.config].as<std::string>();
+    CommandResult r = RunCommand(std::string(GPULET_BUILD_DIR) + "/gpulet --simulate " + c.fixture +
+                                 " --sim-state " + dir + "/state-" + c.fixture +
+                                 " labels --oneshot --no-timestamp -o - --config-file " + path);
+    for (const std::string& e : c.expected) {
+      if (e.rfind("error:", 0) == 0) {
+        EXPECT_NE(r.exit_code, 0) << r.output;
+        EXPECT_NE(r.output.find(e.substr(6)), std::string::npos) << r.output;
+      } else {
+        EXPECT_EQ(r.exit_code, 0) << r.output;
+        EXPECT_NE(r.output.find(e + "\n"), std::string::npos) << e << " in:\n" << r.output;
+      }
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
