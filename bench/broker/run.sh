@@ -5,5 +5,5 @@ set -euo pipefail
 out=$(mktemp)
 trap 'rm -f "$out" "$out.md"' EXIT
 "$BUILD/bin/bench_broker" "${RUNS:-40}" | tee "$out"
-{ echo "## Pool broker (issue 8)"; echo; cat "$out"; } > "$out.md"
+{ echo "## Pool broker (issue 8)"; echo; echo "Build: $(sed -n "s/^CMAKE_BUILD_TYPE:STRING=//p" "$BUILD/CMakeCache.txt")."; echo; cat "$out"; } > "$out.md"
 python3 "$ROOT/bench/update_section.py" broker "$out.md"
