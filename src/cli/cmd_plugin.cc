@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <cstdlib>
+#include <ctime>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -24,6 +25,7 @@
 #include "deviceplugin/resource_server.h"
 #include "gpu/health.h"
 #include "mps/supervisor.h"
+#include "labels/labels.h"
 #include "sharing/plan.h"
 
 namespace gpulet::cli {
@@ -110,6 +112,24 @@ constexpr char kDefaultMpsRoot[] = "/run/nvidia/mps";
 
 std::string MpsRoot(const config::Config& cfg) {
   return cfg.flags.plugin.mps_root.value_or(kDefaultMpsRoot);
+}
+
+// Rewrites the node-label feature file for the plan being served. A failure is logged, never
+// fatal: labels are informational, serving devices is not.
+void WriteNodeLabels(const std::string& path, const gpu::Inventory& inventory,
+                     const sharing::Plan& plan, const config::Config& cfg) {
+  if (path.empty()) return;
+  labels::LabelOptions o;
+  o.mig_strategy = cfg.flags.mig_strategy.value_or(config::MigStrategy::kNone);
+  o.machine = labels::ReadMachineType("/sys/class/dmi/id/product_name");
+  o.timestamp = static_cast<int64_t>(std::time(nullptr));
+  const labels::Labels l = labels::NodeLabels(inventory, plan, o);
+  Status s = labels::WriteFeatureFile(path, l);
+  if (s.ok()) {
+    spdlog::info("event=labels_written path={} labels={}", path, l.size());
+  } else {
+    spdlog::warn("event=labels_failed path={} error=\"{}\"", path, s.message());
+  }
 }
 
 Result<deviceplugin::ServingSetup> BuildSetup(const gpu::Inventory& inventory,
@@ -442,6 +462,7 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
 
   Result<deviceplugin::ServingSetup> setup = BuildSetup(*inventory, *cfg, replica_policy);
   if (!setup.ok()) return ReportError(setup.status());
+  WriteNodeLabels(args.labels_file, *inventory, setup->plan, *cfg);
 
   gpu::SteadyClock clock;
   gpu::HealthBoard board;
@@ -493,6 +514,7 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
     }
     next->inventory = inv;
     applied_generation = generation;
+    WriteNodeLabels(args.labels_file, *inv, next->plan, *c);
     Status m = mps_control.Apply(next->plan, *inv, MpsRoot(*c));
     if (!m.ok()) spdlog::error("event=mps_start_failed error=\"{}\"", m.message());
     return next;
@@ -577,6 +599,10 @@ std::function<void()> AddPluginOptions(CLI::App* cmd, PluginArgs* args) {
                   "The MPS control program (a path, or a name looked up in PATH)")
       ->envname("MPS_CONTROL_BINARY")
       ->capture_default_str();
+  cmd->add_option("--labels-file", args->labels_file,
+                  "Write GPU Feature Discovery's node labels to this NFD feature file whenever the "
+                  "plan changes (e.g. /etc/kubernetes/node-feature-discovery/features.d/gpulet)")
+      ->envname("GPULET_LABELS_FILE");
   cmd->add_option("--rescan-interval", args->rescan_interval,
                   "Re-discover GPUs and MIG devices this often (and on SIGHUP); resources whose "
                   "devices changed are re-planned and restarted. 0 disables the timer")

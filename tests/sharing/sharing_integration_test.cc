@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "tests/deviceplugin/plugin_fixture.h"
 
@@ -312,10 +313,16 @@ void RepartitionGpu1(const std::string& fixture, const std::string& sim_state,
 TEST_F(SharingFixture, RediscoversMigLayoutWithoutRestart) {
   fixture_ = "dgx-a100";
   StartHarness();
-  StartPlugin({"--mig-strategy", "mixed", "--rescan-interval", "300ms"});
+  const std::string labels = tmp_.path() + "/gfd-labels";
+  StartPlugin(
+      {"--mig-strategy", "mixed", "--rescan-interval", "300ms", "--labels-file", labels});
   WaitForDevices(9, 9, 60s, "nvidia.com/mig-1g.5gb");
   WaitForDevices(1, 1, 60s, "nvidia.com/mig-3g.20gb");
   WaitForDevices(6, 6);
+  // GFD's labels for the plan being served, in the NFD feature file.
+  EXPECT_NE(ReadAll(labels).find("nvidia.com/mig-1g.5gb.count=9\n"), std::string::npos)
+      << ReadAll(labels);
+  EXPECT_NE(ReadAll(labels).find("nvidia.com/mig.strategy=mixed\n"), std::string::npos);
   const int gpu_registrations = harness_->RegistrationCount(kGpu);
   const int mid_registrations = harness_->RegistrationCount("nvidia.com/mig-2g.10gb");
   RepartitionGpu1(fixture_, sim_state_, tmp_.path());
@@ -323,6 +330,14 @@ TEST_F(SharingFixture, RediscoversMigLayoutWithoutRestart) {
   WaitForDevices(2, 2, 60s, "nvidia.com/mig-1g.5gb");
   WaitForDevices(3, 3, 60s, "nvidia.com/mig-3g.20gb");
   ASSERT_TRUE(plugin_->WaitForLog("event=inventory_changed", 30s));
+  // The labels follow the new layout.
+  for (int i = 0; i < 600 && ReadAll(labels).find("nvidia.com/mig-3g.20gb.count=3\n") ==
+                                 std::string::npos;
+       ++i) {
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_NE(ReadAll(labels).find("nvidia.com/mig-3g.20gb.count=3\n"), std::string::npos)
+      << ReadAll(labels);
   // Resources whose devices did not change keep their registration and stream.
   EXPECT_EQ(harness_->RegistrationCount(kGpu), gpu_registrations);
   EXPECT_EQ(harness_->RegistrationCount("nvidia.com/mig-2g.10gb"), mid_registrations);
