@@ -311,6 +311,13 @@ bool Sampler::GpmSupported(nvmlDevice_t parent, const gpu::Gpu& g, nvmlReturn_t*
   return supported->second;
 }
 
+nvmlReturn_t Sampler::TakeGpmSample(nvmlDevice_t parent, const EntityKey& key,
+                                     nvmlGpmSample_t sample) {
+  if (key.gpu_instance_id < 0) return fn_.nvmlGpmSampleGet(parent, sample);
+  if (!fn_.nvmlGpmMigSampleGet) return NVML_ERROR_FUNCTION_NOT_FOUND;
+  return fn_.nvmlGpmMigSampleGet(parent, static_cast<unsigned>(key.gpu_instance_id), sample);
+}
+
 void Sampler::PrimeGpm() {
   if (!fn_.nvmlGpmSampleAlloc || !fn_.nvmlGpmSampleGet || !fn_.nvmlGpmSampleFree) return;
   bool primed = false;
@@ -334,14 +341,7 @@ void Sampler::PrimeGpm() {
         st.prev = nullptr;
         continue;
       }
-      if (k.gpu_instance_id < 0) {
-        rc = fn_.nvmlGpmSampleGet(dev, st.prev);
-      } else {
-        rc = fn_.nvmlGpmMigSampleGet
-                 ? fn_.nvmlGpmMigSampleGet(dev, static_cast<unsigned>(k.gpu_instance_id), st.prev)
-                 : NVML_ERROR_FUNCTION_NOT_FOUND;
-      }
-      st.have_prev = rc == NVML_SUCCESS;
+      st.have_prev = TakeGpmSample(dev, k, st.prev) == NVML_SUCCESS;
       primed = primed || st.have_prev;
     }
   }
@@ -365,14 +365,7 @@ GpmReadings Sampler::ReadGpm(nvmlDevice_t parent, const gpu::Gpu& g, const Entit
       return r;
     }
   }
-  nvmlReturn_t rc = NVML_SUCCESS;
-  if (key.gpu_instance_id < 0) {
-    rc = fn_.nvmlGpmSampleGet(parent, st.next);
-  } else {
-    rc = fn_.nvmlGpmMigSampleGet
-             ? fn_.nvmlGpmMigSampleGet(parent, static_cast<unsigned>(key.gpu_instance_id), st.next)
-             : NVML_ERROR_FUNCTION_NOT_FOUND;
-  }
+  nvmlReturn_t rc = TakeGpmSample(parent, key, st.next);
   if (rc != NVML_SUCCESS) {
     st.have_prev = false;
     r.rc = rc;

@@ -68,6 +68,8 @@ class Sampler {
   // waiting a whole collect interval for its second sample).
   void PrimeGpm();
   bool GpmSupported(nvmlDevice_t parent, const gpu::Gpu& g, nvmlReturn_t* rc);
+  // One GPM sample of the whole GPU, or of GPU instance key.gpu_instance_id on it.
+  nvmlReturn_t TakeGpmSample(nvmlDevice_t parent, const EntityKey& key, nvmlGpmSample_t sample);
 
   const gpu::NvmlFunctions& fn_;
   gpu::Inventory inventory_;
