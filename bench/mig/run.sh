@@ -7,23 +7,7 @@ out=$(mktemp)
 trap 'rm -f "$json" "$out" "$out.md"' EXIT
 "$BUILD/bin/bench_mig" --benchmark_out="$json" --benchmark_out_format=json \
   --benchmark_format=console
-python3 - "$json" > "$out" <<'PY'
-import json, sys
-data = json.load(open(sys.argv[1]))
-rows = {}
-for b in data["benchmarks"]:
-    if b.get("run_type") != "aggregate":
-        continue
-    name = b["run_name"]
-    rows.setdefault(name, {})[b["aggregate_name"]] = b["real_time"]
-    rows[name]["unit"] = b["time_unit"]
-    rows[name]["n"] = b.get("repetitions", "")
-print("| benchmark | calls | median | p99 | mean |")
-print("|---|---:|---:|---:|---:|")
-for name, r in rows.items():
-    u = r["unit"]
-    print(f"| {name.split('/iterations')[0]} | {r['n']} | {r['p50']:.1f} {u} | {r['p99']:.1f} {u} | {r['mean']:.1f} {u} |")
-PY
+python3 "$ROOT/bench/gbench_table.py" "$json" > "$out"
 cat "$out"
 { echo "## MIG partitioning (issue 4)"; echo
   echo "One call per repetition. Plan: ComputePlan alone (pure) for 8 A100-40GB GPUs × 7 MIG"
