@@ -2,10 +2,18 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
+#include "slurm/fake_runner.h"
 #include "tests/broker/broker_support.h"
 
 namespace gpulet::broker_testing {
 namespace {
+
+Journal DiskJournalOf(const std::string& path) {
+  Result<Journal> j = LoadJournal(path);
+  return j.ok() ? *j : Journal{};
+}
 
 class BrokerApi : public ::testing::Test {
  protected:
@@ -108,6 +116,66 @@ TEST_F(BrokerApi, ObserveCountsDemandAndPodsPerNode) {
   KubeView down = side.Observe();
   EXPECT_FALSE(down.ok);
   EXPECT_FALSE(down.error.empty());
+}
+
+// Dry run: the decisions are made and counted, nothing is drained and no journal is written.
+// The same setup without dry run drains, journals, counts the transition and shows in status.
+TEST_F(BrokerApi, DryRunDecidesWithoutActing) {
+  api_->Put("/api/v1/nodes/gpua", Node("gpua"));
+  api_->Put("/api/v1/namespaces/inference/pods/want", PendingGpuPod("inference", "want"));
+  auto runner = std::make_shared<slurm::testing::FakeRunner>();
+  runner->On("sinfo --json",
+             slurm::CommandOutput{0,
+                                  R"({"errors":[],"nodes":[{"name":"gpua","state":"idle",
+                                  "gres":"gpu:4","alloc_cpus":0,"last_busy":1}]})",
+                                  ""});
+  runner->On("squeue --json", slurm::CommandOutput{0, R"({"errors":[],"jobs":[]})", ""});
+  runner->On("scontrol show reservation -o", slurm::CommandOutput{0, "", ""});
+  runner->On("scontrol update NodeName=gpua State=DRAIN Reason=gpulet-broker: lent to kubernetes",
+             slurm::CommandOutput{0, "", ""});
+  config_.nodes = {"gpua"};
+  config_.lease_name.clear();
+  config_.idle_time = 0;
+  config_.demand_evaluations = 2;
+  config_.journal_path = dir_.path() + "/journal.json";
+  KubeSide kube(*client_, config_);
+  SlurmSide slurm_side(runner, config_);
+  {
+    Broker dry(config_, slurm_side, kube, BrokerOptions{true, "t"});
+    ASSERT_TRUE(dry.Start().ok());
+    EXPECT_EQ(dry.Tick(NowMs()).action, Action::kNone);
+    Decision d = dry.Tick(NowMs());
+    EXPECT_EQ(d.action, Action::kDrain);
+    EXPECT_EQ(d.node, "gpua");
+    for (const std::string& c : runner->calls()) {
+      EXPECT_THAT(c, ::testing::Not(::testing::HasSubstr("update")));
+    }
+    EXPECT_FALSE(std::filesystem::exists(config_.journal_path));
+    EXPECT_THAT(dry.metrics().Prometheus(),
+                ::testing::HasSubstr(
+                    "gpulet_broker_decisions_total{action=\"drain\",reason=\"k8s_demand\"} 1"));
+    EXPECT_THAT(dry.metrics().Prometheus(),
+                ::testing::Not(::testing::HasSubstr("gpulet_broker_transitions_total{")));
+  }
+  Broker real(config_, slurm_side, kube, BrokerOptions{false, "t"});
+  ASSERT_TRUE(real.Start().ok());
+  real.Tick(NowMs());
+  ASSERT_EQ(real.Tick(NowMs()).action, Action::kDrain);
+  EXPECT_EQ(runner->calls().back(),
+            "scontrol update NodeName=gpua State=DRAIN Reason=gpulet-broker: lent to kubernetes");
+  EXPECT_EQ(DiskJournalOf(config_.journal_path).OwnerOf("gpua"), Owner::kLending);
+  const std::string prom = real.metrics().Prometheus();
+  EXPECT_THAT(prom, ::testing::HasSubstr("gpulet_broker_transitions_total{action=\"drain\"} 1"));
+  EXPECT_THAT(prom, ::testing::HasSubstr("gpulet_broker_nodes{owner=\"lending\"} 1"));
+  const std::string status = FormatStatus(real.journal(), config_, NowMs());
+  EXPECT_THAT(status, ::testing::HasSubstr("in-transit=1"));
+  EXPECT_THAT(status, ::testing::HasSubstr("gpua\tlending\tdraining\t"));
+  // The HTTP endpoint serves the same.
+  BrokerHttp http(real.metrics());
+  ASSERT_TRUE(http.Start("127.0.0.1:0").ok());
+  CommandResult got = RunCommand("curl -s http://127.0.0.1:" + std::to_string(http.port()) +
+                                 "/metrics");
+  EXPECT_THAT(got.output, ::testing::HasSubstr("gpulet_broker_nodes{owner=\"lending\"} 1"));
 }
 
 }  // namespace
