@@ -1,5 +1,6 @@
 #include "doctor/doctor.h"
 
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -392,7 +393,31 @@ Check CheckMps(const std::optional<config::Config>& cfg, const std::string& mps_
                     mps_root + " is mounted into the pod");
   }
   std::sort(pipes.begin(), pipes.end());
-  return Make(id, Verdict::kPass, "MPS control daemon pipe " + Join(pipes));
+  // A pipe outlives a daemon that was killed: the daemon is up only when the pid it wrote next
+  // to its pipe is a live process.
+  std::vector<std::string> running, dead;
+  for (const std::string& pipe : pipes) {
+    const std::string dir = fs::path(pipe).parent_path().string();
+    const std::string pid_text = ReadAll(dir + "/nvidia-cuda-mps-control.pid");
+    long pid = 0;
+    try {
+      pid = std::stol(pid_text);
+    } catch (...) {
+      pid = 0;
+    }
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) == 0) {
+      running.push_back(dir + " (pid " + std::to_string(pid) + ")");
+    } else {
+      dead.push_back(dir + (pid > 0 ? " (pid " + std::to_string(pid) + " gone)" : " (no pid file)"));
+    }
+  }
+  if (!dead.empty()) {
+    return Make(id, Verdict::kFail, "MPS control daemon not running for " + Join(dead),
+                "gpulet restarts a dead daemon with backoff and marks its replicas Unhealthy "
+                "meanwhile: check gpulet's log for event=mps_* (binary missing, compute mode "
+                "refused) and that gpulet itself is running");
+  }
+  return Make(id, Verdict::kPass, "MPS control daemon running: " + Join(running));
 }
 
 Check CheckKubernetes(const k8s::Client* api, const std::string& node_name) {

@@ -2,6 +2,7 @@
 // /dev, a fake kubelet device-plugins directory with live unix sockets and a checkpoint, CDI specs,
 // an MPS pipe and the fake API server: healthy → every check passes; each broken piece → the
 // matching check fails (or warns) and says how to fix it.
+#include <sys/wait.h>
 #include "doctor/doctor.h"
 
 #include <gtest/gtest.h>
@@ -94,6 +95,9 @@ class DoctorTest : public ::testing::Test {
     opts_.mps_root = root_ + "/mps";
     fs::create_directories(opts_.mps_root + "/nvidia.com-gpu/pipe");
     ASSERT_EQ(::mkfifo((opts_.mps_root + "/nvidia.com-gpu/pipe/control").c_str(), 0600), 0);
+    // The daemon's pid file names a live process (this one).
+    std::ofstream(opts_.mps_root + "/nvidia.com-gpu/pipe/nvidia-cuda-mps-control.pid")
+        << ::getpid() << "\n";
     // The API server, with the node's capacity as the kubelet reports it.
     Result<testing::TestPki> pki = testing::MakeTestPki(root_);
     ASSERT_TRUE(pki.ok()) << pki.status().message();
@@ -280,6 +284,20 @@ TEST_F(DoctorTest, UncorrectableEccFailsHealthNamingTheGpu) {
   EXPECT_EQ(c.verdict, Verdict::kFail);
   EXPECT_NE(c.detail.find("GPU 5"), std::string::npos) << c.detail;
   EXPECT_NE(c.detail.find("uncorrectable ECC"), std::string::npos) << c.detail;
+}
+
+TEST_F(DoctorTest, MpsPipeLeftByADeadDaemonFails) {
+  EXPECT_EQ(Only("mps").verdict, Verdict::kPass);
+  // A child that has exited and been reaped: its pid names no process.
+  pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);
+  std::ofstream(opts_.mps_root + "/nvidia.com-gpu/pipe/nvidia-cuda-mps-control.pid") << child;
+  Check c = Only("mps");
+  EXPECT_EQ(c.verdict, Verdict::kFail);
+  EXPECT_NE(c.detail.find("not running"), std::string::npos) << c.detail;
+  EXPECT_NE(c.detail.find("gone"), std::string::npos) << c.detail;
 }
 
 TEST_F(DoctorTest, MpsConfiguredWithoutDaemonFails) {
