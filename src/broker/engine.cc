@@ -331,6 +331,7 @@ Decision Evaluate(const SlurmView& slurm, const KubeView& kube, const Journal& j
 
   // Returns to Slurm.
   const int lent = j.Lent();
+  std::string floor_note;  // a return the Kubernetes floor held back
   if (lent > 0) {
     const bool slurm_short = largest != nullptr && !JobFits(*largest, SlurmPool(slurm, j, "", ""));
     std::string pick, why, code;
@@ -346,9 +347,9 @@ Decision Evaluate(const SlurmView& slurm, const KubeView& kube, const Journal& j
       const bool needed = slurm_short && JobFits(*largest, SlurmPool(slurm, j, "", name));
       if (!idle && !needed) continue;
       if (lent <= c.k8s_min_nodes) {
-        return Make(j, Action::kNone, name, "k8s_floor",
-                    name + " could return but Kubernetes keeps its floor of " +
-                        std::to_string(c.k8s_min_nodes) + " lent nodes");
+        floor_note = name + " could return but Kubernetes keeps its floor of " +
+                     std::to_string(c.k8s_min_nodes) + " lent nodes";
+        continue;
       }
       // Idle nodes first, then the longest lent.
       if (pick.empty() || (idle && !pick_idle) || (idle == pick_idle && e.since < pick_since)) {
@@ -372,7 +373,10 @@ Decision Evaluate(const SlurmView& slurm, const KubeView& kube, const Journal& j
   }
 
   // Lends to Kubernetes.
-  if (j.demand_streak == 0) return Make(j, Action::kNone, "", "no_demand", "no demand");
+  if (j.demand_streak == 0) {
+    if (!floor_note.empty()) return Make(j, Action::kNone, "", "k8s_floor", floor_note);
+    return Make(j, Action::kNone, "", "no_demand", "no demand");
+  }
   if (j.demand_streak < c.demand_evaluations) {
     return Make(j, Action::kNone, "", "demand_building",
                 "demand seen " + std::to_string(j.demand_streak) + " of " +

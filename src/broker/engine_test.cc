@@ -404,6 +404,11 @@ TEST(Engine, KubernetesFloorKeepsLentNode) {
   Decision d = w.Run(c);
   EXPECT_EQ(d.action, Action::kNone);
   EXPECT_EQ(d.code, "k8s_floor");
+  // The floor holds the return back, not a lend.
+  w.Demand(1, 5);
+  d = w.Run(c);
+  EXPECT_EQ(d.action, Action::kDrain) << d.reason;
+  EXPECT_NE(d.node, "gpua");
 }
 
 TEST(Engine, SlurmDemandReturnsABusyLentNode) {
