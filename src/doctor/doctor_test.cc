@@ -2,7 +2,6 @@
 // /dev, a fake kubelet device-plugins directory with live unix sockets and a checkpoint, CDI specs,
 // an MPS pipe and the fake API server: healthy → every check passes; each broken piece → the
 // matching check fails (or warns) and says how to fix it.
-#include <sys/wait.h>
 #include "doctor/doctor.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +9,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
