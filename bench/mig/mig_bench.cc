@@ -68,7 +68,7 @@ MigConfig Config(std::vector<std::pair<std::string, unsigned>> devices) {
   MigConfig c;
   c.file = "bench.yaml";
   c.name = "bench";
-  c.entries.push_back({std::nullopt, true, std::move(devices), 1, "mig-configs.bench[0]"});
+  c.entries.push_back({std::nullopt, true, std::move(devices), 1, 3, "mig-configs.bench[0]"});
   return c;
 }
 

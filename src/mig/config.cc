@@ -52,6 +52,7 @@ MigConfigEntry ParseEntry(const std::string& file, const YAML::Node& n, const st
   if (!n.IsMap()) Fail(file, n, field, "expected a mapping with devices, mig-enabled, mig-devices");
   MigConfigEntry e;
   e.line = n.Mark().line + 1;
+  e.mig_devices_line = e.line;
   e.field = field;
   bool have_devices = false, have_enabled = false;
   for (auto it = n.begin(); it != n.end(); ++it) {
@@ -76,6 +77,7 @@ MigConfigEntry ParseEntry(const std::string& file, const YAML::Node& n, const st
       have_enabled = true;
       e.mig_enabled = Bool(file, v, f);
     } else if (key == "mig-devices") {
+      e.mig_devices_line = it->first.Mark().line + 1;
       if (v.IsNull()) continue;
       if (!v.IsMap()) Fail(file, v, f, "expected a mapping of profile to count, e.g. {\"1g.5gb\": 7}");
       for (auto d = v.begin(); d != v.end(); ++d) {

@@ -50,6 +50,8 @@ TEST(ParseMigConfig, ReadsSeveralEntriesWithDeviceLists) {
   EXPECT_EQ(*c->entries[1].devices, (std::vector<unsigned>{2}));
   EXPECT_FALSE(c->entries[1].mig_enabled);
   EXPECT_EQ(c->entries[1].line, 18);
+  EXPECT_EQ(c->entries[0].mig_devices_line, 14);
+  EXPECT_EQ(c->entries[1].mig_devices_line, 18);  // none: the entry's line
 }
 
 TEST(ParseMigConfig, UnknownConfigNameListsTheKnownOnes) {

@@ -178,8 +178,16 @@ Result<Plan> ComputePlan(const MigConfig& config, const std::vector<GpuState>& g
         placed = PlaceInstances(g.profiles, {}, e.mig_devices);
       }
       if (!placed.ok()) {
-        return Status(ErrorCode::kInvalidInput,
-                      where + ".mig-devices: " + GpuName(g) + ": " + placed.status().message());
+        std::string why = placed.status().message();
+        if (g.profiles.empty()) {
+          why += "; the driver listed no MIG profiles for this GPU (some drivers list them only "
+                 "with MIG enabled: apply a config with mig-enabled: true and no mig-devices "
+                 "first)";
+        }
+        return Status(ErrorCode::kInvalidInput, config.file + ":" +
+                                                    std::to_string(e.mig_devices_line) + ": " +
+                                                    e.field + ".mig-devices: " + GpuName(g) +
+                                                    ": " + why);
       }
       p.keep = keep;
       p.create = *placed;

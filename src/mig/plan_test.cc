@@ -124,6 +124,7 @@ MigConfig Config(std::vector<MigConfigEntry> entries) {
   MigConfig c{"mig.yaml", "test", std::move(entries)};
   for (size_t i = 0; i < c.entries.size(); ++i) {
     c.entries[i].line = static_cast<int>(4 + i * 3);
+    c.entries[i].mig_devices_line = c.entries[i].line + 2;
     c.entries[i].field = "mig-configs.test[" + std::to_string(i) + "]";
   }
   return c;
@@ -137,7 +138,7 @@ TEST(ComputePlan, KeepsMatchingInstancesAndCreatesTheRest) {
                                          {"1g.5gb", 3, 10, true},
                                          {"3g.20gb", 4, 2, true}})};
   Result<Plan> plan = ComputePlan(
-      Config({{std::vector<unsigned>{0}, true, {{"3g.20gb", 1}, {"2g.10gb", 2}}, 0, ""}}), gpus);
+      Config({{std::vector<unsigned>{0}, true, {{"3g.20gb", 1}, {"2g.10gb", 2}}, 0, 0, ""}}), gpus);
   ASSERT_TRUE(plan.ok()) << plan.status().message();
   ASSERT_EQ(plan->gpus.size(), 1u);
   const GpuPlan& g = plan->gpus[0];
@@ -150,7 +151,7 @@ TEST(ComputePlan, KeepsMatchingInstancesAndCreatesTheRest) {
 TEST(ComputePlan, SameLayoutTwiceChangesNothing) {
   std::vector<GpuState> gpus = {A100Gpu(0, true, {{"3g.20gb", 0, 1, true}, {"3g.20gb", 4, 2, true}})};
   Result<Plan> plan =
-      ComputePlan(Config({{std::nullopt, true, {{"3g.20gb", 2}}, 0, ""}}), gpus);
+      ComputePlan(Config({{std::nullopt, true, {{"3g.20gb", 2}}, 0, 0, ""}}), gpus);
   ASSERT_TRUE(plan.ok());
   EXPECT_FALSE(plan->changes());
   EXPECT_THAT(PlanToText(*plan), HasSubstr("nothing to change"));
@@ -160,7 +161,7 @@ TEST(ComputePlan, RelaysOutWhenKeptInstancesBlockTheGeometry) {
   // 1g@1 and 1g@5 exist; want 3g x2 … impossible with them kept, fine from scratch.
   std::vector<GpuState> gpus = {A100Gpu(0, true, {{"1g.5gb", 1, 8, true}, {"1g.5gb", 5, 12, true}})};
   Result<Plan> plan = ComputePlan(
-      Config({{std::nullopt, true, {{"3g.20gb", 1}, {"1g.5gb", 2}}, 0, ""}}), gpus);
+      Config({{std::nullopt, true, {{"3g.20gb", 1}, {"1g.5gb", 2}}, 0, 0, ""}}), gpus);
   ASSERT_TRUE(plan.ok()) << plan.status().message();
   EXPECT_EQ(plan->gpus[0].destroy.size(), 2u);
   EXPECT_EQ(plan->gpus[0].create.size(), 3u);
@@ -168,8 +169,8 @@ TEST(ComputePlan, RelaysOutWhenKeptInstancesBlockTheGeometry) {
 
 TEST(ComputePlan, EnablesAndDisablesMig) {
   std::vector<GpuState> gpus = {A100Gpu(0, false, {}), A100Gpu(1, true, {{"7g.40gb", 0, 0, true}})};
-  Result<Plan> plan = ComputePlan(Config({{std::vector<unsigned>{0}, true, {}, 0, ""},
-                                          {std::vector<unsigned>{1}, false, {}, 0, ""}}),
+  Result<Plan> plan = ComputePlan(Config({{std::vector<unsigned>{0}, true, {}, 0, 0, ""},
+                                          {std::vector<unsigned>{1}, false, {}, 0, 0, ""}}),
                                   gpus);
   ASSERT_TRUE(plan.ok()) << plan.status().message();
   EXPECT_TRUE(plan->gpus[0].mig_after);
@@ -185,22 +186,22 @@ TEST(ComputePlan, EnablesAndDisablesMig) {
 TEST(ComputePlan, ErrorsNameTheFileLineGpuAndProfile) {
   std::vector<GpuState> gpus = {A100Gpu(0, false, {}), A100Gpu(1, false, {})};
   Result<Plan> plan =
-      ComputePlan(Config({{std::vector<unsigned>{1}, true, {{"3g.20gb", 3}}, 0, ""}}), gpus);
+      ComputePlan(Config({{std::vector<unsigned>{1}, true, {{"3g.20gb", 3}}, 0, 0, ""}}), gpus);
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().message(),
-            "mig.yaml:4: mig-configs.test[0].mig-devices: GPU 1 (NVIDIA A100-SXM4-40GB): "
+            "mig.yaml:6: mig-configs.test[0].mig-devices: GPU 1 (NVIDIA A100-SXM4-40GB): "
             "3g.20gb x3: at most 2 fit (starts 0,4)");
-  plan = ComputePlan(Config({{std::vector<unsigned>{5}, true, {}, 0, ""}}), gpus);
+  plan = ComputePlan(Config({{std::vector<unsigned>{5}, true, {}, 0, 0, ""}}), gpus);
   ASSERT_FALSE(plan.ok());
   EXPECT_THAT(plan.status().message(), HasSubstr("devices: GPU 5 does not exist (2 GPUs)"));
   GpuState plain;
   plain.index = 0;
   plain.name = "NVIDIA L4";
-  plan = ComputePlan(Config({{std::nullopt, true, {}, 0, ""}}), {plain});
+  plan = ComputePlan(Config({{std::nullopt, true, {}, 0, 0, ""}}), {plain});
   ASSERT_FALSE(plan.ok());
   EXPECT_THAT(plan.status().message(), HasSubstr("GPU 0 (NVIDIA L4) does not support MIG"));
   // Disabling MIG on a GPU without it is nothing to do, not an error.
-  plan = ComputePlan(Config({{std::nullopt, false, {}, 0, ""}}), {plain});
+  plan = ComputePlan(Config({{std::nullopt, false, {}, 0, 0, ""}}), {plain});
   ASSERT_TRUE(plan.ok());
   EXPECT_FALSE(plan->changes());
 }

@@ -125,7 +125,7 @@ TEST_F(MigCommandTest, AnImpossibleGeometryIsRejectedBeforeAnythingChanges) {
   nlohmann::json before = Info();
   testing::CommandResult r = Mig("apply", "too-big");
   EXPECT_EQ(r.exit_code, 3) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("mig.yaml:18: mig-configs.too-big[0].mig-devices: GPU 5"));
+  EXPECT_THAT(r.output, HasSubstr("mig.yaml:20: mig-configs.too-big[0].mig-devices: GPU 5"));
   EXPECT_THAT(r.output, HasSubstr("needs 8 compute slices"));
   EXPECT_EQ(Info(), before);
   r = Mig("apply", "no-such-config");
