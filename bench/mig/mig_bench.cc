@@ -80,8 +80,10 @@ void RunPlan(benchmark::State& state, const MigConfig& config, const std::vector
   }
 }
 
-const std::vector<GpuInstance> kMixed = {
-    {"2g.10gb", 0, 3, true}, {"1g.5gb", 2, 9, true}, {"1g.5gb", 3, 10, true}, {"3g.20gb", 4, 2, true}};
+const std::vector<GpuInstance> kMixed = {{"2g.10gb", 0, 3, true},
+                                         {"1g.5gb", 2, 9, true},
+                                         {"1g.5gb", 3, 10, true},
+                                         {"3g.20gb", 4, 2, true}};
 
 void BM_PlanFromScratch(benchmark::State& state) {
   RunPlan(state, Config({{"1g.5gb", 7}}), Node(false, {}));
@@ -159,11 +161,17 @@ void BM_ApplySimReshapeOneGpu(benchmark::State& state) {
   RunApply(state, setup, target);
 }
 
-BENCHMARK(BM_PlanFromScratch)->Name("Plan/8x7_from_scratch")->Apply([](auto* b) { Percentiles(b, 2000); });
+BENCHMARK(BM_PlanFromScratch)->Name("Plan/8x7_from_scratch")->Apply([](auto* b) {
+  Percentiles(b, 2000);
+});
 BENCHMARK(BM_PlanReshape)->Name("Plan/8x7_reshape")->Apply([](auto* b) { Percentiles(b, 2000); });
-BENCHMARK(BM_PlanMixedSearch)->Name("Plan/8x7_mixed_search")->Apply([](auto* b) { Percentiles(b, 2000); });
+BENCHMARK(BM_PlanMixedSearch)->Name("Plan/8x7_mixed_search")->Apply([](auto* b) {
+  Percentiles(b, 2000);
+});
 BENCHMARK(BM_ApplySim8x7)->Name("Apply/sim_8x7")->Apply([](auto* b) { Percentiles(b, 100); });
-BENCHMARK(BM_ApplySimReshapeOneGpu)->Name("Apply/sim_1gpu_reshape")->Apply([](auto* b) { Percentiles(b, 100); });
+BENCHMARK(BM_ApplySimReshapeOneGpu)->Name("Apply/sim_1gpu_reshape")->Apply([](auto* b) {
+  Percentiles(b, 100);
+});
 
 }  // namespace
 }  // namespace gpulet::mig

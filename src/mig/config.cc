@@ -68,7 +68,8 @@ MigConfigEntry ParseEntry(const std::string& file, const YAML::Node& n, const st
       for (size_t i = 0; i < v.size(); ++i) {
         const std::string fi = f + "[" + std::to_string(i) + "]";
         unsigned d = Unsigned(file, v[i], fi, 1023);
-        if (!seen.insert(d).second) Fail(file, v[i], fi, "GPU " + std::to_string(d) + " listed twice");
+        if (!seen.insert(d).second)
+          Fail(file, v[i], fi, "GPU " + std::to_string(d) + " listed twice");
         list.push_back(d);
       }
       if (list.empty()) Fail(file, v, f, "empty list (use \"all\" or name GPU indexes)");
@@ -79,7 +80,8 @@ MigConfigEntry ParseEntry(const std::string& file, const YAML::Node& n, const st
     } else if (key == "mig-devices") {
       e.mig_devices_line = it->first.Mark().line + 1;
       if (v.IsNull()) continue;
-      if (!v.IsMap()) Fail(file, v, f, "expected a mapping of profile to count, e.g. {\"1g.5gb\": 7}");
+      if (!v.IsMap())
+        Fail(file, v, f, "expected a mapping of profile to count, e.g. {\"1g.5gb\": 7}");
       for (auto d = v.begin(); d != v.end(); ++d) {
         const std::string profile = d->first.Scalar();
         const std::string fp = f + "." + profile;
@@ -115,7 +117,8 @@ Result<MigConfig> ParseMigConfig(const std::string& text, const std::string& fil
   config.name = name;
   try {
     YAML::Node root = YAML::Load(text);
-    if (!root.IsMap()) Fail(file, root, "(top level)", "expected a mapping with version and mig-configs");
+    if (!root.IsMap())
+      Fail(file, root, "(top level)", "expected a mapping with version and mig-configs");
     const YAML::Node version = root["version"];
     if (!version) Fail(file, root, "version", "required (v1)");
     if (!version.IsScalar() || version.Scalar() != "v1") {
@@ -164,8 +167,8 @@ Result<MigConfig> ParseMigConfig(const std::string& text, const std::string& fil
   } catch (const ParseError& e) {
     return Status(ErrorCode::kInvalidInput, e.message);
   } catch (const YAML::Exception& e) {
-    return Status(ErrorCode::kInvalidInput, file + ":" + std::to_string(e.mark.line + 1) +
-                                                ": (document): " + e.msg);
+    return Status(ErrorCode::kInvalidInput,
+                  file + ":" + std::to_string(e.mark.line + 1) + ": (document): " + e.msg);
   }
   return config;
 }

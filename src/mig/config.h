@@ -27,7 +27,7 @@ struct MigConfigEntry {
   std::vector<std::pair<std::string, unsigned>> mig_devices;  // profile → count, in file order
   int line = 0;                                               // 1-based, for errors
   int mig_devices_line = 0;  // line of the mig-devices key (the entry's line when absent)
-  std::string field;                                          // "mig-configs.NAME[0]"
+  std::string field;         // "mig-configs.NAME[0]"
 };
 
 struct MigConfig {

@@ -80,7 +80,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadCase{"version: v2\nmig-configs: {c: []}\n", "bad.yaml:1: version: unsupported"},
         BadCase{"mig-configs: {c: []}\n", "version: required"},
-        BadCase{"version: v1\nmig-configs:\n  c:\n    - devices: all\n", "bad.yaml:4: mig-configs.c[0].mig-enabled: required"},
+        BadCase{"version: v1\nmig-configs:\n  c:\n    - devices: all\n",
+                "bad.yaml:4: mig-configs.c[0].mig-enabled: required"},
         BadCase{"version: v1\nmig-configs:\n  c:\n    - devices: some\n      mig-enabled: true\n",
                 "bad.yaml:4: mig-configs.c[0].devices: expected \"all\" or a list"},
         BadCase{"version: v1\nmig-configs:\n  c:\n    - devices: [0, 0]\n      mig-enabled: true\n",

@@ -49,7 +49,8 @@ class Session {
          reinterpret_cast<const void*>(f_.nvmlGpuInstanceCreateComputeInstance)},
         {"nvmlGpuInstanceGetComputeInstances",
          reinterpret_cast<const void*>(f_.nvmlGpuInstanceGetComputeInstances)},
-        {"nvmlComputeInstanceDestroy", reinterpret_cast<const void*>(f_.nvmlComputeInstanceDestroy)},
+        {"nvmlComputeInstanceDestroy",
+         reinterpret_cast<const void*>(f_.nvmlComputeInstanceDestroy)},
     };
     for (const auto& [name, fn] : needed) {
       if (fn == nullptr) {
@@ -197,9 +198,10 @@ class Session {
 
   // Creates a GPU instance at `start` with one compute instance spanning it; *gi_id receives
   // its id (set as soon as the GPU instance exists, so a caller can undo a half creation).
-  Status Create(nvmlDevice_t dev, const ProfileSpec& p, unsigned start, std::optional<unsigned>* gi_id,
-                const std::string& who) const {
-    const std::string what = who + ": creating " + p.name + " at memory slice " + std::to_string(start);
+  Status Create(nvmlDevice_t dev, const ProfileSpec& p, unsigned start,
+                std::optional<unsigned>* gi_id, const std::string& who) const {
+    const std::string what =
+        who + ": creating " + p.name + " at memory slice " + std::to_string(start);
     nvmlGpuInstancePlacement_t placement{start, p.size};
     nvmlGpuInstance_t gi = nullptr;
     nvmlReturn_t rc = f_.nvmlDeviceCreateGpuInstanceWithPlacement(dev, p.id, &placement, &gi);
@@ -308,14 +310,16 @@ Status ApplyPlan(const gpu::Nvml& nvml, const Plan& plan,
       }
       for (const GpuInstance& d : g.destroy) {
         const ProfileSpec* p = FindProfile(before, d.profile);
-        if (p == nullptr || !d.gi) return Status(ErrorCode::kInternal, who + ": unknown instance " + d.profile);
+        if (p == nullptr || !d.gi)
+          return Status(ErrorCode::kInternal, who + ": unknown instance " + d.profile);
         if (Status st = s.Destroy(*dev, *p, *d.gi, who); !st.ok()) return st;
         destroyed.push_back(d);
         say(who + ": destroyed " + Describe(d));
       }
       for (const GpuInstance& c : g.create) {
         const ProfileSpec* p = FindProfile(before, c.profile);
-        if (p == nullptr) return Status(ErrorCode::kInternal, who + ": unknown profile " + c.profile);
+        if (p == nullptr)
+          return Status(ErrorCode::kInternal, who + ": unknown profile " + c.profile);
         GpuInstance made = c;
         Status st = s.Create(*dev, *p, c.start, &made.gi, who);
         if (made.gi) created.push_back(made);

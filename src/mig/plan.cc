@@ -13,9 +13,7 @@ const ProfileSpec* Find(const std::vector<ProfileSpec>& profiles, const std::str
   return nullptr;
 }
 
-unsigned Mask(const ProfileSpec& p, unsigned start) {
-  return ((1u << p.size) - 1u) << start;
-}
+unsigned Mask(const ProfileSpec& p, unsigned start) { return ((1u << p.size) - 1u) << start; }
 
 // Depth-first over the instances to place (largest first), trying each valid start.
 bool Search(const std::vector<const ProfileSpec*>& todo, size_t i, unsigned used,
@@ -51,7 +49,6 @@ std::string GpuName(const GpuState& g) {
   return "GPU " + std::to_string(g.index) + " (" + g.name + ")";
 }
 
-
 }  // namespace
 
 bool Plan::changes() const {
@@ -74,14 +71,14 @@ Result<std::vector<GpuInstance>> PlaceInstances(
     const ProfileSpec* p = Find(profiles, name);
     const std::string what = name + " x" + std::to_string(count);
     if (p == nullptr) {
-      return Status(ErrorCode::kInvalidInput,
-                    what + ": profile not offered by this GPU model (profiles: " +
-                        Names(profiles) + ")");
+      return Status(
+          ErrorCode::kInvalidInput,
+          what + ": profile not offered by this GPU model (profiles: " + Names(profiles) + ")");
     }
     if (count > p->starts.size()) {
-      return Status(ErrorCode::kInvalidInput,
-                    what + ": at most " + std::to_string(p->starts.size()) + " fit (starts " +
-                        Starts(*p) + ")");
+      return Status(ErrorCode::kInvalidInput, what + ": at most " +
+                                                  std::to_string(p->starts.size()) +
+                                                  " fit (starts " + Starts(*p) + ")");
     }
     for (unsigned i = 0; i < count; ++i) todo.push_back(p);
     slices += p->slices * count;
@@ -91,10 +88,10 @@ Result<std::vector<GpuInstance>> PlaceInstances(
                     what + ": needs " + std::to_string(slices) + " compute slices, the GPU has 7");
     }
     if (memory > kMemorySlices) {
-      return Status(ErrorCode::kInvalidInput,
-                    what + ": needs " + std::to_string(memory) + " memory slices, the GPU has " +
-                        std::to_string(kMemorySlices) + " (" + name + " takes " +
-                        std::to_string(p->size) + ")");
+      return Status(ErrorCode::kInvalidInput, what + ": needs " + std::to_string(memory) +
+                                                  " memory slices, the GPU has " +
+                                                  std::to_string(kMemorySlices) + " (" + name +
+                                                  " takes " + std::to_string(p->size) + ")");
     }
   }
   std::stable_sort(todo.begin(), todo.end(), [](const ProfileSpec* a, const ProfileSpec* b) {
@@ -109,8 +106,7 @@ Result<std::vector<GpuInstance>> PlaceInstances(
       if (!Search(prefix, 0, used, scratch)) {
         return Status(ErrorCode::kInvalidInput,
                       todo[n - 1]->name + ": no valid placement left (it may start only at " +
-                          Starts(*todo[n - 1]) + " and takes " +
-                          std::to_string(todo[n - 1]->size) +
+                          Starts(*todo[n - 1]) + " and takes " + std::to_string(todo[n - 1]->size) +
                           " memory slices; the instances placed before it cover them)");
       }
     }
@@ -130,9 +126,9 @@ Result<Plan> ComputePlan(const MigConfig& config, const std::vector<GpuState>& g
     if (e.devices) {
       for (unsigned d : *e.devices) {
         if (d >= gpus.size()) {
-          return Status(ErrorCode::kInvalidInput,
-                        where + ".devices: GPU " + std::to_string(d) + " does not exist (" +
-                            std::to_string(gpus.size()) + " GPUs)");
+          return Status(ErrorCode::kInvalidInput, where + ".devices: GPU " + std::to_string(d) +
+                                                      " does not exist (" +
+                                                      std::to_string(gpus.size()) + " GPUs)");
         }
         targets.push_back(d);
       }
@@ -153,7 +149,8 @@ Result<Plan> ComputePlan(const MigConfig& config, const std::vector<GpuState>& g
         continue;  // mig-enabled: false on a GPU without MIG: nothing to do
       }
       p.mig_after = e.mig_enabled;
-      const std::vector<GpuInstance> current = g.mig_enabled ? g.instances : std::vector<GpuInstance>{};
+      const std::vector<GpuInstance> current =
+          g.mig_enabled ? g.instances : std::vector<GpuInstance>{};
       if (!e.mig_enabled) {
         p.destroy = current;
         plan.gpus.push_back(std::move(p));
@@ -180,14 +177,14 @@ Result<Plan> ComputePlan(const MigConfig& config, const std::vector<GpuState>& g
       if (!placed.ok()) {
         std::string why = placed.status().message();
         if (g.profiles.empty()) {
-          why += "; the driver listed no MIG profiles for this GPU (some drivers list them only "
-                 "with MIG enabled: apply a config with mig-enabled: true and no mig-devices "
-                 "first)";
+          why +=
+              "; the driver listed no MIG profiles for this GPU (some drivers list them only "
+              "with MIG enabled: apply a config with mig-enabled: true and no mig-devices "
+              "first)";
         }
-        return Status(ErrorCode::kInvalidInput, config.file + ":" +
-                                                    std::to_string(e.mig_devices_line) + ": " +
-                                                    e.field + ".mig-devices: " + GpuName(g) +
-                                                    ": " + why);
+        return Status(ErrorCode::kInvalidInput,
+                      config.file + ":" + std::to_string(e.mig_devices_line) + ": " + e.field +
+                          ".mig-devices: " + GpuName(g) + ": " + why);
       }
       p.keep = keep;
       p.create = *placed;
@@ -236,8 +233,8 @@ nlohmann::json PlanToJson(const Plan& plan) {
 }
 
 std::string PlanToText(const Plan& plan) {
-  std::string out = "MIG config \"" + plan.config + "\": " +
-                    (plan.changes() ? "changes needed" : "nothing to change") + "\n";
+  std::string out = "MIG config \"" + plan.config +
+                    "\": " + (plan.changes() ? "changes needed" : "nothing to change") + "\n";
   for (const GpuPlan& g : plan.gpus) {
     out += "GPU " + std::to_string(g.index) + " (" + g.name + "): ";
     if (!g.changes()) {

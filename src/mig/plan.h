@@ -9,11 +9,10 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "mig/config.h"
@@ -61,7 +60,7 @@ struct GpuPlan {
 };
 
 struct Plan {
-  std::string config;  // the config name
+  std::string config;         // the config name
   std::vector<GpuPlan> gpus;  // only the GPUs the config names
   bool changes() const;
 };

@@ -73,27 +73,26 @@ TEST_P(GeometryTest, FitsOrSaysWhy) {
 
 INSTANTIATE_TEST_SUITE_P(
     A100AndH100, GeometryTest,
-    ::testing::Values(
-        Geometry{"a100", {{"1g.5gb", 7}}, nullptr},
-        Geometry{"a100", {{"3g.20gb", 2}}, nullptr},
-        Geometry{"a100", {{"4g.20gb", 1}, {"3g.20gb", 1}}, nullptr},
-        Geometry{"a100", {{"3g.20gb", 1}, {"2g.10gb", 1}, {"1g.5gb", 2}}, nullptr},
-        Geometry{"a100", {{"2g.10gb", 3}, {"1g.5gb", 1}}, nullptr},
-        Geometry{"a100", {{"7g.40gb", 1}}, nullptr},
-        Geometry{"a100", {{"1g.10gb", 4}}, nullptr},
-        Geometry{"a100", {{"1g.5gb", 8}}, "at most 7 fit"},
-        Geometry{"a100", {{"3g.20gb", 3}}, "at most 2 fit"},
-        Geometry{"a100", {{"4g.20gb", 2}}, "at most 1 fit"},
-        Geometry{"a100", {{"7g.40gb", 1}, {"1g.5gb", 1}}, "needs 8 compute slices"},
-        Geometry{"a100", {{"4g.20gb", 1}, {"2g.10gb", 2}}, "needs 8 compute slices"},
-        // 3 + 3 + 1 slices = 7, but the two 3g take all 8 memory slices.
-        Geometry{"a100", {{"3g.20gb", 2}, {"1g.5gb", 1}}, "needs 9 memory slices"},
-        Geometry{"a100", {{"6g.30gb", 1}}, "profile not offered"},
-        Geometry{"h100", {{"1g.10gb", 7}}, nullptr},
-        Geometry{"h100", {{"3g.40gb", 1}, {"2g.20gb", 1}, {"1g.20gb", 1}}, nullptr},
-        Geometry{"h100", {{"1g.20gb", 4}}, nullptr},
-        Geometry{"h100", {{"1g.20gb", 4}, {"1g.10gb", 1}}, "needs 9 memory slices"},
-        Geometry{"h100", {{"1g.5gb", 1}}, "profile not offered"}));
+    ::testing::Values(Geometry{"a100", {{"1g.5gb", 7}}, nullptr},
+                      Geometry{"a100", {{"3g.20gb", 2}}, nullptr},
+                      Geometry{"a100", {{"4g.20gb", 1}, {"3g.20gb", 1}}, nullptr},
+                      Geometry{"a100", {{"3g.20gb", 1}, {"2g.10gb", 1}, {"1g.5gb", 2}}, nullptr},
+                      Geometry{"a100", {{"2g.10gb", 3}, {"1g.5gb", 1}}, nullptr},
+                      Geometry{"a100", {{"7g.40gb", 1}}, nullptr},
+                      Geometry{"a100", {{"1g.10gb", 4}}, nullptr},
+                      Geometry{"a100", {{"1g.5gb", 8}}, "at most 7 fit"},
+                      Geometry{"a100", {{"3g.20gb", 3}}, "at most 2 fit"},
+                      Geometry{"a100", {{"4g.20gb", 2}}, "at most 1 fit"},
+                      Geometry{"a100", {{"7g.40gb", 1}, {"1g.5gb", 1}}, "needs 8 compute slices"},
+                      Geometry{"a100", {{"4g.20gb", 1}, {"2g.10gb", 2}}, "needs 8 compute slices"},
+                      // 3 + 3 + 1 slices = 7, but the two 3g take all 8 memory slices.
+                      Geometry{"a100", {{"3g.20gb", 2}, {"1g.5gb", 1}}, "needs 9 memory slices"},
+                      Geometry{"a100", {{"6g.30gb", 1}}, "profile not offered"},
+                      Geometry{"h100", {{"1g.10gb", 7}}, nullptr},
+                      Geometry{"h100", {{"3g.40gb", 1}, {"2g.20gb", 1}, {"1g.20gb", 1}}, nullptr},
+                      Geometry{"h100", {{"1g.20gb", 4}}, nullptr},
+                      Geometry{"h100", {{"1g.20gb", 4}, {"1g.10gb", 1}}, "needs 9 memory slices"},
+                      Geometry{"h100", {{"1g.5gb", 1}}, "profile not offered"}));
 
 TEST(PlaceInstances, RespectsFixedInstancesAndNamesTheProfileThatCannotBePlaced) {
   // A 1g at slice 5 blocks the 3g start at 4 and 2g starts 4; 3g can still go at 0.
@@ -149,9 +148,9 @@ TEST(ComputePlan, KeepsMatchingInstancesAndCreatesTheRest) {
 }
 
 TEST(ComputePlan, SameLayoutTwiceChangesNothing) {
-  std::vector<GpuState> gpus = {A100Gpu(0, true, {{"3g.20gb", 0, 1, true}, {"3g.20gb", 4, 2, true}})};
-  Result<Plan> plan =
-      ComputePlan(Config({{std::nullopt, true, {{"3g.20gb", 2}}, 0, 0, ""}}), gpus);
+  std::vector<GpuState> gpus = {
+      A100Gpu(0, true, {{"3g.20gb", 0, 1, true}, {"3g.20gb", 4, 2, true}})};
+  Result<Plan> plan = ComputePlan(Config({{std::nullopt, true, {{"3g.20gb", 2}}, 0, 0, ""}}), gpus);
   ASSERT_TRUE(plan.ok());
   EXPECT_FALSE(plan->changes());
   EXPECT_THAT(PlanToText(*plan), HasSubstr("nothing to change"));
@@ -159,9 +158,10 @@ TEST(ComputePlan, SameLayoutTwiceChangesNothing) {
 
 TEST(ComputePlan, RelaysOutWhenKeptInstancesBlockTheGeometry) {
   // 1g@1 and 1g@5 exist; want 3g x2 … impossible with them kept, fine from scratch.
-  std::vector<GpuState> gpus = {A100Gpu(0, true, {{"1g.5gb", 1, 8, true}, {"1g.5gb", 5, 12, true}})};
-  Result<Plan> plan = ComputePlan(
-      Config({{std::nullopt, true, {{"3g.20gb", 1}, {"1g.5gb", 2}}, 0, 0, ""}}), gpus);
+  std::vector<GpuState> gpus = {
+      A100Gpu(0, true, {{"1g.5gb", 1, 8, true}, {"1g.5gb", 5, 12, true}})};
+  Result<Plan> plan =
+      ComputePlan(Config({{std::nullopt, true, {{"3g.20gb", 1}, {"1g.5gb", 2}}, 0, 0, ""}}), gpus);
   ASSERT_TRUE(plan.ok()) << plan.status().message();
   EXPECT_EQ(plan->gpus[0].destroy.size(), 2u);
   EXPECT_EQ(plan->gpus[0].create.size(), 3u);

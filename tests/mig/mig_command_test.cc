@@ -14,8 +14,8 @@
 namespace gpulet {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::GpuletBinary;
+using ::testing::HasSubstr;
 using testing::RunCommand;
 
 constexpr const char* kConfigs = R"(version: v1
@@ -58,7 +58,8 @@ class MigCommandTest : public ::testing::Test {
   }
   testing::CommandResult Mig(const std::string& verb, const std::string& config,
                              const std::string& extra = "") const {
-    return RunCommand(Gpulet("mig " + verb + " -f " + dir_ + "/mig.yaml -c " + config + " " + extra));
+    return RunCommand(
+        Gpulet("mig " + verb + " -f " + dir_ + "/mig.yaml -c " + config + " " + extra));
   }
   nlohmann::json Info() const {
     testing::CommandResult r = RunCommand(Gpulet("info --output json") + " 2>/dev/null");
@@ -110,14 +111,15 @@ TEST_F(MigCommandTest, PlanPrintsTheChangesWithoutMakingThem) {
   ASSERT_FALSE(plan.is_discarded()) << r.output;
   EXPECT_TRUE(plan["changes"].get<bool>());
   ASSERT_EQ(plan["gpus"].size(), 8u);
-  EXPECT_EQ(plan["gpus"][1]["changes"], false);  // GPU 1 already has 7 x 1g.5gb
+  EXPECT_EQ(plan["gpus"][1]["changes"], false);      // GPU 1 already has 7 x 1g.5gb
   EXPECT_EQ(plan["gpus"][0]["destroy"].size(), 2u);  // the two 1g.5gb at 2 and 3 stay
   EXPECT_EQ(plan["gpus"][0]["create"].size(), 5u);
   EXPECT_EQ(plan["gpus"][4]["mig_enabled_after"], true);
 
   r = Mig("plan", "all-1g.5gb");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("GPU 4 (NVIDIA A100-SXM4-40GB): enable MIG; keep 0, destroy 0, create 7"));
+  EXPECT_THAT(r.output,
+              HasSubstr("GPU 4 (NVIDIA A100-SXM4-40GB): enable MIG; keep 0, destroy 0, create 7"));
   EXPECT_FALSE(Info()["gpus"][4]["mig_enabled"].get<bool>());
 }
 
