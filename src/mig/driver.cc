@@ -3,30 +3,14 @@
 #include <algorithm>
 #include <map>
 
+#include "gpu/mig_profiles.h"
+
 namespace gpulet::mig {
 namespace {
 
 constexpr unsigned kMaxInstances = 8;
 
-// Compute-instance profile spanning a whole GPU instance of `slices` slices.
-unsigned WholeComputeProfile(unsigned slices) {
-  switch (slices) {
-    case 1:
-      return NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE;
-    case 2:
-      return NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE;
-    case 3:
-      return NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE;
-    case 4:
-      return NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE;
-    case 6:
-      return NVML_COMPUTE_INSTANCE_PROFILE_6_SLICE;
-    case 8:
-      return NVML_COMPUTE_INSTANCE_PROFILE_8_SLICE;
-    default:
-      return NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE;
-  }
-}
+using gpu::WholeComputeProfile;
 
 class Session {
  public:

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "gpu/mig_profiles.h"
 #include "gpu/nvml_api.h"
 
 namespace gpulet::sim {
@@ -85,24 +86,7 @@ unsigned ComputeProfileSlices(unsigned ci_profile) {
   }
 }
 
-unsigned WholeComputeProfile(unsigned slices) {
-  switch (slices) {
-    case 1:
-      return NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE;
-    case 2:
-      return NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE;
-    case 3:
-      return NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE;
-    case 4:
-      return NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE;
-    case 6:
-      return NVML_COMPUTE_INSTANCE_PROFILE_6_SLICE;
-    case 8:
-      return NVML_COMPUTE_INSTANCE_PROFILE_8_SLICE;
-    default:
-      return NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE;
-  }
-}
+unsigned WholeComputeProfile(unsigned slices) { return gpu::WholeComputeProfile(slices); }
 
 std::vector<MigDeviceSpec> MigDevicesOf(const Fixture& fixture, const GpuSpec& gpu,
                                         const std::vector<MigDeviceSpec>& base,
