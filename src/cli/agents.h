@@ -46,6 +46,9 @@ struct CompanionAgent {
   std::function<Status(const NodeContext& node, const gpu::Inventory& inventory)> start;
   std::function<void()> reload;
   std::function<void()> stop;
+  // Optional: the rescan found other GPUs or MIG devices (called on the plugin manager's thread,
+  // after start, never concurrently with itself).
+  std::function<void(const gpu::Inventory& inventory)> inventory_changed;
 };
 
 // Runs the device plugin until SIGTERM/SIGINT; returns the exit code.

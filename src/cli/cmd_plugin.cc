@@ -497,6 +497,9 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
     uint64_t generation = 0;
     std::shared_ptr<const gpu::Inventory> inv = watch.Current(&generation);
     const bool devices_changed = generation != applied_generation;
+    if (devices_changed && companion != nullptr && companion->inventory_changed) {
+      companion->inventory_changed(*inv);
+    }
     Result<config::Config> c = EffectiveConfig(args, cli_flags);
     Result<deviceplugin::ServingSetup> next = c.ok()
                                                   ? BuildSetup(*inv, *c, replica_policy)

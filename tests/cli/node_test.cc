@@ -35,5 +35,41 @@ TEST(NodeCommand, ServesTheKubeletAndMetricsFromOneProcess) {
   EXPECT_NE(r.output.find("harness_exit=0"), std::string::npos) << r.output;
 }
 
+// A MIG re-layout under a running node: the plugin's rescan finds it and the exporter's series
+// follow (GPU 1 of dgx-a100 goes from 7 x 1g.5gb to 2 x 3g.20gb).
+TEST(NodeCommand, ExporterFollowsAMigRelayoutWithoutRestart) {
+  std::string dir = ::testing::TempDir() + "gpulet-node-XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  const int port = 20000 + static_cast<int>((getpid() + 7919) % 20000);
+  const std::string url = "127.0.0.1:" + std::to_string(port) + "/metrics";
+  const std::string gpu1 = "grep -c '^DCGM_FI_DEV_FB_USED{gpu=\"1\",'";
+  const std::string script =
+      "set -u; D=" + dir + "; mkdir -p $D/dp; " +
+      "printf 'version: v1\\nmig-configs:\\n  two-big:\\n    - devices: [1]\\n"
+      "      mig-enabled: true\\n      mig-devices: {\"3g.20gb\": 2}\\n' > $D/mig.yaml; " +
+      GpuletBinary() + " --simulate dgx-a100 --sim-state $D/s node --device-plugin-path $D/dp" +
+      " --mig-strategy mixed --rescan-interval 300ms -a 127.0.0.1:" + std::to_string(port) +
+      " -c 200 >$D/node.log 2>&1 & P=$!; "
+      "n=0; for i in $(seq 1 150); do n=$(curl -s " + url + " | " + gpu1 +
+      "); [ \"$n\" = 7 ] && break; sleep 0.2; done; echo before=$n; " +
+      GpuletBinary() + " --simulate dgx-a100 --sim-state $D/s mig apply -f $D/mig.yaml -c two-big" +
+      " >$D/apply.log 2>&1; echo apply_exit=$?; "
+      "n=0; for i in $(seq 1 150); do n=$(curl -s " + url + " | " + gpu1 +
+      "); [ \"$n\" = 2 ] && break; sleep 0.2; done; echo after=$n; "
+      "grep -c event=node_exporter_restarted $D/node.log | sed 's/^/restarts=/'; "
+      "kill -TERM $P; wait $P; echo node_exit=$?";
+  const std::string script_path = dir + "/run.sh";
+  FILE* f = fopen(script_path.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fputs(script.c_str(), f);
+  fclose(f);
+  CommandResult r = RunCommand("bash " + script_path);
+  EXPECT_NE(r.output.find("before=7"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("apply_exit=0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("after=2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("restarts=1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("node_exit=0"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace gpulet::testing
