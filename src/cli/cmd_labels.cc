@@ -60,28 +60,14 @@ Status LabelOnce(const GlobalOptions& global, const LabelsFlags& f) {
   return s;
 }
 
-// GFD's durations: "60s", "5m", "1h", or plain seconds.
-Result<long> ParseSeconds(const std::string& v) {
-  size_t pos = 0;
-  long n = 0;
-  try {
-    n = std::stol(v, &pos);
-  } catch (...) {
-    pos = 0;
-  }
-  const std::string unit = v.substr(pos);
-  const long scale = unit.empty() || unit == "s" ? 1 : unit == "m" ? 60 : unit == "h" ? 3600 : 0;
-  if (pos == 0 || n <= 0 || scale == 0) {
-    return Status(ErrorCode::kUsage,
-                  "--sleep-interval: invalid duration \"" + v + "\" (want e.g. 30s, 5m)");
-  }
-  return n * scale;
-}
 
 int RunLabels(const GlobalOptions& global, const LabelsFlags& f) {
-  Result<long> seconds = ParseSeconds(f.sleep_interval);
-  if (!seconds.ok()) return ReportError(seconds.status());
-  const long interval = *seconds;
+  Result<std::chrono::milliseconds> duration = ParseDuration("--sleep-interval", f.sleep_interval);
+  if (!duration.ok()) return ReportError(duration.status());
+  if (duration->count() <= 0) {
+    return ReportError(Status(ErrorCode::kUsage, "--sleep-interval: must be positive"));
+  }
+  const long long interval_ms = duration->count();
   if (f.oneshot) {
     Status s = LabelOnce(global, f);
     return s.ok() ? 0 : ReportError(s);
@@ -96,7 +82,8 @@ int RunLabels(const GlobalOptions& global, const LabelsFlags& f) {
     Status s = LabelOnce(global, f);
     // A failed pass keeps the previous file: the node's labels stay as they were.
     if (!s.ok()) spdlog::error("event=labels_failed error=\"{}\"", s.message());
-    timespec wait{interval, 0};
+    timespec wait{static_cast<time_t>(interval_ms / 1000),
+                  static_cast<long>(interval_ms % 1000) * 1'000'000L};
     if (sigtimedwait(&stop, nullptr, &wait) > 0) return 0;
   }
 }

@@ -37,26 +37,6 @@ Result<bool> ParseBool(const std::string& name, const std::string& v) {
   return Status(ErrorCode::kUsage, name + ": invalid value \"" + v + "\" (want true|false)");
 }
 
-// "60s", "500ms", "2m", "1h", "0".
-Result<std::chrono::milliseconds> ParseDuration(const std::string& name, const std::string& v) {
-  size_t pos = 0;
-  long long n = 0;
-  try {
-    n = std::stoll(v, &pos);
-  } catch (...) {
-    pos = 0;
-  }
-  std::string unit = v.substr(pos);
-  if (pos == 0 || n < 0 || (unit.empty() && n != 0)) {
-    return Status(ErrorCode::kUsage,
-                  name + ": invalid duration \"" + v + "\" (want e.g. 500ms, 30s, 5m, 0)");
-  }
-  if (unit.empty() || unit == "ms") return std::chrono::milliseconds(n);
-  if (unit == "s") return std::chrono::milliseconds(n * 1000);
-  if (unit == "m") return std::chrono::milliseconds(n * 60'000);
-  if (unit == "h") return std::chrono::milliseconds(n * 3'600'000);
-  return Status(ErrorCode::kUsage, name + ": invalid duration unit in \"" + v + "\"");
-}
 
 // The flags given on the command line or in the environment, as a config overlay.
 Result<config::Flags> CliFlags(const PluginArgs& a) {

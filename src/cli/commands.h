@@ -3,6 +3,7 @@
 // `exit_code`; main returns it.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -43,6 +44,10 @@ struct DiscoveredNode {
 };
 // OpenNode, then gpu::Discover; the first error is returned.
 Result<DiscoveredNode> DiscoverNode(const GlobalOptions& global);
+
+// A duration flag: "500ms", "30s", "5m", "1h", or "0" (a unit is required otherwise, as in Go's
+// time.ParseDuration that NVIDIA's tools use). Errors are kUsage naming `name`.
+Result<std::chrono::milliseconds> ParseDuration(const std::string& name, const std::string& v);
 
 // Prints "gpulet: error: <message>" to stderr and returns the status's exit code.
 int ReportError(const Status& status);

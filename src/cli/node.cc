@@ -3,6 +3,8 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+
+#include <string>
 #include "sim/simulation.h"
 
 namespace gpulet::cli {
@@ -39,6 +41,26 @@ Result<DiscoveredNode> DiscoverNode(const GlobalOptions& global) {
   Result<gpu::Inventory> inv = gpu::Discover(*node->nvml, node->discover);
   if (!inv.ok()) return inv.status();
   return DiscoveredNode{std::move(node).value(), std::move(inv).value()};
+}
+
+Result<std::chrono::milliseconds> ParseDuration(const std::string& name, const std::string& v) {
+  size_t pos = 0;
+  long long n = 0;
+  try {
+    n = std::stoll(v, &pos);
+  } catch (...) {
+    pos = 0;
+  }
+  std::string unit = v.substr(pos);
+  if (pos == 0 || n < 0 || (unit.empty() && n != 0)) {
+    return Status(ErrorCode::kUsage,
+                  name + ": invalid duration \"" + v + "\" (want e.g. 500ms, 30s, 5m, 0)");
+  }
+  if (unit.empty() || unit == "ms") return std::chrono::milliseconds(n);
+  if (unit == "s") return std::chrono::milliseconds(n * 1000);
+  if (unit == "m") return std::chrono::milliseconds(n * 60'000);
+  if (unit == "h") return std::chrono::milliseconds(n * 3'600'000);
+  return Status(ErrorCode::kUsage, name + ": invalid duration unit in \"" + v + "\"");
 }
 
 }  // namespace gpulet::cli
