@@ -60,7 +60,6 @@ Status LabelOnce(const GlobalOptions& global, const LabelsFlags& f) {
   return s;
 }
 
-
 int RunLabels(const GlobalOptions& global, const LabelsFlags& f) {
   Result<std::chrono::milliseconds> duration = ParseDuration("--sleep-interval", f.sleep_interval);
   if (!duration.ok()) return ReportError(duration.status());

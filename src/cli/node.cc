@@ -1,10 +1,9 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <string>
 
 #include "cli/commands.h"
-
-#include <string>
 #include "sim/simulation.h"
 
 namespace gpulet::cli {
