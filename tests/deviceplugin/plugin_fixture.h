@@ -34,6 +34,9 @@ class PluginFixture : public ::testing::Test {
   void TearDown() override {
     if (plugin_ && HasFailure())
       std::fprintf(stderr, "--- plugin log ---\n%s\n", plugin_->Log().c_str());
+    // SIGTERM first, so the plugin stops what it started (MPS daemons) as in production; the
+    // process object SIGKILLs only one that does not exit in time.
+    if (plugin_) plugin_->Stop(SIGTERM, std::chrono::seconds(10));
     plugin_.reset();
     if (harness_) harness_->Stop();
   }
