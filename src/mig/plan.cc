@@ -16,18 +16,18 @@ const ProfileSpec* Find(const std::vector<ProfileSpec>& profiles, const std::str
 unsigned Mask(const ProfileSpec& p, unsigned start) { return ((1u << p.size) - 1u) << start; }
 
 // Depth-first over the instances to place (largest first), trying each valid start.
-bool Search(const std::vector<const ProfileSpec*>& todo, size_t i, unsigned used,
+bool Search(const std::vector<const ProfileSpec*>& to_place, size_t i, unsigned used,
             std::vector<GpuInstance>& out) {
-  if (i == todo.size()) return true;
-  const ProfileSpec& p = *todo[i];
+  if (i == to_place.size()) return true;
+  const ProfileSpec& p = *to_place[i];
   for (unsigned start : p.starts) {
     if (start + p.size > kMemorySlices) continue;
     const unsigned m = Mask(p, start);
     if ((used & m) != 0) continue;
     // Same profile as the previous instance: only later starts (prunes symmetric orders).
-    if (i > 0 && todo[i - 1] == todo[i] && !out.empty() && start < out.back().start) continue;
+    if (i > 0 && to_place[i - 1] == to_place[i] && !out.empty() && start < out.back().start) continue;
     out.push_back({p.name, start, std::nullopt, true});
-    if (Search(todo, i + 1, used | m, out)) return true;
+    if (Search(to_place, i + 1, used | m, out)) return true;
     out.pop_back();
   }
   return false;
@@ -66,7 +66,7 @@ Result<std::vector<GpuInstance>> PlaceInstances(
     slices += p->slices;
     memory += p->size;
   }
-  std::vector<const ProfileSpec*> todo;
+  std::vector<const ProfileSpec*> to_place;
   for (const auto& [name, count] : want) {
     const ProfileSpec* p = Find(profiles, name);
     const std::string what = name + " x" + std::to_string(count);
@@ -80,7 +80,7 @@ Result<std::vector<GpuInstance>> PlaceInstances(
                                                   std::to_string(p->starts.size()) +
                                                   " fit (starts " + Starts(*p) + ")");
     }
-    for (unsigned i = 0; i < count; ++i) todo.push_back(p);
+    for (unsigned i = 0; i < count; ++i) to_place.push_back(p);
     slices += p->slices * count;
     memory += p->size * count;
     if (slices > 7) {
@@ -94,19 +94,19 @@ Result<std::vector<GpuInstance>> PlaceInstances(
                                                   " takes " + std::to_string(p->size) + ")");
     }
   }
-  std::stable_sort(todo.begin(), todo.end(), [](const ProfileSpec* a, const ProfileSpec* b) {
+  std::stable_sort(to_place.begin(), to_place.end(), [](const ProfileSpec* a, const ProfileSpec* b) {
     return a->size > b->size || (a->size == b->size && a->starts.size() < b->starts.size());
   });
   std::vector<GpuInstance> out;
-  if (!Search(todo, 0, used, out)) {
+  if (!Search(to_place, 0, used, out)) {
     // Name the first profile that cannot be placed together with those before it.
-    for (size_t n = 1; n <= todo.size(); ++n) {
-      std::vector<const ProfileSpec*> prefix(todo.begin(), todo.begin() + static_cast<long>(n));
+    for (size_t n = 1; n <= to_place.size(); ++n) {
+      std::vector<const ProfileSpec*> prefix(to_place.begin(), to_place.begin() + static_cast<long>(n));
       std::vector<GpuInstance> scratch;
       if (!Search(prefix, 0, used, scratch)) {
         return Status(ErrorCode::kInvalidInput,
-                      todo[n - 1]->name + ": no valid placement left (it may start only at " +
-                          Starts(*todo[n - 1]) + " and takes " + std::to_string(todo[n - 1]->size) +
+                      to_place[n - 1]->name + ": no valid placement left (it may start only at " +
+                          Starts(*to_place[n - 1]) + " and takes " + std::to_string(to_place[n - 1]->size) +
                           " memory slices; the instances placed before it cover them)");
       }
     }

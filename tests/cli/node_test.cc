@@ -9,9 +9,24 @@
 namespace gpulet::testing {
 namespace {
 
-TEST(NodeCommand, ServesTheKubeletAndMetricsFromOneProcess) {
+std::string MakeDir() {
   std::string dir = ::testing::TempDir() + "gpulet-node-XXXXXX";
-  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  return mkdtemp(dir.data()) != nullptr ? dir : "";
+}
+
+// Writes `script` to DIR/run.sh and runs it with bash (the scripts start and stop gpulet node).
+CommandResult RunScript(const std::string& dir, const std::string& script) {
+  const std::string path = dir + "/run.sh";
+  FILE* f = fopen(path.c_str(), "w");
+  if (f == nullptr) return CommandResult{};
+  fputs(script.c_str(), f);
+  fclose(f);
+  return RunCommand("bash " + path);
+}
+
+TEST(NodeCommand, ServesTheKubeletAndMetricsFromOneProcess) {
+  const std::string dir = MakeDir();
+  ASSERT_FALSE(dir.empty());
   const int port = 20000 + static_cast<int>(getpid() % 20000);
   const std::string script =
       "set -u; D=" + dir + "; mkdir -p $D/dp; " + GpuletBinary() +
@@ -23,12 +38,7 @@ TEST(NodeCommand, ServesTheKubeletAndMetricsFromOneProcess) {
       "n=$(curl -s 127.0.0.1:" + std::to_string(port) +
       "/metrics | grep -c '^DCGM_FI_DEV_GPU_TEMP{'); [ \"$n\" = 8 ] && break; sleep 0.2; done; "
       "echo series=$n; kill -TERM $P; wait $P; echo node_exit=$?; echo harness_exit=$H";
-  const std::string script_path = dir + "/run.sh";
-  FILE* f = fopen(script_path.c_str(), "w");
-  ASSERT_NE(f, nullptr);
-  fputs(script.c_str(), f);
-  fclose(f);
-  CommandResult r = RunCommand("bash " + script_path);
+  CommandResult r = RunScript(dir, script);
   EXPECT_NE(r.output.find("result=ok resource=nvidia.com/gpu"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("series=8"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("node_exit=0"), std::string::npos) << r.output;
@@ -38,8 +48,8 @@ TEST(NodeCommand, ServesTheKubeletAndMetricsFromOneProcess) {
 // A MIG re-layout under a running node: the plugin's rescan finds it and the exporter's series
 // follow (GPU 1 of dgx-a100 goes from 7 x 1g.5gb to 2 x 3g.20gb).
 TEST(NodeCommand, ExporterFollowsAMigRelayoutWithoutRestart) {
-  std::string dir = ::testing::TempDir() + "gpulet-node-XXXXXX";
-  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  const std::string dir = MakeDir();
+  ASSERT_FALSE(dir.empty());
   const int port = 20000 + static_cast<int>((getpid() + 7919) % 20000);
   const std::string url = "127.0.0.1:" + std::to_string(port) + "/metrics";
   const std::string gpu1 = "grep -c '^DCGM_FI_DEV_FB_USED{gpu=\"1\",'";
@@ -58,12 +68,7 @@ TEST(NodeCommand, ExporterFollowsAMigRelayoutWithoutRestart) {
       "); [ \"$n\" = 2 ] && break; sleep 0.2; done; echo after=$n; "
       "grep -c event=node_exporter_restarted $D/node.log | sed 's/^/restarts=/'; "
       "kill -TERM $P; wait $P; echo node_exit=$?";
-  const std::string script_path = dir + "/run.sh";
-  FILE* f = fopen(script_path.c_str(), "w");
-  ASSERT_NE(f, nullptr);
-  fputs(script.c_str(), f);
-  fclose(f);
-  CommandResult r = RunCommand("bash " + script_path);
+  CommandResult r = RunScript(dir, script);
   EXPECT_NE(r.output.find("before=7"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("apply_exit=0"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("after=2"), std::string::npos) << r.output;
