@@ -31,11 +31,11 @@ TEST(NodeCommand, ServesTheKubeletAndMetricsFromOneProcess) {
   const std::string script =
       "set -u; D=" + dir + "; mkdir -p $D/dp; " + GpuletBinary() +
       " --simulate dgx-h100 --sim-state $D/s node --device-plugin-path $D/dp -a 127.0.0.1:" +
-      std::to_string(port) + " -c 500 >$D/node.log 2>&1 & P=$!; " +
-      std::string(GPULET_BUILD_DIR) +
+      std::to_string(port) + " -c 500 >$D/node.log 2>&1 & P=$!; " + std::string(GPULET_BUILD_DIR) +
       "/bin/gpulet-kubelet-harness --dir $D/dp --expect 8 --allocate 2 --timeout 30; H=$?; "
       "n=0; for i in $(seq 1 100); do "
-      "n=$(curl -s 127.0.0.1:" + std::to_string(port) +
+      "n=$(curl -s 127.0.0.1:" +
+      std::to_string(port) +
       "/metrics | grep -c '^DCGM_FI_DEV_GPU_TEMP{'); [ \"$n\" = 8 ] && break; sleep 0.2; done; "
       "echo series=$n; kill -TERM $P; wait $P; echo node_exit=$?; echo harness_exit=$H";
   CommandResult r = RunScript(dir, script);
@@ -60,14 +60,16 @@ TEST(NodeCommand, ExporterFollowsAMigRelayoutWithoutRestart) {
       GpuletBinary() + " --simulate dgx-a100 --sim-state $D/s node --device-plugin-path $D/dp" +
       " --mig-strategy mixed --rescan-interval 300ms -a 127.0.0.1:" + std::to_string(port) +
       " -c 200 >$D/node.log 2>&1 & P=$!; "
-      "n=0; for i in $(seq 1 150); do n=$(curl -s " + url + " | " + gpu1 +
-      "); [ \"$n\" = 7 ] && break; sleep 0.2; done; echo before=$n; " +
+      "n=0; for i in $(seq 1 150); do n=$(curl -s " +
+      url + " | " + gpu1 + "); [ \"$n\" = 7 ] && break; sleep 0.2; done; echo before=$n; " +
       GpuletBinary() + " --simulate dgx-a100 --sim-state $D/s mig apply -f $D/mig.yaml -c two-big" +
       " >$D/apply.log 2>&1; echo apply_exit=$?; "
-      "n=0; for i in $(seq 1 150); do n=$(curl -s " + url + " | " + gpu1 +
+      "n=0; for i in $(seq 1 150); do n=$(curl -s " +
+      url + " | " + gpu1 +
       "); [ \"$n\" = 2 ] && break; sleep 0.2; done; echo after=$n; "
-      "grep -c event=node_exporter_restarted $D/node.log | sed 's/^/restarts=/'; "
-      "kill -TERM $P; wait $P; echo node_exit=$?";
+      "kill -TERM $P; wait $P; echo node_exit=$?; "
+      // After the exit: the log may be buffered while the node runs.
+      "grep -c event=node_exporter_restarted $D/node.log | sed 's/^/restarts=/'";
   CommandResult r = RunScript(dir, script);
   EXPECT_NE(r.output.find("before=7"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("apply_exit=0"), std::string::npos) << r.output;
