@@ -53,6 +53,10 @@ TEST(NodeCommand, ExporterFollowsAMigRelayoutWithoutRestart) {
   const int port = 20000 + static_cast<int>((getpid() + 7919) % 20000);
   const std::string url = "127.0.0.1:" + std::to_string(port) + "/metrics";
   const std::string gpu1 = "grep -c '^DCGM_FI_DEV_FB_USED{gpu=\"1\",'";
+  // After the re-layout the series must carry the new profile: a stale exporter whose old MIG
+  // handles partly still resolve would show two series too, but labelled 1g.5gb.
+  const std::string gpu1_big =
+      "grep -c '^DCGM_FI_DEV_FB_USED{gpu=\"1\",.*GPU_I_PROFILE=\"3g.20gb\"'";
   const std::string script =
       "set -u; D=" + dir + "; mkdir -p $D/dp; " +
       "printf 'version: v1\\nmig-configs:\\n  two-big:\\n    - devices: [1]\\n"
@@ -65,7 +69,7 @@ TEST(NodeCommand, ExporterFollowsAMigRelayoutWithoutRestart) {
       GpuletBinary() + " --simulate dgx-a100 --sim-state $D/s mig apply -f $D/mig.yaml -c two-big" +
       " >$D/apply.log 2>&1; echo apply_exit=$?; "
       "n=0; for i in $(seq 1 150); do n=$(curl -s " +
-      url + " | " + gpu1 +
+      url + " | " + gpu1_big +
       "); [ \"$n\" = 2 ] && break; sleep 0.2; done; echo after=$n; "
       "kill -TERM $P; wait $P; echo node_exit=$?; "
       // After the exit: the log may be buffered while the node runs.
