@@ -78,7 +78,10 @@ TEST(NodeCommand, ExporterFollowsAMigRelayoutWithoutRestart) {
   EXPECT_NE(r.output.find("before=7"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("apply_exit=0"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("after=2"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("restarts=1"), std::string::npos) << r.output;
+  // At least one replacement: a rescan may also catch the layout half-way through the apply.
+  const size_t at = r.output.find("restarts=");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  EXPECT_GE(std::atoi(r.output.c_str() + at + 9), 1) << r.output;
   EXPECT_NE(r.output.find("node_exit=0"), std::string::npos) << r.output;
 }
 
