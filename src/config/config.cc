@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -77,16 +78,27 @@ bool AllDigits(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-// Kubernetes-style name segment: 1..63 of [A-Za-z0-9-_.], alphanumeric at both ends.
-bool IsValidNameSegment(std::string_view s) {
-  if (s.empty() || s.size() > 63) return false;
-  auto alnum = [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-  };
-  if (!alnum(s.front()) || !alnum(s.back())) return false;
-  return std::all_of(s.begin(), s.end(),
-                     [&](char c) { return alnum(c) || c == '-' || c == '_' || c == '.'; });
+// Upstream's rule for the <name> in nvidia.com/<name>: a DNS subdomain (RFC 1123): dot-separated
+// labels of lowercase letters, digits and '-', each starting and ending with a letter or digit.
+bool IsDnsSubdomain(std::string_view s) {
+  if (s.empty() || s.size() > 253) return false;
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  size_t start = 0;
+  while (true) {
+    const size_t dot = s.find('.', start);
+    const std::string_view label =
+        s.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
+    if (label.empty() || !alnum(label.front()) || !alnum(label.back())) return false;
+    if (!std::all_of(label.begin(), label.end(), [&](char c) { return alnum(c) || c == '-'; })) {
+      return false;
+    }
+    if (dot == std::string_view::npos) return true;
+    start = dot + 1;
+  }
 }
+
+// Upstream's limit on the fully qualified name, nvidia.com/<name> included.
+constexpr size_t kMaxResourceNameLength = 63;
 
 // 1-based line of `node`, or `fallback` when yaml-cpp has no mark for it.
 int NodeLine(const YAML::Node& node, int fallback) {
@@ -135,13 +147,14 @@ class Parser {
   Config Parse(const YAML::Node& root) {
     Config config;
     config.source = file_;
+    warnings_.clear();
     if (root.IsNull() || !root.IsDefined()) {
       Fail(Loc(root, "", 1), "empty config: expected a mapping with version: v1");
     }
     if (!root.IsMap()) Fail(Loc(root, "", 1), "must be a mapping, got " + Describe(root));
     const int root_line = Line(root, 1);
     ForEachKey(
-        root, "", root_line, {"version", "flags", "sharing"},
+        root, "", root_line, {"version", "flags", "sharing", "resources", "imex"},
         [&](const std::string& key, const YAML::Node& value, const std::string& path, int line) {
           if (key == "version") {
             auto v = String(value, path, line);
@@ -152,8 +165,24 @@ class Parser {
             ParseFlags(value, path, line, config.flags);
           } else if (key == "sharing") {
             ParseSharing(value, path, line, config.sharing);
+          } else if (key == "resources") {
+            // Upstream reads it and drops it too (with a warning).
+            if (!IsEmpty(value)) {
+              Warn(Loc(value, path, line),
+                   "ignored: gpulet names its resources itself (nvidia.com/gpu, "
+                   "nvidia.com/mig-<profile>; renames go in sharing.*.resources[].rename)");
+            }
+          } else if (key == "imex") {
+            if (!IsEmpty(value)) {
+              if (!value.IsMap()) {
+                Fail(Loc(value, path, line), "must be a mapping, got " + Describe(value));
+              }
+              Warn(Loc(value, path, line),
+                   "ignored: gpulet does not inject IMEX channels into containers");
+            }
           }
         });
+    config.warnings = std::move(warnings_);
     return config;
   }
 
@@ -171,8 +200,19 @@ class Parser {
     return path.empty() ? key : path + "." + key;
   }
 
-  // Iterates a mapping, rejecting non-scalar, duplicate and unknown keys. `fn` receives the
-  // value, its dotted path and the best line for it (the value's, else the key's).
+  // Null, "", an empty mapping or an empty list.
+  static bool IsEmpty(const YAML::Node& node) {
+    return node.IsNull() || (node.IsScalar() && node.Scalar().empty()) ||
+           ((node.IsMap() || node.IsSequence()) && node.size() == 0);
+  }
+
+  void Warn(const SourceLocation& where, const std::string& problem) {
+    warnings_.push_back(where.ToString() + ": " + problem);
+  }
+
+  // Iterates a mapping, rejecting non-scalar and duplicate keys; an unknown key is skipped with a
+  // warning (NVIDIA's parser ignores it). `fn` receives the value, its dotted path and the best
+  // line for it (the value's, else the key's).
   void ForEachKey(const YAML::Node& map, const std::string& path, int line,
                   std::initializer_list<std::string_view> allowed, const KeyFn& fn) {
     if (!map.IsMap()) Fail(Loc(map, path, line), "must be a mapping, got " + Describe(map));
@@ -187,11 +227,12 @@ class Parser {
       }
       const std::string name = key.Scalar();
       const std::string child = Child(path, name);
-      if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
-        Fail(SourceLocation{file_, key_line, child},
-             "unknown key (known: " + Join(allowed, ", ") + ")");
-      }
       if (!seen.insert(name).second) Fail(SourceLocation{file_, key_line, child}, "duplicate key");
+      if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
+        Warn(SourceLocation{file_, key_line, child},
+             "unknown key, ignored (known: " + Join(allowed, ", ") + ")");
+        continue;
+      }
       fn(name, kv.second, child, Line(kv.second, key_line));
     }
   }
@@ -221,11 +262,43 @@ class Parser {
 
   void ParseFlags(const YAML::Node& node, const std::string& path, int line, Flags& flags) {
     if (node.IsNull()) return;
+    std::optional<std::string> mps_root;
     ForEachKey(
         node, path, line,
-        {"migStrategy", "failOnInitError", "nvidiaDriverRoot", "nvidiaDevRoot", "plugin", "gfd"},
+        {"migStrategy", "failOnInitError", "mpsRoot", "nvidiaDriverRoot", "nvidiaDevRoot", "plugin",
+         "gfd", "gdsEnabled", "mofedEnabled", "gdrcopyEnabled", "useNodeFeatureAPI",
+         "deviceDiscoveryStrategy", "restartOnDeviceUnhealthy"},
         [&](const std::string& key, const YAML::Node& value, const std::string& child, int l) {
-          if (key == "migStrategy") {
+          if (key == "mpsRoot") {
+            mps_root = String(value, child, l);
+          } else if (key == "gdsEnabled" || key == "mofedEnabled" || key == "gdrcopyEnabled") {
+            if (Bool(value, child, l).value_or(false)) {
+              Warn(Loc(value, child, l),
+                   "ignored: gpulet does not set NVIDIA_" +
+                       std::string(key == "gdsEnabled"     ? "GDS"
+                                   : key == "mofedEnabled" ? "MOFED"
+                                                           : "GDRCOPY") +
+                       "=enabled in containers (the container toolkit's config can)");
+            }
+          } else if (key == "useNodeFeatureAPI") {
+            if (Bool(value, child, l).value_or(false)) {
+              Warn(Loc(value, child, l),
+                   "ignored: gpulet writes node labels to an NFD feature file (--labels-file), "
+                   "not a NodeFeature object");
+            }
+          } else if (key == "restartOnDeviceUnhealthy") {
+            if (Bool(value, child, l).value_or(false)) {
+              Warn(Loc(value, child, l),
+                   "ignored: gpulet advertises an unhealthy device as Unhealthy and recovers it "
+                   "(--health-quiet-period) instead of restarting");
+            }
+          } else if (key == "deviceDiscoveryStrategy") {
+            auto s = String(value, child, l);
+            if (s && *s != "auto" && *s != "nvml") {
+              Warn(Loc(value, child, l),
+                   "ignored: gpulet discovers devices through NVML only (got " + Quote(*s) + ")");
+            }
+          } else if (key == "migStrategy") {
             if (auto s = String(value, child, l)) {
               auto parsed = ParseMigStrategy(*s);
               if (!parsed.ok()) Fail(Loc(value, child, l), parsed.status().message());
@@ -244,6 +317,7 @@ class Parser {
             flags.has_gfd_section = true;
           }
         });
+    if (mps_root) flags.plugin.mps_root = mps_root;
   }
 
   void ParseGfd(const YAML::Node& node, const std::string& path, int line) {
@@ -266,7 +340,8 @@ class Parser {
     ForEachKey(
         node, path, line,
         {"passDeviceSpecs", "deviceListStrategy", "deviceIDStrategy", "containerDriverRoot",
-         "mpsRoot", "cdiAnnotationPrefix", "nvidiaCTKPath"},
+         "mpsRoot", "cdiAnnotationPrefix", "nvidiaCTKPath", "kubeletSocket", "cdiFeatureFlags",
+         "sharedDevicesAllocationPolicy"},
         [&](const std::string& key, const YAML::Node& value, const std::string& child, int l) {
           if (key == "passDeviceSpecs") {
             plugin.pass_device_specs = Bool(value, child, l);
@@ -281,7 +356,22 @@ class Parser {
           } else if (key == "containerDriverRoot") {
             plugin.container_driver_root = String(value, child, l);
           } else if (key == "mpsRoot") {
-            plugin.mps_root = String(value, child, l);
+            // gpulet's earlier place for it; flags.mpsRoot (upstream's) wins over it.
+            if (auto s = String(value, child, l); s && !plugin.mps_root) plugin.mps_root = s;
+          } else if (key == "kubeletSocket") {
+            plugin.kubelet_socket = String(value, child, l);
+          } else if (key == "cdiFeatureFlags") {
+            if (!IsEmpty(value)) {
+              Warn(Loc(value, child, l),
+                   "ignored: gpulet does not generate CDI specs (it passes CDI annotations and "
+                   "device names)");
+            }
+          } else if (key == "sharedDevicesAllocationPolicy") {
+            if (auto s = String(value, child, l)) {
+              auto parsed = ParseSharedDevicesAllocationPolicy(*s);
+              if (!parsed.ok()) Fail(Loc(value, child, l), parsed.status().message());
+              plugin.shared_devices_allocation_policy = *parsed;
+            }
           } else if (key == "cdiAnnotationPrefix") {
             plugin.cdi_annotation_prefix = String(value, child, l);
           } else if (key == "nvidiaCTKPath") {
@@ -315,8 +405,11 @@ class Parser {
       if (!parsed.ok()) Fail(Loc(item, child, Line(node, line)), parsed.status().message());
       for (auto strategy : *parsed) {
         if (std::find(out.begin(), out.end(), strategy) != out.end()) {
-          Fail(Loc(item, child, Line(node, line)),
-               std::string("duplicate strategy ") + Quote(DeviceListStrategyName(strategy)));
+          // Upstream keeps a set: a repeated entry counts once.
+          Warn(Loc(item, child, Line(node, line)), std::string("repeated strategy ") +
+                                                       Quote(DeviceListStrategyName(strategy)) +
+                                                       ", counted once");
+          continue;
         }
         out.push_back(strategy);
       }
@@ -334,10 +427,10 @@ class Parser {
           slot = ParseReplicaSharing(value, child, l);
         });
     if (sharing.time_slicing && sharing.mps) {
-      const SourceLocation& later = sharing.mps->where.line > sharing.time_slicing->where.line
-                                        ? sharing.mps->where
-                                        : sharing.time_slicing->where;
-      Fail(later, "timeSlicing and mps are mutually exclusive; configure one of them");
+      // Upstream: when mps is configured it is the sharing strategy.
+      Warn(sharing.time_slicing->where,
+           "ignored: mps is configured too, and MPS wins (as in NVIDIA's plugin)");
+      sharing.time_slicing.reset();
     }
   }
 
@@ -381,7 +474,8 @@ class Parser {
     return out;
   }
 
-  // "gpu" or "nvidia.com/gpu" → "nvidia.com/gpu"; anything else is an error.
+  // "gpu" or "nvidia.com/gpu" → "nvidia.com/gpu"; anything else is an error. Upstream's rules:
+  // <name> is a DNS subdomain, and nvidia.com/<name> is at most 63 characters.
   std::string ResourceName(const YAML::Node& node, const std::string& path, int line) {
     auto s = String(node, path, line);
     if (!s) Fail(Loc(node, path, line), "must be a resource name, got null");
@@ -393,13 +487,19 @@ class Parser {
       }
       name.remove_prefix(kResourcePrefix.size());
     }
-    if (!IsValidNameSegment(name)) {
+    std::string full = std::string(kResourcePrefix) + std::string(name);
+    if (full.size() > kMaxResourceNameLength) {
+      Fail(Loc(node, path, line), "invalid resource name " + Quote(*s) + ": " + Quote(full) +
+                                      " is " + std::to_string(full.size()) +
+                                      " characters, at most 63 are allowed");
+    }
+    if (!IsDnsSubdomain(name)) {
       Fail(Loc(node, path, line),
            "invalid resource name " + Quote(*s) +
-               ": <name> in nvidia.com/<name> must be 1-63 letters, digits, '-', '_' or '.', "
-               "starting and ending with a letter or digit");
+               ": <name> in nvidia.com/<name> must be a DNS subdomain (lowercase letters, digits, "
+               "'-' and '.', each dot-separated part starting and ending with a letter or digit)");
     }
-    return std::string(kResourcePrefix) + std::string(name);
+    return full;
   }
 
   ReplicatedResource ParseResource(const YAML::Node& node, const std::string& path, int line,
@@ -573,6 +673,7 @@ class Parser {
   }
 
   std::string file_;
+  std::vector<std::string> warnings_;
 };
 
 template <typename E, size_t N>
@@ -647,14 +748,35 @@ Result<std::vector<DeviceListStrategy>> ParseDeviceListStrategies(std::string_vi
     while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
     auto parsed = ParseEnum(item, kDeviceListStrategies);
     if (!parsed.ok()) return parsed.status();
-    if (std::find(out.begin(), out.end(), *parsed) != out.end()) {
-      return Status(ErrorCode::kInvalidInput, "duplicate strategy " + Quote(std::string(item)));
-    }
-    out.push_back(*parsed);
+    if (std::find(out.begin(), out.end(), *parsed) == out.end()) out.push_back(*parsed);
     if (comma == std::string_view::npos) break;
     start = comma + 1;
   }
   return out;
+}
+
+Result<std::string> ParseSharedDevicesAllocationPolicy(std::string_view text) {
+  if (text == "distributed" || text == "packed") return std::string(text);
+  return Status(ErrorCode::kInvalidInput,
+                "invalid value " + Quote(std::string(text)) + " (want distributed|packed)");
+}
+
+Result<bool> ParseGoBool(std::string_view text) {
+  static constexpr std::string_view kTrue[] = {"1", "t", "T", "TRUE", "true", "True"};
+  static constexpr std::string_view kFalse[] = {"0", "f", "F", "FALSE", "false", "False"};
+  for (auto t : kTrue) {
+    if (text == t) return true;
+  }
+  for (auto f : kFalse) {
+    if (text == f) return false;
+  }
+  std::string lower(text);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (lower == "yes" || lower == "on") return true;
+  if (lower == "no" || lower == "off") return false;
+  return Status(ErrorCode::kInvalidInput,
+                "invalid value " + Quote(std::string(text)) + " (want true|false)");
 }
 
 Flags Overlay(Flags base, const Flags& over) {
@@ -669,6 +791,8 @@ Flags Overlay(Flags base, const Flags& over) {
   Take(base.plugin.mps_root, over.plugin.mps_root);
   Take(base.plugin.cdi_annotation_prefix, over.plugin.cdi_annotation_prefix);
   Take(base.plugin.nvidia_ctk_path, over.plugin.nvidia_ctk_path);
+  Take(base.plugin.kubelet_socket, over.plugin.kubelet_socket);
+  Take(base.plugin.shared_devices_allocation_policy, over.plugin.shared_devices_allocation_policy);
   base.has_gfd_section = base.has_gfd_section || over.has_gfd_section;
   return base;
 }

@@ -2,17 +2,25 @@
 // files unchanged:
 //
 //   version: v1
-//   flags: {migStrategy, failOnInitError, nvidiaDriverRoot, nvidiaDevRoot, gfd: {…},
+//   flags: {migStrategy, failOnInitError, mpsRoot, nvidiaDriverRoot, nvidiaDevRoot, gfd: {…},
 //           plugin: {passDeviceSpecs, deviceListStrategy, deviceIDStrategy,
-//                    containerDriverRoot, mpsRoot, cdiAnnotationPrefix, nvidiaCTKPath}}
+//                    containerDriverRoot, cdiAnnotationPrefix, nvidiaCTKPath, kubeletSocket,
+//                    sharedDevicesAllocationPolicy}}
 //   sharing: {timeSlicing: {renameByDefault, failRequestsGreaterThanOne,
 //                           resources: [{name, rename, devices, replicas}]},
 //             mps: {same schema}}
 //
 // Contract:
-// - Parsing is strict: unknown keys (anywhere), wrong types, invalid enum values, duplicate keys,
-//   unknown versions and malformed YAML are errors. Quoted scalars are strings: `replicas: "4"` is
-//   rejected, as Go's decoder rejects it in NVIDIA's plugin.
+// - Accept what NVIDIA's parser accepts. Keys it ignores (unknown keys anywhere) and keys it acts
+//   on but gpulet does not (top-level `resources` and `imex`, flags.gdsEnabled, mofedEnabled,
+//   gdrcopyEnabled, useNodeFeatureAPI, a deviceDiscoveryStrategy other than auto/nvml,
+//   plugin.cdiFeatureFlags, …) are not errors: each adds one entry to Config::warnings, naming
+//   FILE:LINE: field and what is ignored. timeSlicing and mps together: MPS is used, as upstream
+//   does, with a warning. A repeated deviceListStrategy entry is dropped, with a warning.
+// - Errors remain for what upstream refuses too: wrong types, invalid enum values, duplicate keys,
+//   unknown versions, malformed YAML, resource names that are not DNS subdomains or make a full
+//   name over 63 characters. Quoted scalars are strings: `replicas: "4"` is rejected, as Go's
+//   decoder rejects it in NVIDIA's plugin.
 // - Every error is kInvalidInput with the message `FILE:LINE: dotted.field.path: problem`
 //   (LINE is 1-based), e.g. `config.yaml:14: sharing.timeSlicing.resources[0].replicas: must be
 //   >= 2, got 1`.
@@ -60,19 +68,31 @@ const char* DeviceIdStrategyName(DeviceIdStrategy s);
 // none|single|mixed)`; the caller prefixes the flag or variable name).
 Result<MigStrategy> ParseMigStrategy(std::string_view text);
 Result<DeviceIdStrategy> ParseDeviceIdStrategy(std::string_view text);
-// One name or a comma-separated list ("envvar,cdi-annotations"); duplicates and empty lists are
-// errors.
+// One name or a comma-separated list ("envvar,cdi-annotations"); a repeated name counts once (as
+// upstream); empty lists and empty items are errors.
 Result<std::vector<DeviceListStrategy>> ParseDeviceListStrategies(std::string_view text);
+// "distributed" | "packed" (flags.plugin.sharedDevicesAllocationPolicy).
+Result<std::string> ParseSharedDevicesAllocationPolicy(std::string_view text);
+
+// A boolean as Go's strconv.ParseBool reads it (upstream's flags and environment variables:
+// 1 t T TRUE true True, 0 f F FALSE false False), plus yes/no/on/off in any case. Message on
+// error: `invalid value "x" (want true|false)`.
+Result<bool> ParseGoBool(std::string_view text);
 
 struct PluginFlags {
   std::optional<bool> pass_device_specs;
   std::optional<std::vector<DeviceListStrategy>> device_list_strategy;  // non-empty, no duplicates
   std::optional<DeviceIdStrategy> device_id_strategy;
   std::optional<std::string> container_driver_root;
-  // Accepted for compatibility with NVIDIA's files.
+  // flags.mpsRoot (upstream's place) or flags.plugin.mpsRoot (gpulet's earlier place); when both
+  // are set, flags.mpsRoot wins.
   std::optional<std::string> mps_root;
   std::optional<std::string> cdi_annotation_prefix;
   std::optional<std::string> nvidia_ctk_path;
+  // Upstream's kubeletSocket: the kubelet registration socket as a full path.
+  std::optional<std::string> kubelet_socket;
+  // "distributed" | "packed"; gpulet's --replica-allocation-policy is an alias.
+  std::optional<std::string> shared_devices_allocation_policy;
 };
 
 struct Flags {
@@ -142,6 +162,9 @@ struct Config {
   std::string source;  // the filename errors name
   Flags flags;
   Sharing sharing;
+  // What the file says that gpulet does not act on, one entry per key:
+  // "FILE:LINE: field: problem". Callers log each once per load (LogWarnings).
+  std::vector<std::string> warnings;
 };
 
 // Parses and validates `yaml_text`; `filename` is used only in error messages. An empty document
@@ -150,5 +173,8 @@ Result<Config> ParseConfig(std::string_view yaml_text, const std::string& filena
 
 // Reads `path` (kNotFound when missing or unreadable) and parses it, naming `path` in errors.
 Result<Config> LoadConfigFile(const std::string& path);
+
+// Logs each of config.warnings once, at warn level (event=config_ignored).
+void LogWarnings(const Config& config);
 
 }  // namespace gpulet::config

@@ -28,15 +28,27 @@ std::vector<fs::path> Files(const std::string& sub) {
   return out;
 }
 
-// The corpus: every file under good/ parses; every file under bad/ fails with kInvalidInput and
-// a message containing its first line's "# expect: " text (file names are relative to testdata/).
+// The corpus: every file under good/ parses, and one whose first line is "# warns: TEXT" has a
+// warning starting with TEXT (the others have none); every file under bad/ fails with
+// kInvalidInput and a message containing its first line's "# expect: " text (file names are
+// relative to testdata/).
 TEST(ConfigCorpus, GoodFilesParse) {
   auto files = Files("good");
   ASSERT_GE(files.size(), 5u);
   for (const auto& f : files) {
     const std::string name = "good/" + f.filename().string();
-    auto c = ParseConfig(ReadFile(f), name);
-    EXPECT_TRUE(c.ok()) << name << ": " << c.status().message();
+    const std::string text = ReadFile(f);
+    auto c = ParseConfig(text, name);
+    ASSERT_TRUE(c.ok()) << name << ": " << c.status().message();
+    const std::string marker = "# warns: ";
+    if (text.rfind(marker, 0) != 0) {
+      EXPECT_TRUE(c->warnings.empty()) << name << ": " << c->warnings.front();
+      continue;
+    }
+    const std::string expect = text.substr(marker.size(), text.find('\n') - marker.size());
+    bool found = false;
+    for (const std::string& w : c->warnings) found = found || w.rfind(expect, 0) == 0;
+    EXPECT_TRUE(found) << name << ": no warning starts with: " << expect;
   }
 }
 
@@ -167,6 +179,103 @@ TEST(Config, CompatKeysAccepted) {
   EXPECT_EQ(c->flags.mig_strategy, MigStrategy::kSingle);
 }
 
+// Every key upstream's v1 API has loads; what gpulet does not act on is one warning each.
+TEST(Config, UpstreamKeysLoadWithOneWarningEach) {
+  auto c = LoadConfigFile((TestData() / "good" / "upstream_everything.yaml").string());
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->flags.plugin.mps_root, "/run/nvidia/mps");
+  EXPECT_EQ(c->flags.plugin.kubelet_socket, "/var/lib/kubelet/device-plugins/kubelet.sock");
+  EXPECT_EQ(c->flags.plugin.shared_devices_allocation_policy, "packed");
+  EXPECT_EQ(*c->flags.plugin.device_list_strategy, std::vector{DeviceListStrategy::kEnvvar});
+  ASSERT_TRUE(c->sharing.time_slicing);
+  std::vector<std::string> fields;
+  for (const std::string& w : c->warnings) {
+    // "FILE:LINE: field: ..."
+    const size_t a = w.find(": ");
+    fields.push_back(w.substr(a + 2, w.find(": ", a + 2) - a - 2));
+  }
+  EXPECT_EQ(fields, (std::vector<std::string>{
+                        "flags.gdsEnabled", "flags.mofedEnabled", "flags.useNodeFeatureAPI",
+                        "flags.plugin.deviceListStrategy[1]", "resources", "imex"}));
+  EXPECT_EQ(c->warnings[4].rfind(TestData().string() + "/good/upstream_everything.yaml:34: ", 0),
+            0u)
+      << c->warnings[4];
+}
+
+TEST(Config, UpstreamMpsRootWinsOverPluginMpsRoot) {
+  for (const char* text : {"flags: {mpsRoot: /a, plugin: {mpsRoot: /b}}",
+                           "flags: {plugin: {mpsRoot: /b}, mpsRoot: /a}"}) {
+    auto c = ParseConfig(text, "m.yaml");
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    EXPECT_EQ(c->flags.plugin.mps_root, "/a") << text;
+  }
+  auto c = ParseConfig("flags: {plugin: {mpsRoot: /b}}", "m.yaml");
+  EXPECT_EQ(c->flags.plugin.mps_root, "/b");
+  EXPECT_TRUE(c->warnings.empty());
+}
+
+TEST(Config, TimeSlicingAndMpsTogetherMeansMps) {
+  auto c = LoadConfigFile((TestData() / "good" / "both_strategies.yaml").string());
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_FALSE(c->sharing.time_slicing);
+  ASSERT_TRUE(c->sharing.mps);
+  EXPECT_EQ(c->warnings.size(), 1u);
+}
+
+TEST(Config, UnknownKeysIgnoredRestApplies) {
+  auto c = ParseConfig("flags:\n  newThing: 3\n  migStrategy: mixed\n", "u.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->flags.mig_strategy, MigStrategy::kMixed);
+  ASSERT_EQ(c->warnings.size(), 1u);
+  EXPECT_EQ(c->warnings[0].rfind("u.yaml:2: flags.newThing: unknown key, ignored", 0), 0u)
+      << c->warnings[0];
+}
+
+TEST(Config, IgnoredKeysSetFalseAreSilent) {
+  auto c = ParseConfig(
+      "flags: {gdsEnabled: false, mofedEnabled: false, useNodeFeatureAPI: false, "
+      "deviceDiscoveryStrategy: nvml}\nimex: {}\nresources: {}\n",
+      "s.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_TRUE(c->warnings.empty()) << c->warnings.front();
+  EXPECT_FALSE(ParseConfig("flags: {gdsEnabled: maybe}", "s.yaml").ok());
+}
+
+// Upstream: nvidia.com/<name> is at most 63 characters; <name> is a DNS subdomain.
+TEST(Config, ResourceNameRulesAsUpstream) {
+  auto parse = [](const std::string& name) {
+    return ParseConfig(
+        "sharing: {timeSlicing: {resources: [{name: gpu, replicas: 2, rename: " + name + "}]}}",
+        "n.yaml");
+  };
+  const std::string longest(63 - 11, 'a');
+  EXPECT_TRUE(parse(longest).ok());
+  EXPECT_TRUE(parse("nvidia.com/" + longest).ok());
+  EXPECT_FALSE(parse(longest + "a").ok());
+  EXPECT_TRUE(parse("gpu.shared-1").ok());
+  for (const char* bad : {"GPU", "gpu_shared", "gpu..x", "-gpu", "gpu.", "a.-b"}) {
+    auto c = parse(bad);
+    EXPECT_FALSE(c.ok()) << bad;
+  }
+}
+
+TEST(ConfigEnums, GoBool) {
+  for (const char* t : {"1", "t", "T", "TRUE", "true", "True", "yes", "ON"}) {
+    auto b = ParseGoBool(t);
+    ASSERT_TRUE(b.ok()) << t;
+    EXPECT_TRUE(*b) << t;
+  }
+  for (const char* f : {"0", "f", "F", "FALSE", "false", "False", "no", "off"}) {
+    auto b = ParseGoBool(f);
+    ASSERT_TRUE(b.ok()) << f;
+    EXPECT_FALSE(*b) << f;
+  }
+  EXPECT_EQ(ParseGoBool("tRuE").status().message(), "invalid value \"tRuE\" (want true|false)");
+  EXPECT_FALSE(ParseGoBool("").ok());
+  EXPECT_EQ(*ParseSharedDevicesAllocationPolicy("distributed"), "distributed");
+  EXPECT_FALSE(ParseSharedDevicesAllocationPolicy("Packed").ok());
+}
+
 TEST(Config, LoadMissingFileIsNotFound) {
   auto c = LoadConfigFile("/nonexistent/gpulet-config.yaml");
   ASSERT_FALSE(c.ok());
@@ -238,7 +347,8 @@ TEST(ConfigEnums, DeviceListStrategies) {
   EXPECT_STREQ(DeviceListStrategyName((*r)[1]), "volume-mounts");
   EXPECT_FALSE(ParseDeviceListStrategies("").ok());
   EXPECT_FALSE(ParseDeviceListStrategies("envvar,").ok());
-  EXPECT_FALSE(ParseDeviceListStrategies("envvar,envvar").ok());
+  // Upstream keeps a set: a repeated name counts once.
+  EXPECT_EQ(*ParseDeviceListStrategies("envvar,envvar"), std::vector{DeviceListStrategy::kEnvvar});
   EXPECT_FALSE(ParseDeviceListStrategies("cdi").ok());
 }
 
