@@ -16,10 +16,18 @@ class JsonEscapedMessage : public spdlog::custom_flag_formatter {
               spdlog::memory_buf_t& dest) override {
     for (char c : msg.payload) {
       switch (c) {
-        case '"': dest.append(std::string_view("\\\"")); break;
-        case '\\': dest.append(std::string_view("\\\\")); break;
-        case '\n': dest.append(std::string_view("\\n")); break;
-        case '\t': dest.append(std::string_view("\\t")); break;
+        case '"':
+          dest.append(std::string_view("\\\""));
+          break;
+        case '\\':
+          dest.append(std::string_view("\\\\"));
+          break;
+        case '\n':
+          dest.append(std::string_view("\\n"));
+          break;
+        case '\t':
+          dest.append(std::string_view("\\t"));
+          break;
         default:
           if (static_cast<unsigned char>(c) < 0x20) {
             char buf[8];

@@ -13,15 +13,15 @@ namespace gpulet {
 enum class ErrorCode : int {
   kOk = 0,
   kInternal = 1,
-  kUsage = 2,            // bad flag or argument
-  kInvalidInput = 3,     // config/fixture/file content invalid (message names file:line:field)
-  kNotFound = 4,         // a named thing (file, fixture, device) does not exist
-  kUnavailable = 5,      // a peer (kubelet, slurmctld, API server) is not reachable
+  kUsage = 2,         // bad flag or argument
+  kInvalidInput = 3,  // config/fixture/file content invalid (message names file:line:field)
+  kNotFound = 4,      // a named thing (file, fixture, device) does not exist
+  kUnavailable = 5,   // a peer (kubelet, slurmctld, API server) is not reachable
   kNvmlLibraryMissing = 10,
   kNvmlSymbolMissing = 11,
   kNvmlInitFailed = 12,
-  kGpuLost = 13,         // a GPU was lost during discovery: inventory incomplete
-  kNvmlError = 14,       // any other NVML failure during discovery
+  kGpuLost = 13,    // a GPU was lost during discovery: inventory incomplete
+  kNvmlError = 14,  // any other NVML failure during discovery
 };
 
 class Status {
@@ -44,7 +44,7 @@ class Status {
 template <typename T>
 class Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {}  // NOLINT(google-explicit-constructor)
   Result(ErrorCode code, std::string message) : v_(Status(code, std::move(message))) {}
 
