@@ -1,20 +1,19 @@
-// Running Slurm's command-line clients (scontrol). The seam for tests: the drain and job logic
-// talk to a CommandRunner, the real one spawns processes, tests script the answers.
+// Running Slurm's command-line clients (scontrol, sinfo, squeue). The seam for tests: the drain
+// and job logic talk to a CommandRunner, the real one runs processes through common/process.h
+// (clean signal mask, bounded output, killed and reaped on timeout), tests script the answers.
 #pragma once
 
 #include <chrono>
 #include <string>
 #include <vector>
 
+#include "common/process.h"
 #include "common/status.h"
 
 namespace gpulet::slurm {
 
-struct CommandOutput {
-  int exit_code = 0;  // the process's exit status (128+N when killed by signal N)
-  std::string out;    // stdout
-  std::string err;    // stderr
-};
+// exit_code, out, err (and `truncated` when an answer ran past the output bound).
+using CommandOutput = ::gpulet::CommandOutput;
 
 class CommandRunner {
  public:
@@ -27,9 +26,11 @@ class CommandRunner {
                                     std::chrono::milliseconds timeout) const = 0;
 };
 
-// Spawns real processes (posix_spawnp).
+// Real processes, through gpulet::RunCommand. Output is bounded at kMaxOutput per stream (the
+// largest squeue --json of a busy cluster is a few MiB).
 class ProcessRunner : public CommandRunner {
  public:
+  static constexpr size_t kMaxOutput = 32u << 20;
   Result<CommandOutput> Run(const std::vector<std::string>& argv,
                             std::chrono::milliseconds timeout) const override;
 };
