@@ -42,40 +42,48 @@ TypicalPods TypicalPods::FromList(std::vector<TypicalPod> pods) {
 }
 
 void TypicalPods::Index() {
-  shares_.clear();
-  cpu_only_probability_ = 0;
+  std::vector<int32_t> shares;
   for (const TypicalPod& p : pods_)
-    if (p.num_gpu > 0) shares_.push_back(p.gpu_milli);
-  std::sort(shares_.begin(), shares_.end(), std::greater<>());
-  shares_.erase(std::unique(shares_.begin(), shares_.end()), shares_.end());
-  share_of_pod_.assign(pods_.size(), -1);
-  for (size_t i = 0; i < pods_.size(); ++i) {
-    if (pods_[i].num_gpu > 0) {
-      share_of_pod_[i] = static_cast<int>(
-          std::find(shares_.begin(), shares_.end(), pods_[i].gpu_milli) - shares_.begin());
-    } else {
-      cpu_only_probability_ += pods_[i].probability;
-    }
+    if (p.num_gpu > 0) shares.push_back(p.gpu_milli);
+  std::sort(shares.begin(), shares.end(), std::greater<>());
+  shares.erase(std::unique(shares.begin(), shares.end()), shares.end());
+  // More distinct shares than kMaxShares: the least common ones are left out of the measure (their
+  // free share counts as fragment), which keeps the per-node work bounded.
+  if (shares.size() > kMaxShares) shares.resize(kMaxShares);
+  shares_ = shares;
+  gpu_pods_.clear();
+  for (const TypicalPod& p : pods_) {
+    if (p.num_gpu <= 0) continue;
+    auto it = std::find(shares_.begin(), shares_.end(), p.gpu_milli);
+    if (it == shares_.end()) continue;
+    gpu_pods_.push_back(GpuPod{p.cpu_milli, p.num_gpu, static_cast<int>(it - shares_.begin()),
+                               p.model_constrained, p.model_mask, p.probability});
   }
+  std::stable_sort(gpu_pods_.begin(), gpu_pods_.end(),
+                   [](const GpuPod& a, const GpuPod& b) { return a.cpu_milli < b.cpu_milli; });
 }
 
 double TypicalPods::Fragmentation(int model, int64_t cpu_free,
                                   std::span<const int32_t> gpu_free) const {
   // F = total - sum over the pods m that the node can host of p_m * (free share on GPUs with at
   // least gpu_milli(m) free). For each distinct share s, count and sum the GPUs with >= s free in
-  // one merge over the GPUs sorted by free share, descending.
-  std::array<int32_t, kMaxGpusPerNode> sorted{};
+  // one merge over the GPUs sorted by free share, descending. (This runs for every node and pod
+  // of a replay: no allocation, no zero-filling.)
+  std::array<int32_t, kMaxGpusPerNode> sorted;  // NOLINT(cppcoreguidelines-pro-type-member-init)
   const size_t n = std::min(gpu_free.size(), sorted.size());
   int64_t total = 0;
-  for (size_t i = 0; i < n; ++i) {
-    sorted[i] = gpu_free[i];
-    total += gpu_free[i];
+  for (size_t i = 0; i < n; ++i) {  // insertion sort, descending: at most a few GPUs
+    const int32_t v = gpu_free[i];
+    total += v;
+    size_t j = i;
+    for (; j > 0 && sorted[j - 1] < v; --j) sorted[j] = sorted[j - 1];
+    sorted[j] = v;
   }
   if (total == 0) return 0;
-  std::sort(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(n), std::greater<>());
-  std::array<int32_t, 64> count_ge{};
-  std::array<int64_t, 64> sum_ge{};
-  const size_t shares = std::min(shares_.size(), count_ge.size());
+  if (model < 0) return static_cast<double>(total);  // no GPU pod can use these GPUs (see Fits)
+  std::array<int32_t, kMaxShares> count_ge;  // NOLINT(cppcoreguidelines-pro-type-member-init)
+  std::array<int64_t, kMaxShares> sum_ge;    // NOLINT(cppcoreguidelines-pro-type-member-init)
+  const size_t shares = shares_.size();
   size_t g = 0;
   int64_t running = 0;
   for (size_t s = 0; s < shares; ++s) {
@@ -84,14 +92,12 @@ double TypicalPods::Fragmentation(int model, int64_t cpu_free,
     sum_ge[s] = running;
   }
   double usable = 0;
-  for (size_t i = 0; i < pods_.size(); ++i) {
-    const TypicalPod& m = pods_[i];
-    const int s = share_of_pod_[i];
-    if (s < 0 || static_cast<size_t>(s) >= shares) continue;  // CPU-only: all free is fragment
-    if (cpu_free < m.cpu_milli) continue;
-    if (model < 0 || (m.model_constrained && (m.model_mask >> model & 1U) == 0)) continue;
-    if (count_ge[s] < m.num_gpu) continue;
-    usable += m.probability * static_cast<double>(sum_ge[s]);
+  // GPU pods by CPU request, ascending: the first that lacks CPU ends the walk.
+  for (const GpuPod& m : gpu_pods_) {
+    if (cpu_free < m.cpu_milli) break;
+    if (count_ge[m.share] < m.num_gpu) continue;
+    if (m.model_constrained && (m.model_mask >> model & 1U) == 0) continue;
+    usable += m.probability * static_cast<double>(sum_ge[m.share]);
   }
   return static_cast<double>(total) - usable;
 }

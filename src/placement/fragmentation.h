@@ -48,12 +48,20 @@ class TypicalPods {
   }
 
  private:
+  static constexpr size_t kMaxShares = 64;
+  // A typical pod that asks for GPUs, with the index of its share in shares_.
+  struct GpuPod {
+    int64_t cpu_milli;
+    int32_t num_gpu;
+    int share;
+    bool model_constrained;
+    uint64_t model_mask;
+    double probability;
+  };
   void Index();
   std::vector<TypicalPod> pods_;
-  // Distinct gpu_milli values of the GPU pods, descending, and each pod's index into it.
-  std::vector<int32_t> shares_;
-  std::vector<int> share_of_pod_;
-  double cpu_only_probability_ = 0;
+  std::vector<int32_t> shares_;   // distinct gpu_milli of the GPU pods, descending
+  std::vector<GpuPod> gpu_pods_;  // by cpu_milli, ascending
 };
 
 }  // namespace gpulet::placement

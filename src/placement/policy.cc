@@ -159,7 +159,11 @@ class FgdPolicy final : public Policy {
   std::string_view Name() const override { return "fgd"; }
   std::optional<NodeScore> Score(const Node& node, const Pod& pod) const override {
     if (!Fits(node, pod)) return std::nullopt;
-    return FragmentationDecrease(typical_, node, pod);
+    NodeScore s = FragmentationDecrease(typical_, node, pod);
+    // Decreases equal in exact arithmetic may differ in the last bits (summation order); at
+    // 0.001 milli-GPU they tie, and ties are drawn at random as the scheduler does.
+    s.score = std::round(s.score * 1000) / 1000;
+    return s;
   }
 
  private:
