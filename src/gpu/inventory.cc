@@ -170,6 +170,7 @@ class Discoverer {
     rc = f_.nvmlDeviceGetPciInfo_v3(dev, &pci);
     if (rc != NVML_SUCCESS) return Fail(rc, "nvmlDeviceGetPciInfo_v3", who + " " + g.uuid);
     g.pci_bus_id = pci.busId;
+    g.pci_device_id = pci.pciDeviceId;
     rc = f_.nvmlDeviceGetMinorNumber(dev, &g.minor);
     if (rc != NVML_SUCCESS) return Fail(rc, "nvmlDeviceGetMinorNumber", who + " " + g.uuid);
     rc = f_.nvmlDeviceGetCudaComputeCapability(dev, &g.cc_major, &g.cc_minor);
@@ -192,6 +193,13 @@ class Discoverer {
       }
     }
     if (auto cpus = ReadFileLine(sysdir + "/local_cpulist")) g.cpu_affinity = *cpus;
+    if (auto cls = ReadFileLine(sysdir + "/class")) {
+      try {
+        g.pci_class = static_cast<uint32_t>(std::stoul(*cls, nullptr, 16));
+      } catch (const std::exception&) {
+        // Unparseable: the class stays unknown.
+      }
+    }
 
     if (f_.nvmlDeviceGetMigMode != nullptr) {
       unsigned current = 0, pending = 0;
@@ -243,6 +251,11 @@ class Discoverer {
       m.sm_count = attrs.multiprocessorCount;
       m.gi_slices = attrs.gpuInstanceSliceCount;
       m.ci_slices = attrs.computeInstanceSliceCount;
+      m.copy_engines = attrs.sharedCopyEngineCount;
+      m.decoders = attrs.sharedDecoderCount;
+      m.encoders = attrs.sharedEncoderCount;
+      m.jpeg_decoders = attrs.sharedJpegCount;
+      m.ofa_engines = attrs.sharedOfaCount;
       const std::string gi_key =
           "gpu" + std::to_string(g->minor) + "/gi" + std::to_string(m.gpu_instance_id);
       const std::string ci_key = gi_key + "/ci" + std::to_string(m.compute_instance_id);

@@ -27,6 +27,8 @@ struct MigDevice {
   unsigned sm_count = 0;
   unsigned gi_slices = 0;
   unsigned ci_slices = 0;
+  // Engines of the GPU instance (nvmlDeviceGetAttributes' shared*Count), for GFD's labels.
+  unsigned copy_engines = 0, decoders = 0, encoders = 0, jpeg_decoders = 0, ofa_engines = 0;
   // /dev/nvidia-caps/nvidia-capN nodes for the GPU instance and compute instance.
   std::string gi_cap_path;
   std::string ci_cap_path;
@@ -54,6 +56,9 @@ struct Gpu {
   std::string name;            // "NVIDIA H100 80GB HBM3"
   uint64_t memory_mib = 0;
   std::string pci_bus_id;      // "00000000:18:00.0" as NVML reports it
+  uint32_t pci_device_id = 0;  // NVML's pciDeviceId: device << 16 | vendor, e.g. 0x233010DE
+  // The PCI class from sysfs (0x030200 3D controller, 0x030000 VGA); absent when unreadable.
+  std::optional<uint32_t> pci_class;
   unsigned minor = 0;          // /dev/nvidia<minor>
   int cc_major = 0, cc_minor = 0;
   std::string architecture;    // "hopper", "ampere", "ada", … or "unknown"

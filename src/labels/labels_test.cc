@@ -55,8 +55,8 @@ sharing::Plan PlanWith(const std::string& name, sharing::SharingKind kind, int r
 }
 
 TEST(NodeLabels, WholeGpusCarryGfdNames) {
-  const Labels l = NodeLabels(H100Node(8), PlanWith("nvidia.com/gpu", sharing::SharingKind::kNone, 1),
-                              LabelOptions{});
+  const Labels l = NodeLabels(
+      H100Node(8), PlanWith("nvidia.com/gpu", sharing::SharingKind::kNone, 1), LabelOptions{});
   EXPECT_EQ(l.at("nvidia.com/gpu.product"), "NVIDIA-H100-80GB-HBM3");
   EXPECT_EQ(l.at("nvidia.com/gpu.memory"), "81559");
   EXPECT_EQ(l.at("nvidia.com/gpu.count"), "8");
@@ -66,8 +66,9 @@ TEST(NodeLabels, WholeGpusCarryGfdNames) {
   EXPECT_EQ(l.at("nvidia.com/gpu.compute.minor"), "0");
   EXPECT_EQ(l.at("nvidia.com/gpu.family"), "hopper");
   EXPECT_EQ(l.at("nvidia.com/mig.capable"), "true");
-  EXPECT_EQ(l.at("nvidia.com/mig.strategy"), "none");
+  EXPECT_EQ(l.count("nvidia.com/mig.strategy"), 0u);  // GFD omits it for strategy none
   EXPECT_EQ(l.at("nvidia.com/mps.capable"), "false");
+  EXPECT_EQ(l.at("nvidia.com/gpu.mode"), "unknown");  // no PCI class known
   EXPECT_EQ(l.at("nvidia.com/cuda.driver-version.full"), "550.54.15");
   EXPECT_EQ(l.at("nvidia.com/cuda.driver-version.major"), "550");
   EXPECT_EQ(l.at("nvidia.com/cuda.driver-version.minor"), "54");
@@ -77,7 +78,7 @@ TEST(NodeLabels, WholeGpusCarryGfdNames) {
   EXPECT_EQ(l.at("nvidia.com/cuda.runtime-version.minor"), "4");
   EXPECT_EQ(l.at("nvidia.com/cuda.runtime.minor"), "4");
   EXPECT_EQ(l.count("nvidia.com/gfd.timestamp"), 0u);
-  EXPECT_EQ(l.count("nvidia.com/gpu.machine"), 0u);
+  EXPECT_EQ(l.at("nvidia.com/gpu.machine"), "unknown");  // GFD's value without a machine type
 }
 
 TEST(NodeLabels, TimeSlicedPlainResourceMarksProductShared) {
@@ -89,22 +90,96 @@ TEST(NodeLabels, TimeSlicedPlainResourceMarksProductShared) {
   EXPECT_EQ(l.at("nvidia.com/gpu.count"), "2");
 }
 
-TEST(NodeLabels, RenamedSharedResourceKeepsPlainProduct) {
-  sharing::Plan plan = PlanWith("nvidia.com/gpu", sharing::SharingKind::kNone, 1);
-  plan.resources.push_back(
-      PlanWith("nvidia.com/gpu.shared", sharing::SharingKind::kMps, 8).resources[0]);
-  const Labels l = NodeLabels(H100Node(2), plan, {});
+// GFD reads replicas by the entry's original name: a renamed shared resource still says
+// gpu.replicas=N, without -SHARED in the product.
+TEST(NodeLabels, RenamedSharedResourceKeepsPlainProductAndReplicas) {
+  sharing::Plan plan = PlanWith("nvidia.com/gpu.shared", sharing::SharingKind::kMps, 8);
+  auto cfg = config::ParseConfig(
+      "sharing: {mps: {resources: [{name: gpu, rename: gpu.shared, replicas: 8}]}}", "c.yaml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  LabelOptions o;
+  o.sharing = &cfg->sharing;
+  const Labels l = NodeLabels(H100Node(2), plan, o);
   EXPECT_EQ(l.at("nvidia.com/gpu.product"), "NVIDIA-H100-80GB-HBM3");
-  EXPECT_EQ(l.at("nvidia.com/gpu.replicas"), "1");
+  EXPECT_EQ(l.at("nvidia.com/gpu.replicas"), "8");
   EXPECT_EQ(l.at("nvidia.com/gpu.sharing-strategy"), "mps");
   EXPECT_EQ(l.at("nvidia.com/mps.capable"), "true");
+  // renameByDefault counts as renamed too.
+  cfg = config::ParseConfig(
+      "sharing: {timeSlicing: {renameByDefault: true, resources: [{name: gpu, replicas: 3}]}}",
+      "c.yaml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  o.sharing = &cfg->sharing;
+  const Labels t = NodeLabels(H100Node(2), plan, o);
+  EXPECT_EQ(t.at("nvidia.com/gpu.product"), "NVIDIA-H100-80GB-HBM3");
+  EXPECT_EQ(t.at("nvidia.com/gpu.replicas"), "3");
+  EXPECT_EQ(t.at("nvidia.com/gpu.sharing-strategy"), "time-slicing");
+  EXPECT_EQ(t.at("nvidia.com/mps.capable"), "false");
+}
+
+TEST(NodeLabels, FamilyNamesAsGfd) {
+  EXPECT_EQ(ArchFamily(8, 0), "ampere");
+  EXPECT_EQ(ArchFamily(8, 6), "ampere");
+  EXPECT_EQ(ArchFamily(8, 9), "ada-lovelace");
+  EXPECT_EQ(ArchFamily(9, 0), "hopper");
+  EXPECT_EQ(ArchFamily(7, 0), "volta");
+  EXPECT_EQ(ArchFamily(7, 5), "turing");
+  EXPECT_EQ(ArchFamily(10, 0), "blackwell");
+  EXPECT_EQ(ArchFamily(12, 0), "blackwell");
+  EXPECT_EQ(ArchFamily(4, 0), "undefined");
+  gpu::Inventory inv = H100Node(1);
+  inv.gpus[0].name = "NVIDIA L4";
+  inv.gpus[0].cc_major = 8;
+  inv.gpus[0].cc_minor = 9;
+  inv.gpus[0].architecture = "ada";
+  EXPECT_EQ(NodeLabels(inv, {}, {}).at("nvidia.com/gpu.family"), "ada-lovelace");
+}
+
+TEST(NodeLabels, ProductSanitisedAsGfd) {
+  EXPECT_EQ(SanitizeProduct("NVIDIA GeForce RTX 4090 (Laptop)"), "NVIDIA-GeForce-RTX-4090-Laptop");
+  EXPECT_EQ(SanitizeProduct("  NVIDIA   A100-SXM4-40GB "), "NVIDIA-A100-SXM4-40GB");
+  EXPECT_EQ(SanitizeProduct("Tesla T4/PCIe"), "Tesla-T4PCIe");
+}
+
+TEST(NodeLabels, ModeFromPciClass) {
+  gpu::Inventory inv = H100Node(2);
+  for (auto& g : inv.gpus) g.pci_class = 0x030200;
+  EXPECT_EQ(NodeLabels(inv, {}, {}).at("nvidia.com/gpu.mode"), "compute");
+  for (auto& g : inv.gpus) g.pci_class = 0x030000;
+  EXPECT_EQ(NodeLabels(inv, {}, {}).at("nvidia.com/gpu.mode"), "graphics");
+  inv.gpus[1].pci_class = 0x030200;
+  EXPECT_EQ(NodeLabels(inv, {}, {}).at("nvidia.com/gpu.mode"), "unknown");
+}
+
+// mig-strategy=single with more than one profile: GFD's MIG-INVALID labels, not nothing.
+TEST(NodeLabels, InvalidSingleWritesMigInvalid) {
+  gpu::Inventory inv = H100Node(2);
+  inv.gpus[0].mig_enabled = true;
+  inv.gpus[0].mig_devices = {Mig(0, 0, "3g.40gb", 40192, 60, 3), Mig(0, 1, "1g.10gb", 9856, 16, 1)};
+  inv.gpus[1].mig_enabled = true;
+  inv.gpus[1].mig_devices = {Mig(1, 0, "3g.40gb", 40192, 60, 3)};
+  LabelOptions o;
+  o.mig_strategy = config::MigStrategy::kSingle;
+  Labels l = NodeLabels(inv, {}, o);
+  EXPECT_EQ(l.at("nvidia.com/gpu.product"), "NVIDIA-H100-80GB-HBM3-MIG-INVALID");
+  EXPECT_EQ(l.at("nvidia.com/gpu.count"), "0");
+  EXPECT_EQ(l.at("nvidia.com/gpu.replicas"), "0");
+  EXPECT_EQ(l.at("nvidia.com/gpu.memory"), "0");
+  EXPECT_EQ(l.at("nvidia.com/mig.strategy"), "single");
+  // MIG on one GPU only (mixed with a whole GPU) is invalid too.
+  inv.gpus[0].mig_devices.pop_back();
+  inv.gpus[1].mig_enabled = false;
+  inv.gpus[1].mig_devices.clear();
+  l = NodeLabels(inv, {}, o);
+  EXPECT_EQ(l.at("nvidia.com/gpu.product"), "NVIDIA-H100-80GB-HBM3-MIG-INVALID");
 }
 
 TEST(NodeLabels, MigSingleDescribesTheMigDevice) {
   gpu::Inventory inv = H100Node(2);
   for (gpu::Gpu& g : inv.gpus) {
     g.mig_enabled = true;
-    for (unsigned i = 0; i < 7; ++i) g.mig_devices.push_back(Mig(g.index, i, "1g.10gb", 9856, 16, 1));
+    for (unsigned i = 0; i < 7; ++i)
+      g.mig_devices.push_back(Mig(g.index, i, "1g.10gb", 9856, 16, 1));
   }
   LabelOptions o;
   o.mig_strategy = config::MigStrategy::kSingle;
@@ -121,7 +196,8 @@ TEST(NodeLabels, MigSingleDescribesTheMigDevice) {
 TEST(NodeLabels, MigMixedLabelsEveryProfile) {
   gpu::Inventory inv = H100Node(3);
   inv.gpus[0].mig_enabled = true;
-  inv.gpus[0].mig_devices = {Mig(0, 0, "3g.40gb", 40192, 60, 3), Mig(0, 1, "1g.10gb+me", 9856, 16, 1),
+  inv.gpus[0].mig_devices = {Mig(0, 0, "3g.40gb", 40192, 60, 3),
+                             Mig(0, 1, "1g.10gb+me", 9856, 16, 1),
                              Mig(0, 2, "1g.10gb", 9856, 16, 1)};
   inv.gpus[1].mig_enabled = true;
   inv.gpus[1].mig_devices = {Mig(1, 0, "3g.40gb", 40192, 60, 3)};
@@ -133,6 +209,10 @@ TEST(NodeLabels, MigMixedLabelsEveryProfile) {
   EXPECT_EQ(l.at("nvidia.com/mig-3g.40gb.memory"), "40192");
   EXPECT_EQ(l.at("nvidia.com/mig-3g.40gb.multiprocessors"), "60");
   EXPECT_EQ(l.at("nvidia.com/mig-3g.40gb.slices.gi"), "3");
+  EXPECT_EQ(l.at("nvidia.com/mig-3g.40gb.product"), "NVIDIA-H100-80GB-HBM3-MIG-3g.40gb");
+  EXPECT_EQ(l.at("nvidia.com/mig-3g.40gb.replicas"), "1");
+  EXPECT_EQ(l.at("nvidia.com/mig-3g.40gb.sharing-strategy"), "none");
+  EXPECT_EQ(l.at("nvidia.com/mig-3g.40gb.engines.copy"), "0");
   EXPECT_EQ(l.at("nvidia.com/mig-1g.10gb.me.count"), "1");
   EXPECT_EQ(l.at("nvidia.com/mig-1g.10gb.count"), "1");
   // The whole-GPU labels still describe the physical GPUs.

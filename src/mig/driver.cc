@@ -70,6 +70,11 @@ class Session {
       p.slices = info.sliceCount;
       p.memory_mb = info.memorySizeMB;
       p.name = ProfileName(info.sliceCount, info.memorySizeMB);
+      // The REV1 profiles are the media-extension variants mig-parted names "+me".
+      if (id == NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1 ||
+          id == NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1) {
+        p.name += "+me";
+      }
       nvmlGpuInstancePlacement_t placements[kMaxInstances] = {};
       unsigned count = kMaxInstances;
       rc = f_.nvmlDeviceGetGpuInstancePossiblePlacements_v2(dev, info.id, placements, &count);
@@ -126,12 +131,23 @@ class Session {
         if (rc != NVML_SUCCESS) return Error(rc, who + ": nvmlGpuInstanceGetInfo");
         Result<std::vector<nvmlComputeInstance_t>> cis = ComputeInstances(gi, who);
         if (!cis.ok()) return cis.status();
-        nvmlComputeInstance_t whole[kMaxInstances] = {};
-        unsigned n_whole = kMaxInstances;
-        rc = f_.nvmlGpuInstanceGetComputeInstances(gi, WholeComputeProfile(p.slices), whole,
-                                                   &n_whole);
-        const bool whole_ci = rc == NVML_SUCCESS && n_whole == 1 && cis->size() == 1;
-        out.push_back({p.name, info.placement.start, info.id, whole_ci});
+        // One compute instance: spanning the GPU instance ("3g.20gb"), or smaller ("1c.3g.20gb").
+        std::string name = p.name;
+        bool single_ci = false;
+        if (cis->size() == 1) {
+          for (unsigned slices : {p.slices, 1u, 2u, 3u, 4u, 6u, 7u, 8u}) {
+            if (slices > p.slices) continue;
+            nvmlComputeInstance_t one[kMaxInstances] = {};
+            unsigned n = kMaxInstances;
+            rc = f_.nvmlGpuInstanceGetComputeInstances(gi, WholeComputeProfile(slices), one, &n);
+            if (rc == NVML_SUCCESS && n == 1) {
+              single_ci = true;
+              if (slices != p.slices) name = std::to_string(slices) + "c." + p.name;
+              break;
+            }
+          }
+        }
+        out.push_back({name, info.placement.start, info.id, single_ci});
       }
     }
     std::sort(out.begin(), out.end(),
@@ -180,9 +196,10 @@ class Session {
     return Status::Ok();
   }
 
-  // Creates a GPU instance at `start` with one compute instance spanning it; *gi_id receives
-  // its id (set as soon as the GPU instance exists, so a caller can undo a half creation).
-  Status Create(nvmlDevice_t dev, const ProfileSpec& p, unsigned start,
+  // Creates a GPU instance at `start` with one compute instance of `ci_slices` slices (0: one
+  // spanning it); *gi_id receives its id (set as soon as the GPU instance exists, so a caller
+  // can undo a half creation).
+  Status Create(nvmlDevice_t dev, const ProfileSpec& p, unsigned start, unsigned ci_slices,
                 std::optional<unsigned>* gi_id, const std::string& who) const {
     const std::string what =
         who + ": creating " + p.name + " at memory slice " + std::to_string(start);
@@ -195,7 +212,8 @@ class Session {
     if (rc != NVML_SUCCESS) return Error(rc, what + ": nvmlGpuInstanceGetInfo");
     *gi_id = info.id;
     nvmlComputeInstance_t ci = nullptr;
-    rc = f_.nvmlGpuInstanceCreateComputeInstance(gi, WholeComputeProfile(p.slices), &ci);
+    rc = f_.nvmlGpuInstanceCreateComputeInstance(
+        gi, WholeComputeProfile(ci_slices != 0 ? ci_slices : p.slices), &ci);
     if (rc != NVML_SUCCESS) return Error(rc, what + " (compute instance)");
     return Status::Ok();
   }
@@ -204,9 +222,11 @@ class Session {
   const gpu::NvmlFunctions& f_;
 };
 
+// `name` is a device name: "1c.3g.20gb" finds the 3g.20gb profile.
 const ProfileSpec* FindProfile(const GpuState& g, const std::string& name) {
+  const std::string gi_name = GpuInstanceProfileOf(name);
   for (const auto& p : g.profiles) {
-    if (p.name == name) return &p;
+    if (p.name == gi_name) return &p;
   }
   return nullptr;
 }
@@ -241,6 +261,8 @@ Result<std::vector<GpuState>> ReadMigState(const gpu::Nvml& nvml) {
     char buf[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
     if (f.nvmlDeviceGetName(*dev, buf, sizeof buf) == NVML_SUCCESS) g.name = buf;
     if (f.nvmlDeviceGetUUID(*dev, buf, sizeof buf) == NVML_SUCCESS) g.uuid = buf;
+    nvmlPciInfo_t pci{};
+    if (f.nvmlDeviceGetPciInfo_v3(*dev, &pci) == NVML_SUCCESS) g.pci_device_id = pci.pciDeviceId;
     const std::string who = "GPU " + std::to_string(i) + " (" + g.name + ")";
     unsigned current = 0, pending = 0;
     rc = f.nvmlDeviceGetMigMode(*dev, &current, &pending);
@@ -305,7 +327,7 @@ Status ApplyPlan(const gpu::Nvml& nvml, const Plan& plan,
         if (p == nullptr)
           return Status(ErrorCode::kInternal, who + ": unknown profile " + c.profile);
         GpuInstance made = c;
-        Status st = s.Create(*dev, *p, c.start, &made.gi, who);
+        Status st = s.Create(*dev, *p, c.start, ComputeSlicesOf(c.profile), &made.gi, who);
         if (made.gi) created.push_back(made);
         if (!st.ok()) return st;
         say(who + ": created " + Describe(made));
@@ -330,7 +352,8 @@ Status ApplyPlan(const gpu::Nvml& nvml, const Plan& plan,
     for (const GpuInstance& d : destroyed) {
       const ProfileSpec* p = FindProfile(before, d.profile);
       std::optional<unsigned> gi;
-      if (Status st = s.Create(*dev, *p, d.start, &gi, who); !st.ok() && rollback_error.empty()) {
+      if (Status st = s.Create(*dev, *p, d.start, ComputeSlicesOf(d.profile), &gi, who);
+          !st.ok() && rollback_error.empty()) {
         rollback_error = st.message();
       }
     }

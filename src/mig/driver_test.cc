@@ -77,7 +77,7 @@ TEST_F(MigDriverTest, AppliesAConfigAndDiscoverySeesTheNewDevices) {
   Plan plan = PlanFor(
       "version: v1\nmig-configs:\n  c:\n    - devices: [0, 3]\n      mig-enabled: true\n"
       "      mig-devices: {\"3g.40gb\": 1, \"2g.20gb\": 1, \"1g.10gb\": 2}\n"
-      "    - devices: [1]\n      mig-enabled: true\n");
+      "    - devices: [1]\n      mig-enabled: true\n      mig-devices: {}\n");
   ASSERT_TRUE(plan.changes());
   std::vector<std::string> steps;
   Status st = ApplyPlan(*node_.nvml, plan, [&](const std::string& s) { steps.push_back(s); });
@@ -102,7 +102,7 @@ TEST_F(MigDriverTest, AppliesAConfigAndDiscoverySeesTheNewDevices) {
   Plan again = PlanFor(
       "version: v1\nmig-configs:\n  c:\n    - devices: [0, 3]\n      mig-enabled: true\n"
       "      mig-devices: {\"3g.40gb\": 1, \"2g.20gb\": 1, \"1g.10gb\": 2}\n"
-      "    - devices: [1]\n      mig-enabled: true\n");
+      "    - devices: [1]\n      mig-enabled: true\n      mig-devices: {}\n");
   EXPECT_FALSE(again.changes()) << PlanToText(again);
   std::vector<std::string> uuids;
   for (const auto& m : inv.gpus[0].mig_devices) uuids.push_back(m.uuid);
@@ -156,6 +156,27 @@ TEST_F(MigDriverTest, AFailedCreateRollsTheGpuBackToItsPreviousLayout) {
                                              "      mig-devices: {\"1g.5gb\": 7}\n"))
                   .ok());
   EXPECT_THAT(Profiles(Discover().gpus[0]), ::testing::SizeIs(7));
+}
+
+// mig-parted's "+me" device names are the REV1 profiles; applying twice changes nothing the
+// second time. (A compute-instance profile such as "1c.3g.40gb" plans like its GPU instance, see
+// plan_test; the simulated driver creates whole compute instances only.)
+TEST_F(MigDriverTest, AppliesMediaExtensionProfiles) {
+  Open("dgx-h100");
+  const std::string yaml =
+      "version: v1\nmig-configs:\n  c:\n    - devices: [2]\n      mig-enabled: true\n"
+      "      mig-devices: {\"3g.40gb\": 1, \"1g.10gb+me\": 1}\n";
+  Plan plan = PlanFor(yaml);
+  ASSERT_EQ(plan.gpus.size(), 1u);
+  EXPECT_EQ(plan.gpus[0].create.size(), 2u);
+  Status st = ApplyPlan(*node_.nvml, plan, nullptr);
+  ASSERT_TRUE(st.ok()) << st.message();
+  Result<std::vector<GpuState>> state = ReadMigState(*node_.nvml);
+  ASSERT_TRUE(state.ok()) << state.status().message();
+  std::vector<std::string> names;
+  for (const GpuInstance& i : (*state)[2].instances) names.push_back(i.profile);
+  EXPECT_THAT(names, ::testing::UnorderedElementsAre("3g.40gb", "1g.10gb+me"));
+  EXPECT_FALSE(PlanFor(yaml).changes());
 }
 
 TEST_F(MigDriverTest, AFailureAfterEnablingMigTurnsItOffAgain) {

@@ -15,18 +15,27 @@ const ProfileSpec* Find(const std::vector<ProfileSpec>& profiles, const std::str
 
 unsigned Mask(const ProfileSpec& p, unsigned start) { return ((1u << p.size) - 1u) << start; }
 
+// One instance to place: the GPU instance profile and the device name the config gave
+// ("1c.3g.20gb" is placed as a 3g.20gb).
+struct ToPlace {
+  const ProfileSpec* spec;
+  std::string device;
+  bool operator==(const ToPlace&) const = default;
+};
+
 // Depth-first over the instances to place (largest first), trying each valid start.
-bool Search(const std::vector<const ProfileSpec*>& to_place, size_t i, unsigned used,
+bool Search(const std::vector<ToPlace>& to_place, size_t i, unsigned used,
             std::vector<GpuInstance>& out) {
   if (i == to_place.size()) return true;
-  const ProfileSpec& p = *to_place[i];
+  const ProfileSpec& p = *to_place[i].spec;
   for (unsigned start : p.starts) {
     if (start + p.size > kMemorySlices) continue;
     const unsigned m = Mask(p, start);
     if ((used & m) != 0) continue;
     // Same profile as the previous instance: only later starts (prunes symmetric orders).
-    if (i > 0 && to_place[i - 1] == to_place[i] && !out.empty() && start < out.back().start) continue;
-    out.push_back({p.name, start, std::nullopt, true});
+    if (i > 0 && to_place[i - 1] == to_place[i] && !out.empty() && start < out.back().start)
+      continue;
+    out.push_back({to_place[i].device, start, std::nullopt, true});
     if (Search(to_place, i + 1, used | m, out)) return true;
     out.pop_back();
   }
@@ -60,15 +69,15 @@ Result<std::vector<GpuInstance>> PlaceInstances(
     const std::vector<std::pair<std::string, unsigned>>& want) {
   unsigned used = 0, slices = 0, memory = 0;
   for (const auto& f : fixed) {
-    const ProfileSpec* p = Find(profiles, f.profile);
+    const ProfileSpec* p = Find(profiles, GpuInstanceProfileOf(f.profile));
     if (p == nullptr) continue;
     used |= Mask(*p, f.start);
     slices += p->slices;
     memory += p->size;
   }
-  std::vector<const ProfileSpec*> to_place;
+  std::vector<ToPlace> to_place;
   for (const auto& [name, count] : want) {
-    const ProfileSpec* p = Find(profiles, name);
+    const ProfileSpec* p = Find(profiles, GpuInstanceProfileOf(name));
     const std::string what = name + " x" + std::to_string(count);
     if (p == nullptr) {
       return Status(
@@ -80,7 +89,13 @@ Result<std::vector<GpuInstance>> PlaceInstances(
                                                   std::to_string(p->starts.size()) +
                                                   " fit (starts " + Starts(*p) + ")");
     }
-    for (unsigned i = 0; i < count; ++i) to_place.push_back(p);
+    const unsigned ci_slices = ComputeSlicesOf(name);
+    if (ci_slices > p->slices) {
+      return Status(ErrorCode::kInvalidInput,
+                    what + ": a compute instance of " + std::to_string(ci_slices) +
+                        " slices does not fit a GPU instance of " + std::to_string(p->slices));
+    }
+    for (unsigned i = 0; i < count; ++i) to_place.push_back({p, name});
     slices += p->slices * count;
     memory += p->size * count;
     if (slices > 7) {
@@ -94,19 +109,22 @@ Result<std::vector<GpuInstance>> PlaceInstances(
                                                   " takes " + std::to_string(p->size) + ")");
     }
   }
-  std::stable_sort(to_place.begin(), to_place.end(), [](const ProfileSpec* a, const ProfileSpec* b) {
+  std::stable_sort(to_place.begin(), to_place.end(), [](const ToPlace& x, const ToPlace& y) {
+    const ProfileSpec* a = x.spec;
+    const ProfileSpec* b = y.spec;
     return a->size > b->size || (a->size == b->size && a->starts.size() < b->starts.size());
   });
   std::vector<GpuInstance> out;
   if (!Search(to_place, 0, used, out)) {
     // Name the first profile that cannot be placed together with those before it.
     for (size_t n = 1; n <= to_place.size(); ++n) {
-      std::vector<const ProfileSpec*> prefix(to_place.begin(), to_place.begin() + static_cast<long>(n));
+      std::vector<ToPlace> prefix(to_place.begin(), to_place.begin() + static_cast<long>(n));
       std::vector<GpuInstance> scratch;
       if (!Search(prefix, 0, used, scratch)) {
+        const ProfileSpec& last = *to_place[n - 1].spec;
         return Status(ErrorCode::kInvalidInput,
-                      to_place[n - 1]->name + ": no valid placement left (it may start only at " +
-                          Starts(*to_place[n - 1]) + " and takes " + std::to_string(to_place[n - 1]->size) +
+                      to_place[n - 1].device + ": no valid placement left (it may start only at " +
+                          Starts(last) + " and takes " + std::to_string(last.size) +
                           " memory slices; the instances placed before it cover them)");
       }
     }
@@ -120,6 +138,7 @@ Result<std::vector<GpuInstance>> PlaceInstances(
 Result<Plan> ComputePlan(const MigConfig& config, const std::vector<GpuState>& gpus) {
   Plan plan;
   plan.config = config.name;
+  std::map<unsigned, std::string> claimed_by;  // GPU index → the entry that configures it
   for (const MigConfigEntry& e : config.entries) {
     const std::string where = config.file + ":" + std::to_string(e.line) + ": " + e.field;
     std::vector<unsigned> targets;
@@ -137,6 +156,14 @@ Result<Plan> ComputePlan(const MigConfig& config, const std::vector<GpuState>& g
     }
     for (unsigned index : targets) {
       const GpuState& g = gpus[index];
+      if (!e.device_filter.empty() &&
+          !std::binary_search(e.device_filter.begin(), e.device_filter.end(), g.pci_device_id)) {
+        continue;  // meant for another GPU model
+      }
+      if (auto [it, fresh] = claimed_by.emplace(index, e.field); !fresh) {
+        return Status(ErrorCode::kInvalidInput,
+                      where + ": " + GpuName(g) + " is configured by " + it->second + " too");
+      }
       GpuPlan p;
       p.index = g.index;
       p.name = g.name;

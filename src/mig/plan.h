@@ -32,11 +32,13 @@ struct ProfileSpec {
 };
 
 struct GpuInstance {
+  // The device name as mig-parted writes it: a GPU instance profile ("3g.20gb", "1g.10gb+me"),
+  // or a compute-instance profile ("1c.3g.20gb": one 1-slice compute instance in a 3g.20gb).
   std::string profile;
   unsigned start = 0;
   std::optional<unsigned> gi;  // set for an existing instance
   // An existing instance counts as a mig-parted device only with exactly one compute instance
-  // spanning it; anything else is destroyed and created again.
+  // (spanning it, or of the slices its name says); anything else is destroyed and created again.
   bool whole_ci = true;
   bool operator==(const GpuInstance&) const = default;
 };
@@ -45,6 +47,7 @@ struct GpuState {
   unsigned index = 0;
   std::string name;
   std::string uuid;
+  uint32_t pci_device_id = 0;  // NVML's pciDeviceId, e.g. 0x233010DE (device-filter matches it)
   bool mig_capable = false;
   bool mig_enabled = false;
   std::vector<ProfileSpec> profiles;

@@ -206,5 +206,19 @@ TEST(ComputePlan, ErrorsNameTheFileLineGpuAndProfile) {
   EXPECT_FALSE(plan->changes());
 }
 
+// "1c.3g.20gb" is placed as a 3g.20gb GPU instance and keeps its name.
+TEST(PlaceInstances, ComputeInstanceProfilesPlaceAsTheirGpuInstance) {
+  const std::vector<ProfileSpec> a100 = {{"1g.5gb", 0, 1, 4864, {0, 1, 2, 3, 4, 5, 6}, 1},
+                                         {"3g.20gb", 2, 3, 19968, {0, 4}, 4}};
+  Result<std::vector<GpuInstance>> placed =
+      PlaceInstances(a100, {}, {{"1c.3g.20gb", 1}, {"2c.3g.20gb", 1}});
+  ASSERT_TRUE(placed.ok()) << placed.status().message();
+  ASSERT_EQ(placed->size(), 2u);
+  EXPECT_EQ((*placed)[0].profile, "1c.3g.20gb");
+  EXPECT_EQ((*placed)[1].profile, "2c.3g.20gb");
+  EXPECT_FALSE(PlaceInstances(a100, {}, {{"4c.3g.20gb", 1}}).ok());
+  EXPECT_FALSE(PlaceInstances(a100, {}, {{"1c.3g.20gb", 3}}).ok());
+}
+
 }  // namespace
 }  // namespace gpulet::mig

@@ -129,6 +129,8 @@ Status WriteFakeSystemTree(const Fixture& fixture, const std::string& state_dir)
       return s;
     }
     if (Status s = WriteFileAtomic(dev / "local_cpulist", cpus + "\n"); !s.ok()) return s;
+    // A 3D controller, as data-center GPUs are (GFD's gpu.mode=compute).
+    if (Status s = WriteFileAtomic(dev / "class", "0x030200\n"); !s.ok()) return s;
     if (!g.mig_capable) continue;
     // The driver numbers capability minors per GPU minor: 15 GPU instances, each with an
     // access node followed by 8 compute-instance access nodes.
