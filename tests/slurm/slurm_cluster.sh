@@ -19,6 +19,27 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 die() { echo "slurm_cluster: $*" >&2; exit 1; }
 
+# The last lines of each log, one file at a time (`tail -20 A B` is refused by coreutils), and
+# says so for a log that was never written: a failure must always show its cause.
+show_logs() {
+  local f
+  for f in "$@"; do
+    if [ -s "$f" ]; then
+      echo "--- last lines of $f:" >&2
+      tail -n 20 -- "$f" >&2
+    else
+      echo "--- $f: empty or missing" >&2
+    fi
+  done
+}
+
+# Whether every pid in DIR/pids is still running (a daemon that exits at start is a failure now,
+# not after the whole wait).
+daemons_alive() {
+  local pid
+  while read -r pid; do kill -0 "$pid" 2>/dev/null || return 1; done <"$1/pids"
+}
+
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
@@ -102,7 +123,8 @@ start() {
     gres --node-name gpua --dev-root "$dir/gpua" --shards 4 --print slurm | grep '^NodeName=')
   node_b=$($gen --simulate "$here/fixtures/slurm-l4.yaml" --sim-state "$dir/sim-gpub" slurm \
     gres --node-name gpub --dev-root "$dir/gpub" --mps --print slurm | grep '^NodeName=')
-  [ -n "$node_a" ] && [ -n "$node_b" ] || die "no NodeName line from gpulet"
+  [ -n "$node_a" ] && [ -n "$node_b" ] ||
+    die "no NodeName line from gpulet (gpua: \"$node_a\", gpub: \"$node_b\")"
   cat "$dir/gres-gpua.conf" "$dir/gres-gpub.conf" >"$dir/gres.conf"
 
   local pc pa pb
@@ -144,12 +166,18 @@ EOF
 
   slurmctld -D -i -f "$SLURM_CONF" </dev/null >"$dir/slurmctld.out" 2>&1 &
   echo $! >>"$dir/pids"
-  local ok=0
+  local ok=0 ping=""
   for i in $(seq 1 150); do
-    scontrol ping 2>/dev/null | grep -q 'is UP' && { ok=1; break; }
+    ping=$(scontrol ping 2>&1)
+    case "$ping" in *"is UP"*) ok=1; break ;; esac
+    daemons_alive "$dir" || break
     sleep 0.2
   done
-  [ $ok = 1 ] || { tail -20 "$dir/slurmctld.log" "$dir/slurmctld.out" >&2; die "slurmctld did not come up"; }
+  if [ $ok = 0 ]; then
+    echo "scontrol ping: $ping" >&2
+    show_logs "$dir/slurmctld.log" "$dir/slurmctld.out"
+    daemons_alive "$dir" && die "slurmctld did not come up" || die "slurmctld exited at start"
+  fi
   for n in gpua gpub; do
     slurmd -D -f "$SLURM_CONF" -N $n </dev/null >"$dir/slurmd-$n.out" 2>&1 &
     echo $! >>"$dir/pids"
@@ -160,12 +188,14 @@ EOF
     case "$states" in
       "gpua=idle gpub=idle ") ok=1; break ;;
     esac
+    daemons_alive "$dir" || break
     sleep 0.2
   done
   if [ $ok = 0 ]; then
     echo "node states: $states" >&2
-    tail -20 "$dir"/slurmd-*.log "$dir/slurmctld.log" >&2
-    die "slurmd nodes did not become idle"
+    show_logs "$dir"/slurmd-gpua.log "$dir"/slurmd-gpua.out "$dir"/slurmd-gpub.log \
+      "$dir"/slurmd-gpub.out "$dir/slurmctld.log"
+    daemons_alive "$dir" && die "slurmd nodes did not become idle" || die "a daemon exited at start"
   fi
   trap - EXIT
   echo "slurm_cluster: up in $dir (ctld :$pc, gpua :$pa, gpub :$pb)"

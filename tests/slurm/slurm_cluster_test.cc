@@ -118,7 +118,7 @@ TEST_F(SlurmCluster, RunningJobMapsToItsGpus) {
 TEST_F(SlurmCluster, ExporterLabelsSeriesWithTheJobHoldingTheGpu) {
   if (RunCommand(GpuletBinary() + " exporter --help").output.find("--slurm-node") ==
       std::string::npos) {
-    GTEST_SKIP() << "gpulet exporter has no --slurm-node";
+    FAIL() << "gpulet exporter --help lists no --slurm-node: the job-label feature is gone";
   }
   std::string err;
   std::string job = cluster_.Submit("-w gpua --gres=gpu:h100:2", "sleep 120", &err);
@@ -250,6 +250,35 @@ TEST(SlurmFaults, ControllerDownIsAClearErrorAndDrainsNothing) {
                                dir.path() + "/sim slurm health --node-name gpua");
   EXPECT_EQ(r.exit_code, 5) << r.output;
   EXPECT_THAT(r.output, HasSubstr("slurmctld not reachable"));
+}
+
+// A cluster that cannot start (seen on a Debian 12 whose cgroup mounts slurmd rejects) must say
+// why: the helper shows the daemon's own log lines, not a bare "did not come up".
+TEST(SlurmClusterScript, AClusterThatCannotStartShowsTheDaemonsLog) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (the helper makes device nodes with mknod)";
+  TempDir bin, cluster;
+  // Stand-ins on PATH: a slurmctld that logs its reason and exits at once, and the clients.
+  WriteFile(bin.path() + "/slurmctld",
+            "#!/bin/sh\n"
+            "log=$(sed -n 's/^SlurmctldLogFile=//p' \"$4\")\n"
+            "echo 'error: stand-in: cgroup namespace mount refused' >>\"$log\"\n"
+            "echo 'fatal: stand-in slurmctld gives up' >&2\n"
+            "exit 1\n");
+  for (const char* client : {"slurmd", "scontrol", "sbatch", "sinfo", "squeue", "scancel"}) {
+    WriteFile(bin.path() + "/" + client,
+              "#!/bin/sh\necho \"$0: stand-in: no controller\" >&2\nexit 1\n");
+  }
+  ASSERT_EQ(RunCommand("chmod +x " + bin.path() + "/*").exit_code, 0);
+
+  CommandResult r =
+      RunCommand("PATH=" + bin.path() + ":$PATH " + SourceDir() +
+                 "/tests/slurm/slurm_cluster.sh start " + cluster.path() + " " + GpuletBinary());
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("error: stand-in: cgroup namespace mount refused"));
+  EXPECT_THAT(r.output, HasSubstr("fatal: stand-in slurmctld gives up"));
+  EXPECT_THAT(r.output, HasSubstr("slurmctld exited at start"));
+  EXPECT_THAT(r.output, Not(HasSubstr("invalid context")));
+  RunCommand(SourceDir() + "/tests/slurm/slurm_cluster.sh stop " + cluster.path());
 }
 
 }  // namespace
