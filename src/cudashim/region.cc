@@ -1,0 +1,334 @@
+#include "cudashim/region.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace gpulet::cudashim {
+namespace {
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared counters must be lock-free");
+static_assert(std::atomic<uint32_t>::is_always_lock_free, "shared counters must be lock-free");
+
+std::string Errno(const std::string& path, const char* step, int err) {
+  return path + ": " + step + ": " + std::strerror(err);
+}
+
+// Reads /proc/PID/stat: field 3 (state) and field 22 (starttime). The command name (field 2) may
+// hold spaces and parentheses, so parsing starts after the last ')'.
+bool ReadStat(pid_t pid, char* state, uint64_t* start_time) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[1024];
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  const char* p = std::strrchr(buf, ')');
+  if (p == nullptr || p[1] != ' ') return false;
+  p += 2;
+  *state = *p;
+  // After ')' come fields 3, 4, …; starttime is field 22, the 20th from here.
+  for (int field = 3; field < 22; ++field) {
+    p = std::strchr(p, ' ');
+    if (p == nullptr) return false;
+    ++p;
+  }
+  *start_time = std::strtoull(p, nullptr, 10);
+  return true;
+}
+
+}  // namespace
+
+uint64_t ProcessStartTime(pid_t pid, bool* zombie) {
+  char state = 0;
+  uint64_t start = 0;
+  if (!ReadStat(pid, &state, &start)) return 0;
+  if (zombie != nullptr) *zombie = state == 'Z' || state == 'X';
+  return start;
+}
+
+bool OwnerAlive(int32_t pid, uint64_t start_time) {
+  if (pid <= 0) return false;
+  if (::kill(pid, 0) != 0 && errno != EPERM) return false;  // EPERM: alive, another user's
+  char state = 0;
+  uint64_t start = 0;
+  if (!ReadStat(pid, &state, &start)) return true;  // exists, /proc hidden: keep (never over-free)
+  if (state == 'Z' || state == 'X') return false;   // exited: the driver freed its memory
+  return start == start_time;                       // another start time: a reused pid
+}
+
+std::string CreateRegion(const std::string& dir, const std::vector<GpuLimit>& gpus, bool replace) {
+  const std::string path = dir + "/" + kRegionFileName;
+  if (gpus.size() > kMaxGpus) {
+    return path + ": " + std::to_string(gpus.size()) + " GPUs, at most " + std::to_string(kMaxGpus);
+  }
+  for (const GpuLimit& g : gpus) {
+    if (g.uuid.empty() || g.uuid.size() >= kUuidBytes)
+      return path + ": bad GPU UUID \"" + g.uuid + "\"";
+  }
+  if (!replace && ::access(path.c_str(), F_OK) == 0) return "";
+  std::string tmp = path + ".XXXXXX";
+  std::vector<char> name(tmp.begin(), tmp.end());
+  name.push_back('\0');
+  int fd = ::mkostemp(name.data(), O_CLOEXEC);
+  if (fd < 0) return Errno(tmp, "create", errno);
+  tmp = name.data();
+  auto fail = [&](const char* step) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return Errno(tmp, step, err);
+  };
+  // Every process of the container, whichever user it runs as, maps the file read-write.
+  if (::fchmod(fd, 0666) != 0) return fail("chmod 0666");
+  if (::ftruncate(fd, sizeof(RegionLayout)) != 0) return fail("resize");
+  void* p = ::mmap(nullptr, sizeof(RegionLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return fail("mmap");
+  auto* layout = static_cast<RegionLayout*>(p);  // a fresh file reads as zeros
+  RegionHeader& h = layout->header;
+  h.version = kRegionVersion;
+  h.header_bytes = sizeof(RegionHeader);
+  h.max_gpus = kMaxGpus;
+  h.max_processes = kMaxProcesses;
+  h.gpu_count = static_cast<uint32_t>(gpus.size());
+  h.file_bytes = sizeof(RegionLayout);
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+  pthread_mutex_init(&h.mutex, &attr);
+  pthread_mutexattr_destroy(&attr);
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    GpuSlot& g = layout->gpus[i];
+    std::memcpy(g.uuid, gpus[i].uuid.data(), gpus[i].uuid.size());
+    g.limit = gpus[i].limit;
+    g.context_bytes.store(gpus[i].context_bytes);
+  }
+  std::memcpy(h.magic, kRegionMagic, sizeof h.magic);  // last: a torn file never has the magic
+  const int sync_rc = ::msync(p, sizeof(RegionLayout), MS_SYNC);
+  ::munmap(p, sizeof(RegionLayout));
+  if (sync_rc != 0) return fail("msync");
+  if (::fsync(fd) != 0) return fail("fsync");
+  ::close(fd);
+  if (replace ? ::rename(tmp.c_str(), path.c_str()) != 0
+              : ::link(tmp.c_str(), path.c_str()) != 0 && errno != EEXIST) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return Errno(path, "rename into place", err);
+  }
+  ::unlink(tmp.c_str());  // after rename: gone already (ENOENT, ignored)
+  return "";
+}
+
+Region::~Region() {
+  if (layout_ != nullptr) ::munmap(layout_, mapped_);
+}
+
+std::string Region::Open(const std::string& dir, bool read_only) {
+  path_ = dir + "/" + kRegionFileName;
+  read_only_ = read_only;
+  int fd = ::open(path_.c_str(), (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+  if (fd < 0)
+    return Errno(path_, read_only ? "open for reading" : "open for reading and writing", errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Errno(path_, "stat", err);
+  }
+  if (static_cast<size_t>(st.st_size) < sizeof(RegionHeader)) {
+    ::close(fd);
+    return path_ + ": " + std::to_string(st.st_size) +
+           " bytes, too short for a gpulet accounting region";
+  }
+  RegionHeader h{};
+  if (::pread(fd, &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h)) {
+    const int err = errno;
+    ::close(fd);
+    return Errno(path_, "read header", err);
+  }
+  if (std::memcmp(h.magic, kRegionMagic, sizeof h.magic) != 0) {
+    ::close(fd);
+    return path_ + ": not a gpulet accounting region (bad magic)";
+  }
+  if (h.version != kRegionVersion) {
+    ::close(fd);
+    return path_ + ": accounting region layout version " + std::to_string(h.version) +
+           ", this library reads version " + std::to_string(kRegionVersion) +
+           " (library and device plugin of different gpulet releases); refusing to use it";
+  }
+  if (h.header_bytes != sizeof(RegionHeader) || h.max_gpus != kMaxGpus ||
+      h.max_processes != kMaxProcesses || h.file_bytes != sizeof(RegionLayout) ||
+      static_cast<size_t>(st.st_size) != sizeof(RegionLayout) || h.gpu_count > kMaxGpus) {
+    ::close(fd);
+    return path_ + ": accounting region of version 1 but another size (" +
+           std::to_string(st.st_size) + " bytes, expected " + std::to_string(sizeof(RegionLayout)) +
+           "); refusing to use it";
+  }
+  void* p = ::mmap(nullptr, sizeof(RegionLayout), read_only ? PROT_READ : PROT_READ | PROT_WRITE,
+                   MAP_SHARED, fd, 0);
+  const int err = errno;
+  ::close(fd);
+  if (p == MAP_FAILED) return Errno(path_, "mmap", err);
+  layout_ = static_cast<RegionLayout*>(p);
+  mapped_ = sizeof(RegionLayout);
+  return "";
+}
+
+uint32_t Region::gpu_count() const { return layout_ == nullptr ? 0 : layout_->header.gpu_count; }
+
+int Region::FindGpu(const char* uuid) const {
+  if (layout_ == nullptr) return -1;
+  for (uint32_t i = 0; i < gpu_count(); ++i) {
+    if (std::strncmp(layout_->gpus[i].uuid, uuid, kUuidBytes) == 0) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+bool Region::Lock() {
+  int rc = pthread_mutex_lock(&layout_->header.mutex);
+  if (rc == EOWNERDEAD) {
+    // The previous holder died inside the critical section: its slot's counters may be half
+    // updated. The process slots are the truth; rebuild the GPU totals from them.
+    ReapLocked();
+    RebuildLocked();
+    pthread_mutex_consistent(&layout_->header.mutex);
+    return true;
+  }
+  return rc == 0;
+}
+
+void Region::Unlock() { pthread_mutex_unlock(&layout_->header.mutex); }
+
+void Region::RebuildLocked() {
+  for (uint32_t g = 0; g < gpu_count(); ++g) {
+    uint64_t sum = 0;
+    for (ProcessSlot& p : layout_->processes) {
+      if (p.state.load(std::memory_order_relaxed) != kSlotFree)
+        sum += p.used[g].load(std::memory_order_relaxed);
+    }
+    layout_->gpus[g].used.store(sum, std::memory_order_relaxed);
+  }
+}
+
+int Region::ReapLocked() {
+  int reaped = 0;
+  for (ProcessSlot& p : layout_->processes) {
+    const uint32_t state = p.state.load(std::memory_order_acquire);
+    if (state == kSlotFree) continue;
+    // A slot left half claimed (its process died before finishing Attach) holds nothing once its
+    // owner is gone; a live claimer finishes within a few instructions.
+    if (OwnerAlive(p.pid, p.start_time)) continue;
+    if (state == kSlotClaiming && p.pid == 0) continue;
+    for (uint32_t g = 0; g < kMaxGpus; ++g) {
+      const uint64_t held = p.used[g].exchange(0, std::memory_order_relaxed);
+      if (g < gpu_count() && held != 0)
+        layout_->gpus[g].used.fetch_sub(held, std::memory_order_relaxed);
+    }
+    p.pid = 0;
+    p.start_time = 0;
+    p.state.store(kSlotFree, std::memory_order_release);
+    ++reaped;
+  }
+  return reaped;
+}
+
+int Region::Reap() {
+  if (layout_ == nullptr || read_only_ || !Lock()) return 0;
+  const int reaped = ReapLocked();
+  RebuildLocked();
+  Unlock();
+  return reaped;
+}
+
+int Region::Attach() {
+  if (layout_ == nullptr || read_only_ || !Lock()) return -1;
+  ReapLocked();
+  RebuildLocked();
+  const pid_t pid = ::getpid();
+  const uint64_t start = ProcessStartTime(pid);
+  int slot = -1;
+  for (uint32_t i = 0; i < kMaxProcesses; ++i) {
+    ProcessSlot& p = layout_->processes[i];
+    if (p.state.load(std::memory_order_relaxed) != kSlotFree) continue;
+    p.state.store(kSlotClaiming, std::memory_order_relaxed);
+    p.pid = pid;
+    p.start_time = start;
+    for (auto& u : p.used) u.store(0, std::memory_order_relaxed);
+    p.state.store(kSlotLive, std::memory_order_release);
+    slot = static_cast<int>(i);
+    break;
+  }
+  Unlock();
+  return slot;
+}
+
+bool Region::Admit(int proc, int gpu, uint64_t bytes, bool force) {
+  if (layout_ == nullptr || read_only_ || proc < 0 || gpu < 0) return false;
+  GpuSlot& g = layout_->gpus[gpu];
+  ProcessSlot& p = layout_->processes[proc];
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (!Lock()) return false;
+    const uint64_t used = g.used.load(std::memory_order_relaxed);
+    if (force || (bytes <= g.limit && used <= g.limit - bytes)) {
+      p.used[gpu].fetch_add(bytes, std::memory_order_relaxed);  // the process share first: see Lock
+      const uint64_t now = used + bytes;
+      g.used.store(now, std::memory_order_relaxed);
+      if (now > g.peak.load(std::memory_order_relaxed))
+        g.peak.store(now, std::memory_order_relaxed);
+      Unlock();
+      return true;
+    }
+    // Over the limit: memory of a process that died may still be counted. Reap once and retry.
+    const bool reaped = ReapLocked() > 0;
+    if (reaped) RebuildLocked();
+    Unlock();
+    if (!reaped) return false;
+  }
+  return false;
+}
+
+void Region::Release(int proc, int gpu, uint64_t bytes) {
+  if (layout_ == nullptr || read_only_ || proc < 0 || gpu < 0 || bytes == 0 || !Lock()) return;
+  ProcessSlot& p = layout_->processes[proc];
+  GpuSlot& g = layout_->gpus[gpu];
+  const uint64_t held = p.used[gpu].load(std::memory_order_relaxed);
+  const uint64_t n = bytes < held ? bytes : held;
+  p.used[gpu].store(held - n, std::memory_order_relaxed);
+  const uint64_t used = g.used.load(std::memory_order_relaxed);
+  g.used.store(used >= n ? used - n : 0, std::memory_order_relaxed);
+  Unlock();
+}
+
+void Region::ReleaseAll(int proc, int gpu) {
+  if (layout_ == nullptr || proc < 0 || gpu < 0) return;
+  Release(proc, gpu, layout_->processes[proc].used[gpu].load(std::memory_order_relaxed));
+}
+
+std::vector<GpuUsage> Region::Usage() const {
+  std::vector<GpuUsage> out;
+  for (uint32_t i = 0; i < gpu_count(); ++i) {
+    const GpuSlot& g = layout_->gpus[i];
+    GpuUsage u;
+    u.uuid.assign(g.uuid, ::strnlen(g.uuid, kUuidBytes));
+    u.limit = g.limit;
+    u.used = g.used.load(std::memory_order_relaxed);
+    u.peak = g.peak.load(std::memory_order_relaxed);
+    u.context_bytes = g.context_bytes.load(std::memory_order_relaxed);
+    out.push_back(std::move(u));
+  }
+  return out;
+}
+
+}  // namespace gpulet::cudashim

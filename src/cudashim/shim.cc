@@ -1,0 +1,1421 @@
+// libgpulet-cuda.so: the memory-limit interposer. Loaded into a container's processes (by
+// /etc/ld.so.preload or LD_PRELOAD), it stands in front of libcuda.so.1 and libnvidia-ml.so.1:
+//
+//   - programs linked against libcuda call our exported cu* symbols (they come first in the
+//     lookup order); programs that dlopen the driver and dlsym a name get ours from our dlsym;
+//     the CUDA runtime, which finds every entry point through cuGetProcAddress(_v2), gets ours
+//     from our cuGetProcAddress, which asks the driver first (so versions and flags are the
+//     driver's business) and swaps in the wrapper of exactly the variant the driver chose.
+//     Symbols we do not wrap, cuGetExportTable's private tables included, pass through untouched.
+//   - every producer of device memory is charged to the container's accounting region (region.h)
+//     before the driver is called; over the limit the call returns CUDA_ERROR_OUT_OF_MEMORY and
+//     the driver never sees it. Releases give the charge back.
+//   - what programs read (cuMemGetInfo, cuDeviceTotalMem, nvmlDeviceGetMemoryInfo and _v2) is
+//     the container's share: total = min(limit, physical), free = total - used clamped to
+//     [0, total] and to what the GPU really has free.
+//
+// A C ABI library has no caller-owned object, so its state is one process-wide State, created on
+// first use and never destroyed (other threads may still call in while the process exits).
+#include <dlfcn.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cinttypes>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "cudashim/cuda_api.h"
+#include "cudashim/region.h"
+#include "gpu/nvml_api.h"
+
+#define GPULET_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace gpulet::cudashim {
+namespace {
+
+constexpr const char* kDefaultDir = "/run/gpulet/cuda";
+constexpr int kMaxDevices = 64;
+constexpr uint64_t kAllocAlign = 512;  // the driver's smallest allocation alignment
+
+// ---- the real dlsym, found without calling the interposed one ----------------------------------
+
+using DlsymFn = void* (*)(void*, const char*) noexcept;
+
+DlsymFn RealDlsym() {
+  static DlsymFn fn = [] {
+    // dlvsym is not interposed: asking it for libc's dlsym cannot recurse into ours.
+    for (const char* version : {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"}) {
+      if (void* p = ::dlvsym(RTLD_NEXT, "dlsym", version)) return reinterpret_cast<DlsymFn>(p);
+    }
+    std::fprintf(stderr, "gpulet-cuda: cannot find libc's dlsym (dlvsym failed); aborting\n");
+    std::abort();
+  }();
+  return fn;
+}
+
+void* DriverHandle() {
+  static void* handle = [] {
+    const char* lib = std::getenv("GPULET_CUDA_DRIVER_LIBRARY");
+    if (lib == nullptr || *lib == '\0') lib = "libcuda.so.1";
+    void* h = ::dlopen(lib, RTLD_NOW | RTLD_NOLOAD);
+    if (h == nullptr) h = ::dlopen(lib, RTLD_NOW);
+    if (h == nullptr) std::fprintf(stderr, "gpulet-cuda: cannot load %s: %s\n", lib, ::dlerror());
+    return h;
+  }();
+  return handle;
+}
+
+void* NvmlHandle() {
+  static void* handle = [] {
+    void* h = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (h == nullptr) h = ::dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    return h;
+  }();
+  return handle;
+}
+
+// ---- the wrapped entry points and their real counterparts -------------------------------------
+
+enum HookIndex : int {
+#define GPULET_INDEX(name, base, since, ptsz, ret, params) k_##name,
+  GPULET_CUDA_WRAPPED(GPULET_INDEX) GPULET_CUDA_PLAIN(GPULET_INDEX)
+#undef GPULET_INDEX
+#define GPULET_LEGACY_INDEX(name, base, since) k_##name,
+      GPULET_CUDA_LEGACY(GPULET_LEGACY_INDEX)
+#undef GPULET_LEGACY_INDEX
+          kHookCount
+};
+
+struct Hook {
+  const char* name;
+  const char* base;
+  int since;
+  bool ptsz;
+  bool wrapped;  // false: a driver function we only call
+  bool legacy;   // refused
+  void* wrapper;
+  std::atomic<void*> real{nullptr};
+};
+
+}  // namespace
+}  // namespace gpulet::cudashim
+
+// Forward declarations of the legacy refusals (defined at the end, variadic: never reads args).
+#define GPULET_LEGACY_DECLARE(name, base, since) GPULET_EXPORT CUresult name(...);
+GPULET_CUDA_LEGACY(GPULET_LEGACY_DECLARE)
+#undef GPULET_LEGACY_DECLARE
+
+namespace gpulet::cudashim {
+namespace {
+
+Hook g_hooks[kHookCount] = {
+#define GPULET_HOOK(name, base, since, ptsz, ret, params) \
+  {#name, #base, since, ptsz != 0, true, false, reinterpret_cast<void*>(&::name), {}},
+    GPULET_CUDA_WRAPPED(GPULET_HOOK)
+#undef GPULET_HOOK
+#define GPULET_PLAIN_HOOK(name, base, since, ptsz, ret, params) \
+  {#name, #base, since, ptsz != 0, false, false, nullptr, {}},
+        GPULET_CUDA_PLAIN(GPULET_PLAIN_HOOK)
+#undef GPULET_PLAIN_HOOK
+#define GPULET_LEGACY_HOOK(name, base, since) \
+  {#name, #base, since, false, true, true, reinterpret_cast<void*>(&::name), {}},
+            GPULET_CUDA_LEGACY(GPULET_LEGACY_HOOK)
+#undef GPULET_LEGACY_HOOK
+};
+
+void* RealFor(int index) {
+  Hook& h = g_hooks[index];
+  void* p = h.real.load(std::memory_order_acquire);
+  if (p != nullptr) return p;
+  if (void* lib = DriverHandle()) p = RealDlsym()(lib, h.name);
+  if (p != nullptr) h.real.store(p, std::memory_order_release);
+  return p;
+}
+
+// REAL(cuMemAlloc_v2) is the driver's function with our declared type, or nullptr.
+#define REAL(name) (reinterpret_cast<decltype(&::name)>(RealFor(k_##name)))
+// Calls the driver's function, or answers CUDA_ERROR_NOT_FOUND when the driver has none.
+#define CALL_REAL(name, ...)                              \
+  do {                                                    \
+    auto real_fn_ = REAL(name);                           \
+    if (real_fn_ == nullptr) return CUDA_ERROR_NOT_FOUND; \
+    return real_fn_(__VA_ARGS__);                         \
+  } while (0)
+
+// Name → hook, for dlsym and cuGetProcAddress (exact exported names and base names).
+struct NameIndex {
+  std::unordered_map<std::string_view, int> exact;
+  std::unordered_multimap<std::string_view, int> by_base;
+};
+
+const NameIndex& Names() {
+  static const NameIndex* index = [] {
+    auto* n = new NameIndex();
+    for (int i = 0; i < kHookCount; ++i) {
+      if (!g_hooks[i].wrapped) continue;
+      n->exact.emplace(g_hooks[i].name, i);
+      n->by_base.emplace(g_hooks[i].base, i);
+    }
+    return n;
+  }();
+  return *index;
+}
+
+// ---- messages: one line each, once per cause ---------------------------------------------------
+
+void Say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void Say(const char* fmt, ...) {
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  std::fprintf(stderr, "gpulet-cuda[%d]: %s\n", static_cast<int>(::getpid()), line);
+}
+
+// ---- accounting state --------------------------------------------------------------------------
+
+enum class Mode { kActive, kPassthrough, kFailed };
+
+struct Charge {
+  int gpu = -1;
+  uint64_t bytes = 0;
+  CUmemoryPool pool = nullptr;  // allocations from a stream-ordered pool
+};
+
+struct PoolState {
+  int gpu = -1;
+  uint64_t live = 0;     // bytes of allocations handed out and not freed
+  uint64_t charged = 0;  // bytes charged to the region: what the pool holds (live + cached)
+};
+
+struct State {
+  Mode mode = Mode::kFailed;
+  std::string error;
+  Region region;
+  std::atomic<int> proc{-1};
+  std::mutex attach_mu;
+  std::atomic<int> device_slot[kMaxDevices];  // -2: not looked up; -1: not in the region
+  std::atomic<bool> warned_unlisted[kMaxDevices];
+
+  std::mutex mu;  // guards everything below
+  std::unordered_map<CUdeviceptr, Charge> pointers;
+  std::unordered_map<CUmemGenericAllocationHandle, Charge> handles;
+  std::unordered_map<const void*, Charge> arrays;   // CUarray and CUmipmappedArray
+  std::unordered_map<const void*, Charge> modules;  // CUmodule and CUlibrary
+  std::unordered_map<CUcontext, Charge> contexts;   // contexts we created (not primary)
+  std::unordered_map<CUmemoryPool, PoolState> pools;
+  int primary_refs[kMaxDevices] = {};
+  uint64_t primary_charge[kMaxDevices] = {};
+  std::atomic<bool> pools_cache{false};  // some pool holds freed blocks: reconcile at syncs
+};
+
+State* NewState() {
+  auto* s = new State();
+  for (auto& d : s->device_slot) d.store(-2);
+  for (auto& w : s->warned_unlisted) w.store(false);
+  const char* pass = std::getenv("GPULET_CUDA_PASSTHROUGH");
+  if (pass != nullptr && std::strcmp(pass, "1") == 0) {
+    s->mode = Mode::kPassthrough;
+    Say("GPULET_CUDA_PASSTHROUGH=1: GPU memory limits are NOT enforced in this process");
+    return s;
+  }
+  const char* dir = std::getenv("GPULET_CUDA_DIR");
+  if (dir == nullptr || *dir == '\0') dir = kDefaultDir;
+  s->error = s->region.Open(dir);
+  if (s->error.empty()) s->proc.store(s->region.Attach());
+  if (s->error.empty() && s->proc.load() < 0) {
+    s->error = s->region.path() + ": all " + std::to_string(kMaxProcesses) +
+               " process slots are held by live processes";
+  }
+  if (!s->error.empty()) {
+    s->mode = Mode::kFailed;
+    Say("cannot enforce GPU memory limits: %s; CUDA is refused in this process (set "
+        "GPULET_CUDA_PASSTHROUGH=1 to run without limits)",
+        s->error.c_str());
+    return s;
+  }
+  s->mode = Mode::kActive;
+  return s;
+}
+
+void AfterFork();
+
+State& S() {
+  static State* state = [] {
+    State* s = NewState();
+    pthread_atfork(nullptr, nullptr, &AfterFork);
+    return s;
+  }();
+  return *state;
+}
+
+// A forked child is a new process: its own slot, none of the parent's allocations (CUDA state
+// does not survive fork()). The parent's mutexes may be held by threads that do not exist here.
+void AfterFork() {
+  State& s = S();
+  new (&s.mu) std::mutex();
+  new (&s.attach_mu) std::mutex();
+  s.proc.store(-1);
+  s.pointers.clear();
+  s.handles.clear();
+  s.arrays.clear();
+  s.modules.clear();
+  s.contexts.clear();
+  s.pools.clear();
+  std::fill(std::begin(s.primary_refs), std::end(s.primary_refs), 0);
+  std::fill(std::begin(s.primary_charge), std::end(s.primary_charge), 0);
+}
+
+int Proc(State& s) {
+  int p = s.proc.load(std::memory_order_acquire);
+  if (p >= 0) return p;
+  std::lock_guard lock(s.attach_mu);
+  p = s.proc.load();
+  if (p < 0) {
+    p = s.region.Attach();
+    if (p < 0) Say("%s: every process slot is held by a live process", s.region.path().c_str());
+    s.proc.store(p, std::memory_order_release);
+  }
+  return p;
+}
+
+std::string UuidString(const CUuuid& u) {
+  const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
+  char out[48];
+  std::snprintf(out, sizeof out,
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                b[14], b[15]);
+  return out;
+}
+
+// The region slot of CUDA device `dev`: -1 when the region does not list it (then its memory is
+// refused: a GPU the container sees without a limit is a configuration error, not a free pass).
+int SlotOfDevice(State& s, CUdevice dev) {
+  if (dev < 0 || dev >= kMaxDevices) return -1;
+  int slot = s.device_slot[dev].load(std::memory_order_acquire);
+  if (slot != -2) return slot;
+  CUuuid u{};
+  CUresult rc = CUDA_ERROR_NOT_FOUND;
+  if (auto f = REAL(cuDeviceGetUuid_v2)) rc = f(&u, dev);
+  if (rc != CUDA_SUCCESS) {
+    if (auto f = REAL(cuDeviceGetUuid)) rc = f(&u, dev);
+  }
+  if (rc != CUDA_SUCCESS) return -1;  // not cached: the driver may answer later
+  const std::string uuid = UuidString(u);
+  slot = s.region.FindGpu(uuid.c_str());
+  if (slot < 0 && !s.warned_unlisted[dev].exchange(true)) {
+    Say("%s: CUDA device %d (%s) has no memory limit in this region; its allocations are refused",
+        s.region.path().c_str(), dev, uuid.c_str());
+  }
+  s.device_slot[dev].store(slot, std::memory_order_release);
+  return slot;
+}
+
+bool CurrentDevice(CUdevice* dev) {
+  auto f = REAL(cuCtxGetDevice);
+  return f != nullptr && f(dev) == CUDA_SUCCESS;
+}
+
+uint64_t Aligned(uint64_t bytes) { return (bytes + kAllocAlign - 1) / kAllocAlign * kAllocAlign; }
+
+// The outcome of charging before a driver call.
+enum class Gate { kPass, kCharged, kRefused, kFailedClosed };
+
+// Charges `bytes` on CUDA device `dev` to this process. kPass: not limited (pass-through mode).
+Gate ChargeDevice(State& s, CUdevice dev, uint64_t bytes, int* slot_out) {
+  if (s.mode == Mode::kPassthrough) return Gate::kPass;
+  if (s.mode == Mode::kFailed) return Gate::kFailedClosed;
+  const int slot = SlotOfDevice(s, dev);
+  *slot_out = slot;
+  if (slot < 0) return Gate::kRefused;
+  const int proc = Proc(s);
+  if (proc < 0) return Gate::kRefused;
+  return s.region.Admit(proc, slot, bytes) ? Gate::kCharged : Gate::kRefused;
+}
+
+CUresult Refusal(Gate g) {
+  return g == Gate::kFailedClosed ? CUDA_ERROR_NOT_INITIALIZED : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+void Uncharge(State& s, int slot, uint64_t bytes) {
+  if (slot >= 0 && bytes != 0) s.region.Release(s.proc.load(), slot, bytes);
+}
+
+// Charges a size the driver decided after the call (pitch, array layout, pool rounding).
+void ChargeAfter(State& s, int slot, uint64_t bytes) {
+  if (slot >= 0 && bytes != 0) s.region.Admit(s.proc.load(), slot, bytes, /*force=*/true);
+}
+
+// Adjusts a recorded charge from `from` to `to` bytes.
+void Recharge(State& s, int slot, uint64_t from, uint64_t to) {
+  if (to > from) ChargeAfter(s, slot, to - from);
+  if (to < from) Uncharge(s, slot, from - to);
+}
+
+// ---- allocation families -----------------------------------------------------------------------
+
+template <typename Call>
+CUresult AllocateCounted(CUdeviceptr* dptr, uint64_t bytes, Call&& call) {
+  State& s = S();
+  CUdevice dev = 0;
+  if (s.mode != Mode::kPassthrough && !CurrentDevice(&dev))
+    return call();  // no context: driver says so
+  int slot = -1;
+  const Gate g = ChargeDevice(s, dev, bytes, &slot);
+  if (g == Gate::kPass) return call();
+  if (g != Gate::kCharged) return Refusal(g);
+  const CUresult rc = call();
+  if (rc != CUDA_SUCCESS || dptr == nullptr) {
+    Uncharge(s, slot, bytes);
+    return rc;
+  }
+  std::lock_guard lock(s.mu);
+  s.pointers[*dptr] = Charge{slot, bytes, nullptr};
+  return rc;
+}
+
+// Pool bookkeeping: returns what the pool really holds (RESERVED_MEM_CURRENT) to the charge.
+void ReconcilePoolLocked(State& s, CUmemoryPool pool, PoolState& ps) {
+  uint64_t reserved = 0;
+  auto get = REAL(cuMemPoolGetAttribute);
+  if (get == nullptr ||
+      get(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) != CUDA_SUCCESS) {
+    return;
+  }
+  const uint64_t target = std::max(ps.live, reserved);
+  Recharge(s, ps.gpu, ps.charged, target);
+  ps.charged = target;
+}
+
+void ReconcileAllPools(State& s) {
+  if (!s.pools_cache.load(std::memory_order_relaxed)) return;
+  std::lock_guard lock(s.mu);
+  bool cached = false;
+  for (auto& [pool, ps] : s.pools) {
+    if (ps.charged > ps.live) ReconcilePoolLocked(s, pool, ps);
+    cached = cached || ps.charged > ps.live;
+  }
+  s.pools_cache.store(cached, std::memory_order_relaxed);
+}
+
+PoolState& PoolLocked(State& s, CUmemoryPool pool, int slot_hint) {
+  auto [it, fresh] = s.pools.try_emplace(pool);
+  if (fresh || it->second.gpu < 0) it->second.gpu = slot_hint;
+  return it->second;
+}
+
+template <typename Call>
+CUresult AllocateFromPool(CUdeviceptr* dptr, uint64_t bytes, CUmemoryPool pool, CUdevice dev,
+                          Call&& call) {
+  State& s = S();
+  if (s.mode == Mode::kPassthrough) return call();
+  if (s.mode == Mode::kFailed) return CUDA_ERROR_NOT_INITIALIZED;
+  const int slot = SlotOfDevice(s, dev);
+  const int proc = Proc(s);
+  if (slot < 0 || proc < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  uint64_t extra = 0;
+  {
+    // A pool serves a block from what it caches before it asks the device for more: only the
+    // growth past what the pool already holds is new memory.
+    std::lock_guard lock(s.mu);
+    PoolState& ps = PoolLocked(s, pool, slot);
+    const uint64_t need = ps.live + bytes;
+    extra = need > ps.charged ? need - ps.charged : 0;
+    if (extra != 0 && !s.region.Admit(proc, ps.gpu, extra)) return CUDA_ERROR_OUT_OF_MEMORY;
+    ps.charged += extra;
+    ps.live += bytes;
+  }
+  const CUresult rc = call();
+  std::lock_guard lock(s.mu);
+  PoolState& ps = PoolLocked(s, pool, slot);
+  if (rc != CUDA_SUCCESS || dptr == nullptr) {
+    ps.live -= bytes;
+    ps.charged -= extra;
+    Uncharge(s, ps.gpu, extra);
+    return rc;
+  }
+  s.pointers[*dptr] = Charge{ps.gpu, bytes, pool};
+  return rc;
+}
+
+// Forgets `dptr` after the driver freed it. Pool blocks stay charged to their pool (it caches
+// them) until a trim or a synchronization lets the pool release them.
+void Freed(State& s, CUdeviceptr dptr) {
+  std::lock_guard lock(s.mu);
+  auto it = s.pointers.find(dptr);
+  if (it == s.pointers.end()) return;
+  const Charge c = it->second;
+  s.pointers.erase(it);
+  if (c.pool == nullptr) {
+    Uncharge(s, c.gpu, c.bytes);
+    return;
+  }
+  auto p = s.pools.find(c.pool);
+  if (p == s.pools.end()) return;
+  p->second.live -= std::min(p->second.live, c.bytes);
+  ReconcilePoolLocked(s, c.pool, p->second);
+  if (p->second.charged > p->second.live) s.pools_cache.store(true, std::memory_order_relaxed);
+}
+
+CUresult PoolOfDevice(CUdevice dev, CUmemoryPool* pool) {
+  auto f = REAL(cuDeviceGetMemPool);
+  if (f == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return f(pool, dev);
+}
+
+// ---- arrays ------------------------------------------------------------------------------------
+
+uint64_t FormatBytes(CUarray_format f) {
+  switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+      return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+      return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT:
+      return 4;
+  }
+  return 16;  // block-compressed and newer formats: at most 16 bytes per element, never less
+}
+
+uint64_t SaturatingMul(uint64_t a, uint64_t b) {
+  uint64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+uint64_t ArrayBytes(size_t w, size_t h, size_t d, CUarray_format f, unsigned channels) {
+  uint64_t n = SaturatingMul(std::max<uint64_t>(w, 1), std::max<uint64_t>(h, 1));
+  n = SaturatingMul(n, std::max<uint64_t>(d, 1));
+  n = SaturatingMul(n, SaturatingMul(std::max<uint64_t>(channels, 1), FormatBytes(f)));
+  return n == UINT64_MAX ? n : Aligned(n);
+}
+
+uint64_t MipmapBytes(const CUDA_ARRAY3D_DESCRIPTOR& d, unsigned levels) {
+  const bool layered = (d.Flags & CUDA_ARRAY3D_LAYERED) != 0;
+  uint64_t total = 0;
+  for (unsigned l = 0; l < std::max(levels, 1u) && l < 64; ++l) {
+    const size_t w = std::max<size_t>(d.Width >> l, 1);
+    const size_t h = d.Height == 0 ? 0 : std::max<size_t>(d.Height >> l, 1);
+    const size_t z = d.Depth == 0 ? 0 : layered ? d.Depth : std::max<size_t>(d.Depth >> l, 1);
+    const uint64_t b = ArrayBytes(w, h, z, d.Format, d.NumChannels);
+    total = total > UINT64_MAX - b ? UINT64_MAX : total + b;
+  }
+  return total;
+}
+
+template <typename Create, typename Requirements>
+CUresult CreateArray(void** handle_out, uint64_t estimate, Create&& create,
+                     Requirements&& requirements) {
+  State& s = S();
+  CUdevice dev = 0;
+  if (s.mode != Mode::kPassthrough && !CurrentDevice(&dev)) return create();
+  int slot = -1;
+  const Gate g = ChargeDevice(s, dev, estimate, &slot);
+  if (g == Gate::kPass) return create();
+  if (g != Gate::kCharged) return Refusal(g);
+  const CUresult rc = create();
+  if (rc != CUDA_SUCCESS) {
+    Uncharge(s, slot, estimate);
+    return rc;
+  }
+  // The driver knows the real layout (tiling, alignment): charge that instead of our estimate.
+  uint64_t bytes = estimate;
+  CUDA_ARRAY_MEMORY_REQUIREMENTS req{};
+  if (requirements(&req, dev) == CUDA_SUCCESS && req.size != 0) {
+    Recharge(s, slot, estimate, req.size);
+    bytes = req.size;
+  }
+  std::lock_guard lock(s.mu);
+  s.arrays[*handle_out] = Charge{slot, bytes, nullptr};
+  return rc;
+}
+
+template <typename Destroy>
+CUresult DestroyArray(const void* handle, Destroy&& destroy) {
+  const CUresult rc = destroy();
+  if (rc != CUDA_SUCCESS) return rc;
+  State& s = S();
+  std::lock_guard lock(s.mu);
+  auto it = s.arrays.find(handle);
+  if (it != s.arrays.end()) {
+    Uncharge(s, it->second.gpu, it->second.bytes);
+    s.arrays.erase(it);
+  }
+  return rc;
+}
+
+// ---- contexts and modules ----------------------------------------------------------------------
+
+// Free device memory as the current context sees it, or -1.
+int64_t RealFree() {
+  size_t free_b = 0, total_b = 0;
+  auto f = REAL(cuMemGetInfo_v2);
+  if (f == nullptr || f(&free_b, &total_b) != CUDA_SUCCESS) return -1;
+  return static_cast<int64_t>(free_b);
+}
+
+// Measures what one context takes on `dev`, with `ctx` (already created) to stand on: the free
+// memory it sees, before and after a second, throw-away context. Other tenants allocating at the
+// same moment blur it, so it is measured once per GPU and kept in the region.
+uint64_t MeasureContext(CUcontext ctx, CUdevice dev) {
+  auto get = REAL(cuCtxGetCurrent);
+  auto set = REAL(cuCtxSetCurrent);
+  auto create = REAL(cuCtxCreate_v2);
+  auto destroy = REAL(cuCtxDestroy_v2);
+  if (get == nullptr || set == nullptr || create == nullptr || destroy == nullptr) return 0;
+  CUcontext saved = nullptr;
+  get(&saved);
+  set(ctx);
+  const int64_t before = RealFree();
+  CUcontext probe = nullptr;
+  int64_t after = -1;
+  if (create(&probe, 0, dev) == CUDA_SUCCESS) {
+    after = RealFree();
+    destroy(probe);
+  }
+  set(saved);
+  return before >= 0 && after >= 0 && before > after ? static_cast<uint64_t>(before - after) : 0;
+}
+
+// Charges a context on `dev`, created by `create` (which fills *ctx_out). If the GPU's context
+// size is known it is charged before the driver is called; the first context of a GPU is created,
+// measured, then charged (and destroyed again with `undo` when that does not fit).
+template <typename Create, typename Undo>
+CUresult ChargeContext(CUdevice dev, CUcontext* ctx_out, uint64_t* charged, Create&& create,
+                       Undo&& undo) {
+  State& s = S();
+  *charged = 0;
+  if (s.mode == Mode::kPassthrough) return create();
+  if (s.mode == Mode::kFailed) return CUDA_ERROR_NOT_INITIALIZED;
+  const int slot = SlotOfDevice(s, dev);
+  const int proc = Proc(s);
+  if (slot < 0 || proc < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  GpuSlot& g = s.region.gpu(slot);
+  uint64_t bytes = g.context_bytes.load();
+  if (bytes != 0) {
+    if (!s.region.Admit(proc, slot, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+    const CUresult rc = create();
+    if (rc != CUDA_SUCCESS) {
+      Uncharge(s, slot, bytes);
+      return rc;
+    }
+    *charged = bytes;
+    return rc;
+  }
+  const CUresult rc = create();
+  if (rc != CUDA_SUCCESS) return rc;
+  bytes = std::max<uint64_t>(MeasureContext(*ctx_out, dev), 1);
+  uint64_t expected = 0;
+  if (!g.context_bytes.compare_exchange_strong(expected, bytes)) bytes = expected;
+  if (!s.region.Admit(proc, slot, bytes)) {
+    undo();
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  *charged = bytes;
+  return rc;
+}
+
+// Every context of this process on `slot` is gone: the driver freed their memory, so the charges
+// of their allocations go too (VMM handles from cuMemCreate live on until cuMemRelease).
+void DropContextMemoryLocked(State& s, int slot) {
+  uint64_t bytes = 0;
+  for (auto it = s.pointers.begin(); it != s.pointers.end();) {
+    if (it->second.gpu == slot && it->second.pool == nullptr) {
+      bytes += it->second.bytes;
+      it = s.pointers.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = s.pointers.begin(); it != s.pointers.end();) {
+    it = it->second.gpu == slot ? s.pointers.erase(it) : std::next(it);
+  }
+  for (auto* m : {&s.arrays, &s.modules}) {
+    for (auto it = m->begin(); it != m->end();) {
+      if (it->second.gpu == slot) {
+        bytes += it->second.bytes;
+        it = m->erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto it = s.pools.begin(); it != s.pools.end();) {
+    if (it->second.gpu == slot) {
+      bytes += it->second.charged;
+      it = s.pools.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  Uncharge(s, slot, bytes);
+}
+
+bool NoContextLeftLocked(State& s, int slot) {
+  for (int d = 0; d < kMaxDevices; ++d) {
+    if (s.primary_refs[d] > 0 && s.device_slot[d].load() == slot) return false;
+  }
+  for (auto& [ctx, c] : s.contexts) {
+    if (c.gpu == slot) return false;
+  }
+  return true;
+}
+
+template <typename Create>
+CUresult CreateContext(CUcontext* pctx, CUdevice dev, Create&& create) {
+  uint64_t charged = 0;
+  auto destroy = REAL(cuCtxDestroy_v2);
+  const CUresult rc = ChargeContext(dev, pctx, &charged, create, [&] {
+    if (destroy != nullptr) destroy(*pctx);
+  });
+  if (rc != CUDA_SUCCESS || charged == 0) return rc;
+  State& s = S();
+  std::lock_guard lock(s.mu);
+  s.contexts[*pctx] = Charge{SlotOfDevice(s, dev), charged, nullptr};
+  return rc;
+}
+
+CUresult DestroyContext(CUcontext ctx, decltype(&::cuCtxDestroy_v2) real) {
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(ctx);
+  if (rc != CUDA_SUCCESS) return rc;
+  State& s = S();
+  std::lock_guard lock(s.mu);
+  auto it = s.contexts.find(ctx);
+  if (it == s.contexts.end()) return rc;
+  const Charge c = it->second;
+  s.contexts.erase(it);
+  Uncharge(s, c.gpu, c.bytes);
+  if (NoContextLeftLocked(s, c.gpu)) DropContextMemoryLocked(s, c.gpu);
+  return rc;
+}
+
+void PrimaryGone(CUdevice dev, bool reset) {
+  State& s = S();
+  if (dev < 0 || dev >= kMaxDevices) return;
+  std::lock_guard lock(s.mu);
+  if (s.primary_refs[dev] == 0) return;
+  if (!reset && --s.primary_refs[dev] > 0) return;
+  s.primary_refs[dev] = 0;
+  const int slot = s.device_slot[dev].load();
+  Uncharge(s, slot, s.primary_charge[dev]);
+  s.primary_charge[dev] = 0;
+  if (slot >= 0 && NoContextLeftLocked(s, slot)) DropContextMemoryLocked(s, slot);
+}
+
+// Loads a module (or library) and charges what the load took: the free memory the context sees
+// before and after. The size is known only afterwards; when it does not fit, the module is
+// unloaded again and the load answers CUDA_ERROR_OUT_OF_MEMORY.
+template <typename Load, typename Unload>
+CUresult LoadModule(void** handle_out, Load&& load, Unload&& unload) {
+  State& s = S();
+  if (s.mode == Mode::kPassthrough) return load();
+  if (s.mode == Mode::kFailed) return CUDA_ERROR_NOT_INITIALIZED;
+  CUdevice dev = 0;
+  if (!CurrentDevice(&dev)) return load();
+  const int slot = SlotOfDevice(s, dev);
+  const int proc = Proc(s);
+  if (slot < 0 || proc < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  const GpuSlot& g = s.region.gpu(slot);
+  if (g.used.load() >= g.limit) return CUDA_ERROR_OUT_OF_MEMORY;  // nothing fits
+  const int64_t before = RealFree();
+  const CUresult rc = load();
+  if (rc != CUDA_SUCCESS) return rc;
+  const int64_t after = RealFree();
+  const uint64_t bytes =
+      before >= 0 && after >= 0 && before > after ? static_cast<uint64_t>(before - after) : 0;
+  if (bytes != 0 && !s.region.Admit(proc, slot, bytes)) {
+    unload();
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  std::lock_guard lock(s.mu);
+  s.modules[*handle_out] = Charge{slot, bytes, nullptr};
+  return rc;
+}
+
+void ModuleUnloaded(const void* handle) {
+  State& s = S();
+  std::lock_guard lock(s.mu);
+  auto it = s.modules.find(handle);
+  if (it == s.modules.end()) return;
+  Uncharge(s, it->second.gpu, it->second.bytes);
+  s.modules.erase(it);
+}
+
+// ---- what programs read ------------------------------------------------------------------------
+
+// The container's view of a GPU: total = min(limit, physical); free = total - used, in signed
+// arithmetic, clamped to [0, total] and to what the GPU itself has free.
+void LimitedView(const GpuSlot& g, uint64_t physical_total, uint64_t physical_free, uint64_t* total,
+                 uint64_t* free_out) {
+  const uint64_t t = std::min(g.limit, physical_total);
+  const int64_t used = static_cast<int64_t>(std::min<uint64_t>(g.used.load(), INT64_MAX));
+  int64_t f = static_cast<int64_t>(std::min<uint64_t>(t, INT64_MAX)) - used;
+  f = std::clamp<int64_t>(f, 0, static_cast<int64_t>(std::min<uint64_t>(t, INT64_MAX)));
+  *total = t;
+  *free_out = std::min<uint64_t>(static_cast<uint64_t>(f), physical_free);
+}
+
+// The region slot of an NVML device (by UUID), or -1.
+int SlotOfNvmlDevice(State& s, nvmlDevice_t device) {
+  if (s.mode != Mode::kActive) return -1;
+  void* nvml = NvmlHandle();
+  if (nvml == nullptr) return -1;
+  auto get_uuid = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, char*, unsigned)>(
+      RealDlsym()(nvml, "nvmlDeviceGetUUID"));
+  char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+  if (get_uuid == nullptr || get_uuid(device, uuid, sizeof uuid) != NVML_SUCCESS) return -1;
+  return s.region.FindGpu(uuid);
+}
+
+template <typename Fn>
+Fn RealNvml(const char* name) {
+  void* nvml = NvmlHandle();
+  return nvml == nullptr ? nullptr : reinterpret_cast<Fn>(RealDlsym()(nvml, name));
+}
+
+// ---- cuGetProcAddress --------------------------------------------------------------------------
+
+// The wrapper to hand out for `symbol` as the driver resolved it to `real` for this version and
+// these flags, or -1 (not ours: pass the driver's pointer through).
+int ChooseHook(const char* symbol, int cuda_version, cuuint64_t flags, void* real) {
+  const NameIndex& names = Names();
+  auto [first, last] = names.by_base.equal_range(symbol);
+  if (first == last) {
+    // Not a base name: an exact exported name ("cuMemAlloc_v2") some callers pass, or not ours.
+    auto it = names.exact.find(symbol);
+    return it == names.exact.end() ? -1 : it->second;
+  }
+  // The driver's answer decides when we already know its functions' addresses.
+  for (auto it = first; it != last; ++it) {
+    if (RealFor(it->second) == real) return it->second;
+  }
+  const bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+  int best = -1;
+  for (auto it = first; it != last; ++it) {
+    const Hook& h = g_hooks[it->second];
+    if (h.since > cuda_version || h.ptsz != per_thread) continue;
+    if (best < 0 || h.since > g_hooks[best].since) best = it->second;
+  }
+  if (best < 0 && per_thread) return ChooseHook(symbol, cuda_version, 0, nullptr);
+  return best;
+}
+
+CUresult ProcAddress(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,
+                     CUdriverProcAddressQueryResult* status, bool v2) {
+  CUresult rc;
+  if (v2) {
+    auto real = REAL(cuGetProcAddress_v2);
+    if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+    rc = real(symbol, pfn, cuda_version, flags, status);
+  } else {
+    auto real = REAL(cuGetProcAddress);
+    if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+    rc = real(symbol, pfn, cuda_version, flags);
+  }
+  if (rc != CUDA_SUCCESS || symbol == nullptr || pfn == nullptr || *pfn == nullptr) return rc;
+  if (std::strcmp(symbol, "cuGetProcAddress") == 0) {
+    *pfn = cuda_version >= 12000 ? reinterpret_cast<void*>(&::cuGetProcAddress_v2)
+                                 : reinterpret_cast<void*>(&::cuGetProcAddress);
+    return rc;
+  }
+  const int hook = ChooseHook(symbol, cuda_version, flags, *pfn);
+  if (hook < 0) return rc;
+  Hook& h = g_hooks[hook];
+  void* expected = nullptr;
+  h.real.compare_exchange_strong(expected, *pfn);  // call exactly what the driver chose
+  *pfn = h.wrapper;
+  return rc;
+}
+
+}  // namespace
+}  // namespace gpulet::cudashim
+
+using namespace gpulet::cudashim;  // NOLINT: the exported C entry points below
+
+GPULET_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory);
+GPULET_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory);
+
+// ---- dlsym -------------------------------------------------------------------------------------
+
+namespace {
+// libc's dlsym, set by a constructor before main (RealDlsym() otherwise).
+DlsymFn g_real_dlsym = nullptr;
+__attribute__((constructor)) void SetRealDlsym() { g_real_dlsym = RealDlsym(); }
+
+__attribute__((noinline)) void* DlsymLookup(void* handle, const char* name) noexcept {
+  if (handle == RTLD_NEXT) return RealDlsym()(handle, name);  // before the constructor ran
+  void* real = RealDlsym()(handle, name);
+  if (real == nullptr) return real;
+  if (name[0] == 'c' && name[1] == 'u') {
+    const NameIndex& names = Names();
+    if (auto it = names.exact.find(name); it != names.exact.end()) {
+      Hook& h = g_hooks[it->second];
+      void* expected = nullptr;
+      h.real.compare_exchange_strong(expected, real);
+      return h.wrapper;
+    }
+  } else if (std::strcmp(name, "nvmlDeviceGetMemoryInfo") == 0) {
+    return reinterpret_cast<void*>(&::nvmlDeviceGetMemoryInfo);
+  } else if (std::strcmp(name, "nvmlDeviceGetMemoryInfo_v2") == 0) {
+    return reinterpret_cast<void*>(&::nvmlDeviceGetMemoryInfo_v2);
+  }
+  return real;
+}
+}  // namespace
+
+// RTLD_NEXT is relative to the caller, which libc finds from its return address: that path must
+// be a tail call (a jump) so libc sees our caller's address, not ours. Both paths below compile
+// to jumps (tests/memlimit checks what a program's dlsym(RTLD_NEXT, …) finds).
+GPULET_EXPORT void* dlsym(void* __restrict handle, const char* __restrict name) noexcept {
+  DlsymFn real = g_real_dlsym;
+  if (handle == RTLD_NEXT && real != nullptr) return real(handle, name);
+  return DlsymLookup(handle, name);
+}
+
+// ---- CUDA entry points -------------------------------------------------------------------------
+
+GPULET_EXPORT CUresult cuInit(unsigned int flags) {
+  State& s = S();
+  if (s.mode == Mode::kFailed) return CUDA_ERROR_NOT_INITIALIZED;
+  CALL_REAL(cuInit, flags);
+}
+
+GPULET_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion,
+                                        cuuint64_t flags) {
+  return ProcAddress(symbol, pfn, cudaVersion, flags, nullptr, false);
+}
+
+GPULET_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion,
+                                           cuuint64_t flags,
+                                           CUdriverProcAddressQueryResult* symbolStatus) {
+  return ProcAddress(symbol, pfn, cudaVersion, flags, symbolStatus, true);
+}
+
+GPULET_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  return AllocateCounted(dptr, Aligned(bytesize),
+                         [&]() -> CUresult { CALL_REAL(cuMemAlloc_v2, dptr, bytesize); });
+}
+
+GPULET_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes,
+                                          size_t Height, unsigned int ElementSizeBytes) {
+  // Charged at a pitch of the width rounded to 512 bytes, then at the pitch the driver chose.
+  const uint64_t estimate = SaturatingMul(Aligned(WidthInBytes), std::max<size_t>(Height, 1));
+  const CUresult rc = AllocateCounted(dptr, estimate, [&]() -> CUresult {
+    CALL_REAL(cuMemAllocPitch_v2, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+  });
+  if (rc != CUDA_SUCCESS || pPitch == nullptr || dptr == nullptr) return rc;
+  State& s = S();
+  const uint64_t real = SaturatingMul(*pPitch, std::max<size_t>(Height, 1));
+  std::lock_guard lock(s.mu);
+  auto it = s.pointers.find(*dptr);
+  if (it != s.pointers.end() && real != it->second.bytes) {
+    Recharge(s, it->second.gpu, it->second.bytes, real);
+    it->second.bytes = real;
+  }
+  return rc;
+}
+
+// Managed memory is charged in full to the current device: on a GPU it may all become resident
+// there, and a limit that counted only what is resident now would be passed by a page fault.
+GPULET_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
+  return AllocateCounted(dptr, Aligned(bytesize), [&]() -> CUresult {
+    CALL_REAL(cuMemAllocManaged, dptr, bytesize, flags);
+  });
+}
+
+GPULET_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  auto real = REAL(cuMemFree_v2);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(dptr);
+  if (rc == CUDA_SUCCESS) Freed(S(), dptr);
+  return rc;
+}
+
+GPULET_EXPORT CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
+  auto real = REAL(cuMemGetInfo_v2);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  size_t f = 0, t = 0;
+  const CUresult rc = real(&f, &t);
+  if (rc != CUDA_SUCCESS) return rc;
+  State& s = S();
+  CUdevice dev = 0;
+  if (s.mode == Mode::kActive && CurrentDevice(&dev)) {
+    const int slot = SlotOfDevice(s, dev);
+    if (slot >= 0) {
+      uint64_t lt = 0, lf = 0;
+      LimitedView(s.region.gpu(slot), t, f, &lt, &lf);
+      t = lt;
+      f = lf;
+    }
+  }
+  if (free != nullptr) *free = f;
+  if (total != nullptr) *total = t;
+  return rc;
+}
+
+GPULET_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
+  auto real = REAL(cuDeviceTotalMem_v2);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(bytes, dev);
+  if (rc != CUDA_SUCCESS || bytes == nullptr) return rc;
+  State& s = S();
+  if (s.mode == Mode::kActive) {
+    const int slot = SlotOfDevice(s, dev);
+    if (slot >= 0) *bytes = std::min<uint64_t>(*bytes, s.region.gpu(slot).limit);
+  }
+  return rc;
+}
+
+GPULET_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                                   const CUmemAllocationProp* prop, unsigned long long flags) {
+  auto real = REAL(cuMemCreate);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  State& s = S();
+  // Only memory on a device is counted; pinned host memory (HOST, HOST_NUMA) is not the GPU's.
+  if (prop == nullptr || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+    return real(handle, size, prop, flags);
+  }
+  int slot = -1;
+  const Gate g = ChargeDevice(s, prop->location.id, size, &slot);
+  if (g == Gate::kPass) return real(handle, size, prop, flags);
+  if (g != Gate::kCharged) return Refusal(g);
+  const CUresult rc = real(handle, size, prop, flags);
+  if (rc != CUDA_SUCCESS || handle == nullptr) {
+    Uncharge(s, slot, size);
+    return rc;
+  }
+  std::lock_guard lock(s.mu);
+  s.handles[*handle] = Charge{slot, size, nullptr};
+  return rc;
+}
+
+GPULET_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+  auto real = REAL(cuMemRelease);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(handle);
+  if (rc != CUDA_SUCCESS) return rc;
+  State& s = S();
+  std::lock_guard lock(s.mu);
+  auto it = s.handles.find(handle);
+  if (it != s.handles.end()) {
+    Uncharge(s, it->second.gpu, it->second.bytes);
+    s.handles.erase(it);
+  }
+  return rc;
+}
+
+namespace {
+template <typename Real>
+CUresult AllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream stream, Real real) {
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  State& s = S();
+  CUdevice dev = 0;
+  CUmemoryPool pool = nullptr;
+  if (s.mode == Mode::kPassthrough || !CurrentDevice(&dev) ||
+      PoolOfDevice(dev, &pool) != CUDA_SUCCESS) {
+    if (s.mode == Mode::kFailed) return CUDA_ERROR_NOT_INITIALIZED;
+    return real(dptr, bytesize, stream);
+  }
+  return AllocateFromPool(dptr, Aligned(bytesize), pool, dev,
+                          [&] { return real(dptr, bytesize, stream); });
+}
+
+template <typename Real>
+CUresult AllocFromPool(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream stream,
+                       Real real) {
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  State& s = S();
+  CUdevice dev = 0;
+  {
+    // A pool made by cuMemPoolCreate or handed out by the device knows its GPU; otherwise the
+    // current device is the best guess (imported pools hold the exporter's memory).
+    std::lock_guard lock(s.mu);
+    auto it = s.pools.find(pool);
+    if (it != s.pools.end()) {
+      for (int d = 0; d < kMaxDevices; ++d) {
+        if (s.device_slot[d].load() == it->second.gpu) {
+          dev = d;
+          break;
+        }
+      }
+    } else if (!CurrentDevice(&dev)) {
+      dev = 0;
+    }
+  }
+  return AllocateFromPool(dptr, Aligned(bytesize), pool, dev,
+                          [&] { return real(dptr, bytesize, pool, stream); });
+}
+
+template <typename Real>
+CUresult FreeAsync(CUdeviceptr dptr, CUstream stream, Real real) {
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(dptr, stream);
+  if (rc == CUDA_SUCCESS) Freed(S(), dptr);
+  return rc;
+}
+
+void RecordPool(CUmemoryPool pool, CUdevice dev) {
+  State& s = S();
+  if (s.mode != Mode::kActive) return;
+  const int slot = SlotOfDevice(s, dev);
+  std::lock_guard lock(s.mu);
+  PoolLocked(s, pool, slot);
+}
+}  // namespace
+
+GPULET_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+  return AllocAsync(dptr, bytesize, hStream, REAL(cuMemAllocAsync));
+}
+GPULET_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+  return AllocAsync(dptr, bytesize, hStream, REAL(cuMemAllocAsync_ptsz));
+}
+GPULET_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize,
+                                               CUmemoryPool pool, CUstream hStream) {
+  return AllocFromPool(dptr, bytesize, pool, hStream, REAL(cuMemAllocFromPoolAsync));
+}
+GPULET_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize,
+                                                    CUmemoryPool pool, CUstream hStream) {
+  return AllocFromPool(dptr, bytesize, pool, hStream, REAL(cuMemAllocFromPoolAsync_ptsz));
+}
+GPULET_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
+  return FreeAsync(dptr, hStream, REAL(cuMemFreeAsync));
+}
+GPULET_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
+  return FreeAsync(dptr, hStream, REAL(cuMemFreeAsync_ptsz));
+}
+
+GPULET_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* poolProps) {
+  auto real = REAL(cuMemPoolCreate);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(pool, poolProps);
+  if (rc == CUDA_SUCCESS && pool != nullptr && poolProps != nullptr &&
+      poolProps->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
+    RecordPool(*pool, poolProps->location.id);
+  }
+  return rc;
+}
+
+GPULET_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
+  auto real = REAL(cuMemPoolDestroy);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(pool);
+  if (rc != CUDA_SUCCESS) return rc;
+  State& s = S();
+  std::lock_guard lock(s.mu);
+  auto it = s.pools.find(pool);
+  if (it != s.pools.end()) {
+    Uncharge(s, it->second.gpu, it->second.charged);
+    s.pools.erase(it);
+  }
+  for (auto p = s.pointers.begin(); p != s.pointers.end();) {
+    p = p->second.pool == pool ? s.pointers.erase(p) : std::next(p);
+  }
+  return rc;
+}
+
+GPULET_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
+  auto real = REAL(cuMemPoolTrimTo);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(pool, minBytesToKeep);
+  if (rc != CUDA_SUCCESS) return rc;
+  State& s = S();
+  std::lock_guard lock(s.mu);
+  auto it = s.pools.find(pool);
+  if (it != s.pools.end()) ReconcilePoolLocked(s, pool, it->second);
+  return rc;
+}
+
+GPULET_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
+  auto real = REAL(cuDeviceGetDefaultMemPool);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(pool, dev);
+  if (rc == CUDA_SUCCESS && pool != nullptr) RecordPool(*pool, dev);
+  return rc;
+}
+
+GPULET_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) {
+  auto real = REAL(cuDeviceGetMemPool);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(pool, dev);
+  if (rc == CUDA_SUCCESS && pool != nullptr) RecordPool(*pool, dev);
+  return rc;
+}
+
+// Synchronization is where a pool gives memory above its release threshold back to the device.
+GPULET_EXPORT CUresult cuStreamSynchronize(CUstream hStream) {
+  auto real = REAL(cuStreamSynchronize);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(hStream);
+  if (rc == CUDA_SUCCESS) ReconcileAllPools(S());
+  return rc;
+}
+GPULET_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
+  auto real = REAL(cuStreamSynchronize_ptsz);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(hStream);
+  if (rc == CUDA_SUCCESS) ReconcileAllPools(S());
+  return rc;
+}
+GPULET_EXPORT CUresult cuCtxSynchronize(void) {
+  auto real = REAL(cuCtxSynchronize);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real();
+  if (rc == CUDA_SUCCESS) ReconcileAllPools(S());
+  return rc;
+}
+
+GPULET_EXPORT CUresult cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR* d) {
+  auto real = REAL(cuArrayCreate_v2);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  if (pHandle == nullptr || d == nullptr) return real(pHandle, d);
+  auto req = REAL(cuArrayGetMemoryRequirements);
+  return CreateArray(
+      reinterpret_cast<void**>(pHandle),
+      ArrayBytes(d->Width, d->Height, 0, d->Format, d->NumChannels),
+      [&] { return real(pHandle, d); },
+      [&](CUDA_ARRAY_MEMORY_REQUIREMENTS* r, CUdevice dev) {
+        return req == nullptr ? CUDA_ERROR_NOT_FOUND : req(r, *pHandle, dev);
+      });
+}
+
+GPULET_EXPORT CUresult cuArray3DCreate_v2(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* d) {
+  auto real = REAL(cuArray3DCreate_v2);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  if (pHandle == nullptr || d == nullptr) return real(pHandle, d);
+  auto req = REAL(cuArrayGetMemoryRequirements);
+  return CreateArray(
+      reinterpret_cast<void**>(pHandle),
+      ArrayBytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels),
+      [&] { return real(pHandle, d); },
+      [&](CUDA_ARRAY_MEMORY_REQUIREMENTS* r, CUdevice dev) {
+        return req == nullptr ? CUDA_ERROR_NOT_FOUND : req(r, *pHandle, dev);
+      });
+}
+
+GPULET_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle,
+                                              const CUDA_ARRAY3D_DESCRIPTOR* d,
+                                              unsigned int numMipmapLevels) {
+  auto real = REAL(cuMipmappedArrayCreate);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  if (pHandle == nullptr || d == nullptr) return real(pHandle, d, numMipmapLevels);
+  auto req = REAL(cuMipmappedArrayGetMemoryRequirements);
+  return CreateArray(
+      reinterpret_cast<void**>(pHandle), MipmapBytes(*d, numMipmapLevels),
+      [&] { return real(pHandle, d, numMipmapLevels); },
+      [&](CUDA_ARRAY_MEMORY_REQUIREMENTS* r, CUdevice dev) {
+        return req == nullptr ? CUDA_ERROR_NOT_FOUND : req(r, *pHandle, dev);
+      });
+}
+
+GPULET_EXPORT CUresult cuArrayDestroy(CUarray hArray) {
+  auto real = REAL(cuArrayDestroy);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return DestroyArray(hArray, [&] { return real(hArray); });
+}
+
+GPULET_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) {
+  auto real = REAL(cuMipmappedArrayDestroy);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return DestroyArray(hMipmappedArray, [&] { return real(hMipmappedArray); });
+}
+
+GPULET_EXPORT CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  return CreateContext(pctx, dev,
+                       [&]() -> CUresult { CALL_REAL(cuCtxCreate_v2, pctx, flags, dev); });
+}
+GPULET_EXPORT CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* paramsArray,
+                                      int numParams, unsigned int flags, CUdevice dev) {
+  return CreateContext(pctx, dev, [&]() -> CUresult {
+    CALL_REAL(cuCtxCreate_v3, pctx, paramsArray, numParams, flags, dev);
+  });
+}
+GPULET_EXPORT CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params,
+                                      unsigned int flags, CUdevice dev) {
+  return CreateContext(pctx, dev,
+                       [&]() -> CUresult { CALL_REAL(cuCtxCreate_v4, pctx, params, flags, dev); });
+}
+GPULET_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  return DestroyContext(ctx, REAL(cuCtxDestroy_v2));
+}
+GPULET_EXPORT CUresult cuCtxDestroy(CUcontext ctx) {
+  return DestroyContext(ctx, REAL(cuCtxDestroy));
+}
+
+GPULET_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  auto real = REAL(cuDevicePrimaryCtxRetain);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  State& s = S();
+  if (s.mode == Mode::kPassthrough || dev < 0 || dev >= kMaxDevices) return real(pctx, dev);
+  {
+    std::lock_guard lock(s.mu);
+    if (s.primary_refs[dev] > 0) {  // the primary context exists: no new memory
+      const CUresult rc = real(pctx, dev);
+      if (rc == CUDA_SUCCESS) ++s.primary_refs[dev];
+      return rc;
+    }
+  }
+  uint64_t charged = 0;
+  auto release = REAL(cuDevicePrimaryCtxRelease_v2);
+  const CUresult rc = ChargeContext(
+      dev, pctx, &charged, [&] { return real(pctx, dev); },
+      [&] {
+        if (release != nullptr) release(dev);
+      });
+  if (rc != CUDA_SUCCESS) return rc;
+  std::lock_guard lock(s.mu);
+  ++s.primary_refs[dev];
+  s.primary_charge[dev] += charged;
+  return rc;
+}
+
+GPULET_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  auto real = REAL(cuDevicePrimaryCtxRelease_v2);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(dev);
+  if (rc == CUDA_SUCCESS) PrimaryGone(dev, false);
+  return rc;
+}
+GPULET_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
+  auto real = REAL(cuDevicePrimaryCtxRelease);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(dev);
+  if (rc == CUDA_SUCCESS) PrimaryGone(dev, false);
+  return rc;
+}
+GPULET_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  auto real = REAL(cuDevicePrimaryCtxReset_v2);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(dev);
+  if (rc == CUDA_SUCCESS) PrimaryGone(dev, true);
+  return rc;
+}
+GPULET_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
+  auto real = REAL(cuDevicePrimaryCtxReset);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(dev);
+  if (rc == CUDA_SUCCESS) PrimaryGone(dev, true);
+  return rc;
+}
+
+GPULET_EXPORT CUresult cuModuleLoadData(CUmodule* module, const void* image) {
+  auto real = REAL(cuModuleLoadData);
+  auto unload = REAL(cuModuleUnload);
+  if (real == nullptr || module == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return LoadModule(
+      reinterpret_cast<void**>(module), [&] { return real(module, image); },
+      [&] {
+        if (unload != nullptr) unload(*module);
+      });
+}
+
+GPULET_EXPORT CUresult cuModuleLoadDataEx(CUmodule* module, const void* image,
+                                          unsigned int numOptions, CUjit_option* options,
+                                          void** optionValues) {
+  auto real = REAL(cuModuleLoadDataEx);
+  auto unload = REAL(cuModuleUnload);
+  if (real == nullptr || module == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return LoadModule(
+      reinterpret_cast<void**>(module),
+      [&] { return real(module, image, numOptions, options, optionValues); },
+      [&] {
+        if (unload != nullptr) unload(*module);
+      });
+}
+
+GPULET_EXPORT CUresult cuModuleUnload(CUmodule hmod) {
+  auto real = REAL(cuModuleUnload);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(hmod);
+  if (rc == CUDA_SUCCESS) ModuleUnloaded(hmod);
+  return rc;
+}
+
+GPULET_EXPORT CUresult cuLibraryLoadData(CUlibrary* library, const void* code,
+                                         CUjit_option* jitOptions, void** jitOptionsValues,
+                                         unsigned int numJitOptions, void* libraryOptions,
+                                         void** libraryOptionValues,
+                                         unsigned int numLibraryOptions) {
+  auto real = REAL(cuLibraryLoadData);
+  auto unload = REAL(cuLibraryUnload);
+  if (real == nullptr || library == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return LoadModule(
+      reinterpret_cast<void**>(library),
+      [&] {
+        return real(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
+                    libraryOptionValues, numLibraryOptions);
+      },
+      [&] {
+        if (unload != nullptr) unload(*library);
+      });
+}
+
+GPULET_EXPORT CUresult cuLibraryUnload(CUlibrary library) {
+  auto real = REAL(cuLibraryUnload);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(library);
+  if (rc == CUDA_SUCCESS) ModuleUnloaded(library);
+  return rc;
+}
+
+// The pre-3.2 32-bit entry points: refused, never passed through uncounted.
+#define GPULET_LEGACY_DEFINE(name, base, since)                                                   \
+  GPULET_EXPORT CUresult name(...) {                                                              \
+    Say(#name " is the 32-bit API from before CUDA 3.2; refused (its memory cannot be counted)"); \
+    return CUDA_ERROR_NOT_SUPPORTED;                                                              \
+  }
+GPULET_CUDA_LEGACY(GPULET_LEGACY_DEFINE)
+#undef GPULET_LEGACY_DEFINE
+
+// ---- NVML --------------------------------------------------------------------------------------
+
+GPULET_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
+  auto real = RealNvml<nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*)>("nvmlDeviceGetMemoryInfo");
+  if (real == nullptr) return NVML_ERROR_FUNCTION_NOT_FOUND;
+  const nvmlReturn_t rc = real(device, memory);
+  if (rc != NVML_SUCCESS || memory == nullptr) return rc;
+  State& s = S();
+  const int slot = SlotOfNvmlDevice(s, device);
+  if (slot < 0) return rc;
+  uint64_t t = 0, f = 0;
+  LimitedView(s.region.gpu(slot), memory->total, memory->free, &t, &f);
+  memory->total = t;
+  memory->free = f;
+  memory->used = t - f;
+  return rc;
+}
+
+// The v2 answer also names memory the driver reserves; inside a limit there is none to report:
+// total, free and used are the same as cuMemGetInfo's and v1's, reserved is 0.
+GPULET_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device,
+                                                      nvmlMemory_v2_t* memory) {
+  auto real =
+      RealNvml<nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_v2_t*)>("nvmlDeviceGetMemoryInfo_v2");
+  if (real == nullptr) return NVML_ERROR_FUNCTION_NOT_FOUND;
+  const nvmlReturn_t rc = real(device, memory);
+  if (rc != NVML_SUCCESS || memory == nullptr) return rc;
+  State& s = S();
+  const int slot = SlotOfNvmlDevice(s, device);
+  if (slot < 0) return rc;
+  uint64_t t = 0, f = 0;
+  LimitedView(s.region.gpu(slot), memory->total, memory->free + memory->reserved, &t, &f);
+  memory->total = t;
+  memory->reserved = 0;
+  memory->free = f;
+  memory->used = t - f;
+  return rc;
+}

@@ -1,0 +1,370 @@
+// libgpulet-cuda.so with real processes: the probe program (tests/memlimit/memlimit_probe.cc),
+// linked against the simulated libcuda.so.1, runs under LD_PRELOAD with a fresh accounting region
+// per test. Every check reads what a process printed or what the region holds afterwards.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/process.h"
+#include "cudashim/region.h"
+#include "sim/fixture.h"
+#include "sim/simulation.h"
+
+extern char** environ;
+
+namespace gpulet::cudashim {
+namespace {
+
+constexpr uint64_t kMiB = 1024ULL * 1024ULL;
+
+std::string BuildDir() {
+  const char* b = std::getenv("GPULET_BUILD_DIR");
+  return b != nullptr ? b : GPULET_BUILD_DIR;
+}
+
+// "key=value key=value" of the line that starts with `head` (the last one printed).
+std::map<std::string, std::string> Line(const std::string& out, const std::string& head) {
+  std::map<std::string, std::string> kv;
+  std::istringstream lines(out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(head + " ", 0) != 0 && line != head) continue;
+    kv.clear();
+    std::istringstream words(line.substr(head.size()));
+    std::string w;
+    while (words >> w) {
+      const auto eq = w.find('=');
+      if (eq != std::string::npos) kv[w.substr(0, eq)] = w.substr(eq + 1);
+    }
+  }
+  return kv;
+}
+
+uint64_t U(const std::map<std::string, std::string>& kv, const std::string& key) {
+  auto it = kv.find(key);
+  EXPECT_NE(it, kv.end()) << "no " << key;
+  return it == kv.end() ? UINT64_MAX : std::stoull(it->second);
+}
+
+class MemLimitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpulet-memlimit-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    acct_ = root_ + "/acct";
+    std::filesystem::create_directories(acct_);
+    auto node = sim::PrepareSimulation("hgx-h200", root_ + "/sim");
+    ASSERT_TRUE(node.ok()) << node.status().message();
+    auto fixture = sim::LoadFixture(node->fixture_path);
+    ASSERT_TRUE(fixture.ok());
+    uuid0_ = fixture->gpus[0].uuid;
+    physical_ = fixture->gpus[0].memory_mib * kMiB;
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+
+  void MakeRegion(uint64_t limit, uint64_t context_bytes = 0) {
+    ASSERT_EQ(CreateRegion(acct_, {{uuid0_, limit, context_bytes}}, /*replace=*/true), "");
+  }
+
+  std::vector<std::string> Env(const std::map<std::string, std::string>& extra = {}) const {
+    std::map<std::string, std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string kv = *e;
+      const auto eq = kv.find('=');
+      if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    env["LD_PRELOAD"] = BuildDir() + "/lib/libgpulet-cuda.so";
+    env["LD_LIBRARY_PATH"] = BuildDir() + "/sim:" + BuildDir() + "/cuda_sim";
+    env["GPULET_CUDA_DIR"] = acct_;
+    env["GPULET_CUDA_SIM_CONTEXT_BYTES"] = std::to_string(context_);
+    env["GPULET_CUDA_SIM_MODULE_BYTES"] = std::to_string(2 * kMiB);
+    env.erase("GPULET_CUDA_PASSTHROUGH");
+#ifdef GPULET_SANITIZER_BUILD
+    // The preloaded library comes before the sanitizer runtime the probe links.
+    env["ASAN_OPTIONS"] = "verify_asan_link_order=0:detect_leaks=0";
+#endif
+    for (const auto& [k, v] : extra) env[k] = v;
+    std::vector<std::string> out;
+    for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+    return out;
+  }
+
+  CommandOutput Probe(std::vector<std::string> args,
+                      const std::map<std::string, std::string>& extra = {}) {
+    args.insert(args.begin(), BuildDir() + "/bin/memlimit_probe");
+    CommandSpec spec;
+    spec.argv = args;
+    spec.env = Env(extra);
+    spec.timeout = std::chrono::seconds(60);
+    auto out = RunCommand(spec);
+    EXPECT_TRUE(out.ok());
+    if (!out.ok()) return {};
+    EXPECT_EQ(out->exit_code, 0) << out->out << out->err;
+    return *out;
+  }
+
+  GpuUsage Usage() {
+    Region r;
+    EXPECT_EQ(r.Open(acct_, /*read_only=*/true), "");
+    return r.is_open() ? r.Usage().at(0) : GpuUsage{};
+  }
+
+  // Starts a probe that ends in `hold`; returns its pid once it printed "holding".
+  pid_t StartHolder(std::vector<std::string> args, const std::string& log) {
+    args.insert(args.begin(), BuildDir() + "/bin/memlimit_probe");
+    args.push_back("hold");
+    auto pid = SpawnProcess(args, Env(), log);
+    EXPECT_TRUE(pid.ok());
+    return pid.ok() ? *pid : -1;
+  }
+
+  // The log once it holds `text`.
+  static std::string WaitFor(const std::string& log, const std::string& text) {
+    for (int i = 0; i < 6000; ++i) {  // a bound, not a timing assertion
+      std::ifstream f(log);
+      std::stringstream ss;
+      ss << f.rdbuf();
+      if (ss.str().find(text) != std::string::npos) return ss.str();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << log << " never printed " << text;
+    return "";
+  }
+  static std::string WaitHolding(const std::string& log) { return WaitFor(log, "holding"); }
+
+  static void Kill(pid_t pid) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+
+  std::string root_, acct_, uuid0_;
+  uint64_t physical_ = 0;
+  uint64_t context_ = 4 * kMiB;
+};
+
+TEST_F(MemLimitTest, EveryWayToReachTheDriverIsCounted) {
+  for (const std::string via : {"link", "dlsym", "procaddr"}) {
+    SCOPED_TRACE(via);
+    MakeRegion(64 * kMiB);
+    const CommandOutput out = Probe({"--via", via, "init", "fill", "alloc", "1048576", "owners"});
+    EXPECT_EQ(Line(out.out, "init")["rc"], "0");
+    auto fill = Line(out.out, "fill");
+    EXPECT_EQ(fill["last_rc"], "2");  // CUDA_ERROR_OUT_OF_MEMORY
+    // The context (measured: 4 MiB) and 60 chunks of 1 MiB fill the 64 MiB exactly.
+    EXPECT_EQ(U(fill, "admitted"), 60 * kMiB);
+    EXPECT_EQ(Usage().used, 64 * kMiB);
+    EXPECT_EQ(Usage().context_bytes, context_);
+    auto owners = Line(out.out, "owners");
+    EXPECT_EQ(owners["cuMemAlloc_v2"], "libgpulet-cuda.so:cuMemAlloc_v2");
+    EXPECT_EQ(owners["cuMemFree_v2"], "libgpulet-cuda.so:cuMemFree_v2");
+    EXPECT_EQ(owners["cuArrayCreate_v2"], "libgpulet-cuda.so:cuArrayCreate_v2");
+    EXPECT_EQ(owners["cuMemGetInfo_v2"], "libgpulet-cuda.so:cuMemGetInfo_v2");
+    EXPECT_EQ(owners["cuLaunchKernel"], "libcuda.so.1:cuLaunchKernel");  // never wrapped
+  }
+}
+
+TEST_F(MemLimitTest, DlsymRtldNextStaysRelativeToTheCaller) {
+  MakeRegion(64 * kMiB);
+  // Were our dlsym to call libc's (not jump to it), libc would search after our library and
+  // find the driver's function; relative to the program, the next one is ours.
+  const CommandOutput out = Probe({"rtldnext"});
+  EXPECT_EQ(Line(out.out, "rtldnext")["cuMemAlloc_v2"], "libgpulet-cuda.so:cuMemAlloc_v2");
+}
+
+TEST_F(MemLimitTest, ProcAddressAsTheCuda13RuntimeDoes) {
+  MakeRegion(64 * kMiB);
+  const CommandOutput out = Probe({"--via", "procaddr", "init", "owners", "ptsz", "exporttable"});
+  EXPECT_GT(U(Line(out.out, "procaddr"), "resolved"), 40u);
+  auto owners = Line(out.out, "owners");
+  // cuGetProcAddress asked for itself hands out the wrapper; each version gets its own variant.
+  EXPECT_EQ(owners["cuGetProcAddress_v2"], "libgpulet-cuda.so:cuGetProcAddress_v2");
+  EXPECT_EQ(owners["cuGetProcAddress"], "libgpulet-cuda.so:cuGetProcAddress");
+  EXPECT_EQ(owners["cuCtxCreate_v4"], "libgpulet-cuda.so:cuCtxCreate_v4");
+  EXPECT_EQ(owners["cuCtxCreate_v3"], "libgpulet-cuda.so:cuCtxCreate_v3");
+  EXPECT_EQ(owners["cuCtxCreate_v2"], "libgpulet-cuda.so:cuCtxCreate_v2");
+  EXPECT_EQ(owners["cuMemAllocFromPoolAsync"], "libgpulet-cuda.so:cuMemAllocFromPoolAsync");
+  EXPECT_EQ(owners["cuDevicePrimaryCtxReset_v2"], "libgpulet-cuda.so:cuDevicePrimaryCtxReset_v2");
+  // Unwrapped entry points and the private export tables come from the driver untouched.
+  EXPECT_EQ(owners["cuGetExportTable"], "libcuda.so.1:cuGetExportTable");
+  EXPECT_EQ(owners["cuDriverGetVersion"], "libcuda.so.1:cuDriverGetVersion");
+  EXPECT_EQ(Line(out.out, "exporttable")["driver_table"], "1");
+  auto ptsz = Line(out.out, "ptsz");
+  EXPECT_EQ(ptsz["rc"], "0");
+  EXPECT_EQ(ptsz["cuMemAllocAsync"], "libgpulet-cuda.so:cuMemAllocAsync_ptsz");
+}
+
+// Each counted API, past the limit: the first call that does not fit answers OUT_OF_MEMORY, and
+// the region holds exactly what was admitted.
+TEST_F(MemLimitTest, EveryCountedApiStopsAtTheLimit) {
+  struct Case {
+    const char* api;
+    uint64_t chunk;
+  };
+  const Case cases[] = {{"alloc", 2 * kMiB},  {"pitch", 2 * kMiB},   {"managed", 2 * kMiB},
+                        {"create", 2 * kMiB}, {"async", 2 * kMiB},   {"pool", 2 * kMiB},
+                        {"array", 2 * kMiB},  {"array3d", 2 * kMiB}, {"mipmap", 2 * kMiB},
+                        {"module", 2 * kMiB}, {"library", 2 * kMiB}, {"context", 4 * kMiB}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.api);
+    MakeRegion(64 * kMiB);
+    const CommandOutput out =
+        Probe({"init", "fill", c.api, std::to_string(c.chunk), "info", "freeall", "sync", "info"});
+    auto fill = Line(out.out, "fill");
+    EXPECT_EQ(fill["last_rc"], "2");
+    const uint64_t count = U(fill, "count");
+    EXPECT_EQ(count * c.chunk, 64 * kMiB - context_);
+    auto info = Line(out.out, "info");  // after freeall + sync: only the context is left
+    EXPECT_EQ(U(info, "cu_free"), 64 * kMiB - context_);
+    EXPECT_EQ(Line(out.out, "freeall")["failures"], "0");
+  }
+}
+
+TEST_F(MemLimitTest, EightProcessesFourThreadsNeverOverAdmit) {
+  const uint64_t limit = 256 * kMiB;
+  MakeRegion(limit);
+  std::vector<pid_t> pids;
+  std::vector<std::string> logs;
+  const std::string go = root_ + "/go";
+  for (int i = 0; i < 8; ++i) {
+    logs.push_back(root_ + "/race" + std::to_string(i) + ".log");
+    pids.push_back(StartHolder({"init", "wait", go, "race", "4", "alloc", "1048576"}, logs.back()));
+  }
+  for (const std::string& log : logs) EXPECT_EQ(Line(WaitFor(log, "init rc="), "init")["rc"], "0");
+  std::ofstream(go) << "go\n";  // all 32 threads start together
+  uint64_t admitted = 0;
+  for (const std::string& log : logs) admitted += U(Line(WaitHolding(log), "race"), "admitted");
+  // Eight contexts of 4 MiB and 1 MiB chunks: the limit is reached exactly, never passed.
+  EXPECT_EQ(admitted + 8 * context_, limit);
+  EXPECT_EQ(Usage().used, limit);
+  EXPECT_EQ(Usage().peak, limit);
+  for (pid_t p : pids) Kill(p);
+  Region r;
+  ASSERT_EQ(r.Open(acct_), "");
+  EXPECT_EQ(r.Reap(), 8);
+  EXPECT_EQ(r.Usage().at(0).used, 0u);
+}
+
+TEST_F(MemLimitTest, AKilledHoldersMemoryReturns) {
+  MakeRegion(64 * kMiB);
+  const std::string log = root_ + "/holder.log";
+  const pid_t holder = StartHolder({"init", "fill", "alloc", "1048576"}, log);
+  EXPECT_EQ(U(Line(WaitHolding(log), "fill"), "admitted"), 60 * kMiB);
+  // While it lives, a second process cannot even create its context.
+  EXPECT_EQ(Line(Probe({"init"}).out, "init")["rc"], "2");
+  Kill(holder);
+  // Its share returns: the next process reaps it and gets everything.
+  const CommandOutput out = Probe({"init", "fill", "alloc", "1048576"});
+  EXPECT_EQ(U(Line(out.out, "fill"), "admitted"), 60 * kMiB);
+}
+
+TEST_F(MemLimitTest, LimitBelowTheContextIsACleanOutOfMemory) {
+  MakeRegion(2 * kMiB);  // the context takes 4 MiB
+  const CommandOutput out = Probe({"init"});
+  EXPECT_EQ(Line(out.out, "init")["rc"], "2");
+  EXPECT_EQ(Usage().used, 0u);
+  // Measured once, it is charged before the driver is asked next time.
+  EXPECT_EQ(Usage().context_bytes, context_);
+  EXPECT_EQ(Line(Probe({"init"}).out, "init")["rc"], "2");
+}
+
+TEST_F(MemLimitTest, MemGetInfoAndNvmlAgree) {
+  const uint64_t limit = 1024 * kMiB;
+  MakeRegion(limit);
+  const CommandOutput out = Probe({"init", "alloc", "alloc", std::to_string(100 * kMiB), "info"});
+  auto info = Line(out.out, "info");
+  const uint64_t used = context_ + 100 * kMiB;
+  EXPECT_EQ(U(info, "cu_total"), limit);
+  EXPECT_EQ(U(info, "total_mem"), limit);
+  EXPECT_EQ(U(info, "cu_free"), limit - used);
+  EXPECT_EQ(U(info, "nvml_total"), limit);
+  EXPECT_EQ(U(info, "nvml_free"), limit - used);
+  EXPECT_EQ(U(info, "nvml_used"), used);
+  EXPECT_EQ(U(info, "nvml2_total"), limit);
+  EXPECT_EQ(U(info, "nvml2_free"), limit - used);
+  EXPECT_EQ(U(info, "nvml2_used"), used);
+  EXPECT_EQ(U(info, "nvml2_reserved"), 0u);
+}
+
+TEST_F(MemLimitTest, UsagePastTheLimitReadsZeroFreeNotAnError) {
+  MakeRegion(64 * kMiB, context_);
+  // Another process of the container holds more than the limit (a size the driver chose after
+  // the fact, or a limit lowered under it).
+  Region r;
+  ASSERT_EQ(r.Open(acct_), "");
+  const int me = r.Attach();
+  ASSERT_TRUE(r.Admit(me, 0, 100 * kMiB, /*force=*/true));
+  const CommandOutput out = Probe({"init", "info"});
+  EXPECT_EQ(Line(out.out, "init")["rc"], "2");  // nothing fits, not even a context
+  // Without a context cuMemGetInfo has nothing to answer; NVML does, and says full, not -36 MiB.
+  auto info = Line(out.out, "info");
+  EXPECT_EQ(U(info, "nvml_total"), 64 * kMiB);
+  EXPECT_EQ(U(info, "nvml_free"), 0u);
+  EXPECT_EQ(U(info, "nvml_used"), 64 * kMiB);
+  EXPECT_EQ(U(info, "nvml2_free"), 0u);
+}
+
+TEST_F(MemLimitTest, PoolsAreChargedForWhatTheyHold) {
+  MakeRegion(64 * kMiB);
+  const CommandOutput out =
+      Probe({"init", "fill", "async", "2097152", "freeall", "info", "alloc", "async", "2097152",
+             "sync", "info", "fill", "pool", "2097152", "freeall", "trim", "info", "sync", "info"});
+  // Freed blocks stay in the pool: still charged, and a new block is served from them.
+  std::istringstream lines(out.out);
+  std::vector<std::map<std::string, std::string>> seen;
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind("info ", 0) == 0) seen.push_back(Line(line, "info"));
+  }
+  ASSERT_EQ(seen.size(), 4u);
+  EXPECT_EQ(U(seen[0], "cu_free"), 0u);
+  EXPECT_EQ(Line(out.out, "alloc")["rc"], "0");
+  // A synchronization lets the pool give back what it does not use.
+  EXPECT_EQ(U(seen[1], "cu_free"), 64 * kMiB - context_ - 2 * kMiB);
+  // An explicit pool trimmed after its blocks were freed gives them back; the default pool still
+  // holds the block freed last until the next synchronization.
+  EXPECT_EQ(U(seen[2], "cu_free"), 64 * kMiB - context_ - 2 * kMiB);
+  EXPECT_EQ(U(seen[3], "cu_free"), 64 * kMiB - context_);
+}
+
+TEST_F(MemLimitTest, FailsClosedNamingTheFileAndTheCause) {
+  acct_ = root_ + "/missing";
+  CommandOutput out = Probe({"init"});
+  EXPECT_EQ(Line(out.out, "init")["rc"], "3");  // CUDA_ERROR_NOT_INITIALIZED
+  EXPECT_NE(out.err.find(root_ + "/missing/memory.region"), std::string::npos) << out.err;
+  EXPECT_NE(out.err.find("No such file"), std::string::npos) << out.err;
+  EXPECT_NE(out.err.find("GPULET_CUDA_PASSTHROUGH=1"), std::string::npos) << out.err;
+
+  // The operator's switch: pass-through, and said so.
+  out = Probe({"init", "alloc", "alloc", std::to_string(512 * kMiB)},
+              {{"GPULET_CUDA_PASSTHROUGH", "1"}});
+  EXPECT_EQ(Line(out.out, "alloc")["rc"], "0");
+  EXPECT_NE(out.err.find("NOT enforced"), std::string::npos) << out.err;
+}
+
+TEST_F(MemLimitTest, RefusesARegionOfAnotherLayoutVersion) {
+  MakeRegion(64 * kMiB);
+  {
+    std::fstream f(acct_ + "/memory.region", std::ios::in | std::ios::out | std::ios::binary);
+    const uint32_t v = 7;
+    f.seekp(8);
+    f.write(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  const CommandOutput out = Probe({"init"});
+  EXPECT_EQ(Line(out.out, "init")["rc"], "3");
+  EXPECT_NE(out.err.find("layout version 7"), std::string::npos) << out.err;
+}
+
+}  // namespace
+}  // namespace gpulet::cudashim
