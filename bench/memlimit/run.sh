@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Memory limits (issue 13): the library's added cost per allocate+free pair, per cuGetProcAddress
+# lookup and per kernel launch, against the simulated driver, without and with libgpulet-cuda.so
+# in the same run.
+set -euo pipefail
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export GPULET_SIM_FIXTURE="$ROOT/testing/fixtures/hgx-h200.yaml"
+export LD_LIBRARY_PATH="$BUILD/cuda_sim"
+export GPULET_CUDA_DIR="$tmp"
+bench="$BUILD/bin/bench_memlimit"
+"$bench" --make-region "$tmp"
+"$bench" "${BATCHES:-500}" > "$tmp/without"
+LD_PRELOAD="$BUILD/lib/libgpulet-cuda.so" "$bench" "${BATCHES:-500}" > "$tmp/with"
+{
+  echo "## Memory limits (issue 13)"
+  echo
+  echo "Per call, simulated libcuda.so.1, ${BATCHES:-500} batches of 2000 calls (median and p99 of"
+  echo "the batch means); \"added\" is with the library minus without."
+  echo
+  echo "| operation | without (ns) | with libgpulet-cuda.so (ns) | added, median (ns) | p99 without / with (ns) |"
+  echo "|---|---|---|---|---|"
+  paste -d' ' "$tmp/without" "$tmp/with" | while read -r name m0 p0 _ m1 p1; do
+    printf '| %s | %s | %s | %.1f | %s / %s |\n' "$name" "$m0" "$m1" "$(echo "$m1 - $m0" | bc -l)" "$p0" "$p1"
+  done
+} | tee "$tmp/section.md"
+python3 "$ROOT/bench/update_section.py" memlimit "$tmp/section.md"
