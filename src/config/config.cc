@@ -154,7 +154,8 @@ class Parser {
     if (!root.IsMap()) Fail(Loc(root, "", 1), "must be a mapping, got " + Describe(root));
     const int root_line = Line(root, 1);
     ForEachKey(
-        root, "", root_line, {"version", "flags", "sharing", "resources", "imex"},
+        // "gpulet": our own extension, parsed by memory_limits.cc (NVIDIA's plugin ignores it).
+        root, "", root_line, {"version", "flags", "sharing", "resources", "imex", "gpulet"},
         [&](const std::string& key, const YAML::Node& value, const std::string& path, int line) {
           if (key == "version") {
             auto v = String(value, path, line);
