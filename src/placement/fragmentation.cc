@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <map>
 #include <tuple>
 
@@ -42,6 +43,8 @@ TypicalPods TypicalPods::FromList(std::vector<TypicalPod> pods) {
 }
 
 void TypicalPods::Index() {
+  static std::atomic<uint64_t> next_id{1};
+  id_ = next_id++;
   std::vector<int32_t> shares;
   for (const TypicalPod& p : pods_)
     if (p.num_gpu > 0) shares.push_back(p.gpu_milli);
@@ -81,6 +84,33 @@ double TypicalPods::Fragmentation(int model, int64_t cpu_free,
   }
   if (total == 0) return 0;
   if (model < 0) return static_cast<double>(total);  // no GPU pod can use these GPUs (see Fits)
+
+  // The same node states come back again and again (a node's state before a placement is asked
+  // for every pod until something lands on it; pods repeat the same shapes): remember the
+  // answers per thread, keyed by this distribution and the sorted state.
+  struct Entry {
+    uint64_t owner = 0;  // 0: empty slot
+    int64_t cpu_free = 0;
+    std::array<int32_t, 8> gpus{};
+    int32_t model = 0;
+    uint32_t n = 0;
+    double value = 0;
+  };
+  static constexpr size_t kSlots = size_t{1} << 14;
+  thread_local std::vector<Entry> memo(kSlots);
+  Entry* slot = nullptr;
+  if (n <= 8) {
+    uint64_t h = id_ * 0x9e3779b97f4a7c15ULL ^
+                 static_cast<uint64_t>(cpu_free) * 0xff51afd7ed558ccdULL ^
+                 static_cast<uint64_t>(model) << 56 ^ n;
+    for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<uint64_t>(sorted[i])) * 0x100000001b3ULL;
+    slot = &memo[(h ^ h >> 29) & (kSlots - 1)];
+    if (slot->owner == id_ && slot->cpu_free == cpu_free && slot->model == model && slot->n == n &&
+        std::equal(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(n),
+                   slot->gpus.begin()))
+      return slot->value;
+  }
+
   std::array<int32_t, kMaxShares> count_ge;  // NOLINT(cppcoreguidelines-pro-type-member-init)
   std::array<int64_t, kMaxShares> sum_ge;    // NOLINT(cppcoreguidelines-pro-type-member-init)
   const size_t shares = shares_.size();
@@ -99,7 +129,16 @@ double TypicalPods::Fragmentation(int model, int64_t cpu_free,
     if (m.model_constrained && (m.model_mask >> model & 1U) == 0) continue;
     usable += m.probability * static_cast<double>(sum_ge[m.share]);
   }
-  return static_cast<double>(total) - usable;
+  const double value = static_cast<double>(total) - usable;
+  if (slot != nullptr) {
+    slot->owner = id_;
+    slot->cpu_free = cpu_free;
+    slot->model = model;
+    slot->n = static_cast<uint32_t>(n);
+    std::copy_n(sorted.begin(), n, slot->gpus.begin());
+    slot->value = value;
+  }
+  return value;
 }
 
 }  // namespace gpulet::placement

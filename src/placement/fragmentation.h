@@ -62,6 +62,7 @@ class TypicalPods {
   std::vector<TypicalPod> pods_;
   std::vector<int32_t> shares_;   // distinct gpu_milli of the GPU pods, descending
   std::vector<GpuPod> gpu_pods_;  // by cpu_milli, ascending
+  uint64_t id_ = 0;               // names this distribution in the per-thread memo
 };
 
 }  // namespace gpulet::placement

@@ -214,12 +214,33 @@ uint64_t Rng::Below(uint64_t n) {
   return x % n;
 }
 
+namespace {
+
+// Everything a policy may read of a node, apart from its name.
+bool SameState(const Node& a, const Node& b) {
+  return a.model == b.model && a.cpu_free == b.cpu_free && a.memory_free == b.memory_free &&
+         a.cpu_milli == b.cpu_milli && a.memory_mib == b.memory_mib && a.gpu_free == b.gpu_free &&
+         a.pods_by_class == b.pods_by_class;
+}
+
+}  // namespace
+
 std::optional<Decision> Choose(const Cluster& cluster, const Pod& pod, const Policy& policy,
                                Rng& rng) {
   std::optional<Decision> best;
   uint64_t ties = 0;
+  // A policy is a pure function of (node, pod): a node in the same state as the one scored just
+  // before gets the same answer without asking again (node lists group nodes by type, and until
+  // they fill up, many sit side by side in the same state).
+  const Node* last = nullptr;
+  std::optional<NodeScore> last_score;
   for (size_t i = 0; i < cluster.nodes.size(); ++i) {
-    std::optional<NodeScore> s = policy.Score(cluster.nodes[i], pod);
+    const Node& node = cluster.nodes[i];
+    if (last == nullptr || !SameState(*last, node)) {
+      last_score = policy.Score(node, pod);
+      last = &node;
+    }
+    const std::optional<NodeScore>& s = last_score;
     if (!s) continue;
     if (!best || s->score > best->choice.score) {
       best = Decision{i, *s};
