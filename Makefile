@@ -4,6 +4,7 @@
 
 BUILD      ?= build
 BUILD_SAN  ?= build-san
+BUILD_TSAN ?= build-tsan
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
@@ -16,7 +17,7 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config git \
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps build build-san demo test test-unit test-sanitize bench clean format
+.PHONY: deps build build-san build-tsan demo test test-unit test-sanitize test-tsan bench clean format
 
 # Installs only what is missing, so a second run costs one dpkg query. kubectl may already come
 # from another package (e.g. a cloud SDK's); any kubectl renders the manifests.
@@ -42,6 +43,13 @@ $(BUILD_SAN)/build.ninja: | deps
 build-san: deps $(BUILD_SAN)/build.ninja
 	cmake --build $(BUILD_SAN) -j $(JOBS)
 
+$(BUILD_TSAN)/build.ninja: | deps
+	cmake -S . -B $(BUILD_TSAN) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DGPULET_TSAN=ON $(CMAKE_ARGS)
+
+# Only the threaded components' unit tests are built here (GPULET_TSAN_TESTS in CMakeLists.txt).
+build-tsan: deps $(BUILD_TSAN)/build.ninja
+	cmake --build $(BUILD_TSAN) --target tsan_tests -j $(JOBS)
+
 demo: build
 	./scripts/demo.sh $(BUILD)
 
@@ -53,7 +61,12 @@ test-sanitize: build-san
 	cd $(BUILD_SAN) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --output-on-failure -j $(JOBS) -L sanitize --timeout 600
 
-test: test-unit test-sanitize
+# ThreadSanitizer over the threaded components: plugin, health, metrics, MPS, broker, k8s, common.
+test-tsan: build-tsan
+	cd $(BUILD_TSAN) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  ctest --output-on-failure -j $(JOBS) -L tsan --timeout 600
+
+test: test-unit test-sanitize test-tsan
 
 bench: build
 	./bench/run.sh $(BUILD)

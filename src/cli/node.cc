@@ -1,6 +1,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "cli/commands.h"
@@ -25,6 +26,13 @@ Result<NodeContext> OpenNode(const GlobalOptions& global) {
     ctx.discover.sysfs_root = node->sysfs_root;
     ctx.discover.procfs_root = node->procfs_root;
     if (library.empty()) library = node->library_path;
+    // Loud on purpose: a stray GPULET_SIMULATE in a real DaemonSet would advertise fake GPUs.
+    const char* env = std::getenv("GPULET_SIMULATE");
+    const bool from_env = env != nullptr && global.simulate == env;
+    spdlog::warn(
+        "event=simulated_driver fixture={} set_by={} msg=\"SIMULATED GPUs from a fixture, not the "
+        "real driver\"",
+        ctx.fixture_path, from_env ? "GPULET_SIMULATE" : "--simulate");
   }
   if (library.empty()) library = gpu::DefaultNvmlLibraryPath();
   Result<std::shared_ptr<gpu::Nvml>> nvml = gpu::Nvml::Load(library);

@@ -13,13 +13,6 @@
 
 #include "gpu/nvml_api.h"
 
-#ifndef GPULET_SIM_FIXTURES_SOURCE_DIR
-#error "GPULET_SIM_FIXTURES_SOURCE_DIR must name testing/fixtures"
-#endif
-#ifndef GPULET_SIM_DEFAULT_LIBRARY
-#error "GPULET_SIM_DEFAULT_LIBRARY must name <build>/sim/libnvidia-ml.so.1"
-#endif
-
 namespace gpulet::sim {
 namespace fs = std::filesystem;
 namespace {
@@ -29,10 +22,23 @@ std::string Env(const char* name) {
   return v == nullptr ? "" : v;
 }
 
+// The directory of the running executable; the build and the image put sim/ and fixtures/ beside
+// the binary (build/gpulet, /opt/gpulet/gpulet) or one level up (build/bin/*_test). No build path
+// is compiled in: the product must not depend on, or reveal, where it was built.
+fs::path ExecutableDir() {
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? fs::path() : exe.parent_path();
+}
+
 std::vector<std::string> FixtureDirs() {
   std::vector<std::string> dirs;
   if (std::string d = Env("GPULET_FIXTURES_DIR"); !d.empty()) dirs.push_back(d);
-  dirs.push_back(GPULET_SIM_FIXTURES_SOURCE_DIR);
+  const fs::path exe_dir = ExecutableDir();
+  if (!exe_dir.empty()) {
+    dirs.push_back((exe_dir / "fixtures").string());
+    dirs.push_back((exe_dir.parent_path() / "fixtures").string());
+  }
   return dirs;
 }
 
@@ -58,15 +64,16 @@ Status WriteFileAtomic(const fs::path& path, const std::string& content) {
 
 std::string FindLibrary() {
   if (std::string lib = Env("GPULET_SIM_LIBRARY"); !lib.empty()) return lib;
+  const fs::path exe_dir = ExecutableDir();
   std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    for (const fs::path& candidate : {exe.parent_path() / "sim" / "libnvidia-ml.so.1",
-                                      exe.parent_path() / ".." / "sim" / "libnvidia-ml.so.1"}) {
-      if (fs::exists(candidate, ec)) return fs::weakly_canonical(candidate, ec).string();
+  for (const fs::path& candidate : {exe_dir / "sim" / "libnvidia-ml.so.1",
+                                    exe_dir.parent_path() / "sim" / "libnvidia-ml.so.1"}) {
+    if (!exe_dir.empty() && fs::exists(candidate, ec)) {
+      return fs::weakly_canonical(candidate, ec).string();
     }
   }
-  return GPULET_SIM_DEFAULT_LIBRARY;
+  // Not found: the loader's error will name this path.
+  return (exe_dir / "sim" / "libnvidia-ml.so.1").string();
 }
 
 Status CheckGpu(const Fixture& fixture, unsigned gpu) {

@@ -37,8 +37,9 @@ struct SimulatedNode {
 // (`state_dir` if non-empty, else $GPULET_SIM_STATE, else /tmp/gpulet-sim/<fixture-stem>), writes
 // the fake sysfs/procfs trees under it, keeps any existing control state (other processes may be
 // using it), and setenv()s GPULET_SIM_FIXTURE and GPULET_SIM_STATE for the library this process
-// will load. library_path: $GPULET_SIM_LIBRARY, else <dir of /proc/self/exe>/sim/…, ../sim/…,
-// else the compiled-in <build dir>/sim/libnvidia-ml.so.1 (first that exists).
+// will load. library_path: $GPULET_SIM_LIBRARY, else <dir of /proc/self/exe>/sim/… or ../sim/…
+// (first that exists). Fixture names are looked up in $GPULET_FIXTURES_DIR, then fixtures/ beside
+// the executable or one level up (the build copies testing/fixtures there).
 Result<SimulatedNode> PrepareSimulation(const std::string& fixture, const std::string& state_dir);
 
 // /tmp/gpulet-sim/<stem of fixture_path>.

@@ -1,7 +1,10 @@
 // `gpulet node`: plugin and exporter in one process, seen by the kubelet harness and by a scrape.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "run_command.h"
@@ -12,6 +15,26 @@ namespace {
 std::string MakeDir() {
   std::string dir = ::testing::TempDir() + "gpulet-node-XXXXXX";
   return mkdtemp(dir.data()) != nullptr ? dir : "";
+}
+
+// A port the kernel just handed out (bind port 0, read it back), so parallel tests never collide
+// on a port derived from the pid. The exporter binds it right after; the window is tiny, and the
+// kernel does not hand the same ephemeral port out again at once.
+int FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  int port = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
 }
 
 // Writes `script` to DIR/run.sh and runs it with bash (the scripts start and stop gpulet node).
@@ -27,7 +50,8 @@ CommandResult RunScript(const std::string& dir, const std::string& script) {
 TEST(NodeCommand, ServesTheKubeletAndMetricsFromOneProcess) {
   const std::string dir = MakeDir();
   ASSERT_FALSE(dir.empty());
-  const int port = 20000 + static_cast<int>(getpid() % 20000);
+  const int port = FreeLoopbackPort();
+  ASSERT_GT(port, 0);
   const std::string script =
       "set -u; D=" + dir + "; mkdir -p $D/dp; " + GpuletBinary() +
       " --simulate dgx-h100 --sim-state $D/s node --device-plugin-path $D/dp -a 127.0.0.1:" +
@@ -50,7 +74,8 @@ TEST(NodeCommand, ServesTheKubeletAndMetricsFromOneProcess) {
 TEST(NodeCommand, ExporterFollowsAMigRelayoutWithoutRestart) {
   const std::string dir = MakeDir();
   ASSERT_FALSE(dir.empty());
-  const int port = 20000 + static_cast<int>((getpid() + 7919) % 20000);
+  const int port = FreeLoopbackPort();
+  ASSERT_GT(port, 0);
   const std::string url = "127.0.0.1:" + std::to_string(port) + "/metrics";
   const std::string gpu1 = "grep -c '^DCGM_FI_DEV_FB_USED{gpu=\"1\",'";
   // After the re-layout the series must carry the new profile: a stale exporter whose old MIG

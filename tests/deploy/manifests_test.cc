@@ -1,5 +1,5 @@
 // deploy/: renders each overlay with `kubectl kustomize` and checks the DaemonSet, RBAC, metrics
-// objects and named configs; checks the Dockerfile's build-context COPY sources exist.
+// objects and named configs. The image definition is checked by image_test.cc.
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
@@ -170,8 +170,8 @@ TEST_P(OverlayTest, RbacGrantsOnlyWhatGpuletReadsAndWrites) {
   ASSERT_TRUE(cr);
   ASSERT_EQ(cr["rules"].size(), 1u);
   EXPECT_EQ(Strings(cr["rules"][0]["resources"]), std::set<std::string>{"nodes"});
-  EXPECT_EQ(Strings(cr["rules"][0]["verbs"]),
-            (std::set<std::string>{"get", "list", "watch", "patch"}));
+  // Regression (hardening issue, defect 5): every node agent had cluster-wide patch on Nodes.
+  EXPECT_EQ(Strings(cr["rules"][0]["verbs"]), (std::set<std::string>{"get", "watch"}));
   YAML::Node role = Find(docs, "Role", "gpulet-config");
   ASSERT_TRUE(role);
   EXPECT_EQ(role["metadata"]["namespace"].as<std::string>(), "gpulet-system");
@@ -224,13 +224,6 @@ INSTANTIATE_TEST_SUITE_P(Overlays, OverlayTest,
                            return n;
                          });
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 TEST(ConfigMap, EveryNamedConfigParsesAsANvidiaV1Config) {
   YAML::Node cm = YAML::LoadFile(kSource + "/deploy/base/configmap.yaml");
   ASSERT_GE(cm["data"].size(), 4u);
@@ -254,37 +247,6 @@ TEST(PrometheusRule, GroupsEqualTheExportersRuleFile) {
   b << wrapped["spec"]["groups"];
   EXPECT_EQ(std::string(a.c_str()), std::string(b.c_str()))
       << "deploy/base/prometheusrule.yaml spec.groups differs from " << rules_path;
-}
-
-TEST(Dockerfile, EveryPathCopiedFromTheBuildContextExists) {
-  std::istringstream in(ReadFile(kSource + "/deploy/Dockerfile"));
-  std::string line;
-  int copies = 0;
-  while (std::getline(in, line)) {
-    std::istringstream words(line);
-    std::string word;
-    words >> word;
-    if (word != "COPY") continue;
-    std::vector<std::string> parts;
-    bool from_stage = false;
-    while (words >> word) {
-      if (word.rfind("--from=", 0) == 0) from_stage = true;
-      if (word.rfind("--", 0) == 0) continue;
-      parts.push_back(word);
-    }
-    ASSERT_GE(parts.size(), 2u) << line;
-    if (from_stage) continue;
-    parts.pop_back();  // destination
-    for (const std::string& src : parts) {
-      ++copies;
-      EXPECT_TRUE(std::filesystem::exists(kSource + "/" + src)) << "COPY source missing: " << src;
-    }
-  }
-  EXPECT_GE(copies, 4);
-  EXPECT_NE(ReadFile(kSource + "/deploy/Dockerfile").find("FROM debian:12"), std::string::npos);
-  // The build context must not ship build trees.
-  const std::string ignore = ReadFile(kSource + "/.dockerignore");
-  EXPECT_NE(ignore.find("build-*"), std::string::npos);
 }
 
 }  // namespace

@@ -68,7 +68,7 @@ TEST_F(PodAttribution, WholeTimeSlicedAndMpsPodsGetLabels) {
                             Pod("ml", "ts-b", "nvidia.com/gpu.shared", {gpu0 + "::2"}),
                             Pod("ml", "mps-c", "nvidia.com/gpu", {"5::3"})});
   ServeKubelet();
-  StartExporter("dgx-h100");
+  StartExporter("dgx-h100", {"--kubernetes-virtual-gpus"});
   const std::string gpu0_prefix = "DCGM_FI_DEV_GPU_TEMP{gpu=\"0\",UUID=\"" + gpu0 + "\"";
   EXPECT_TRUE(Has(",container=\"main\",namespace=\"ml\",pod=\"ts-a\"} "));
   const std::string text = HttpGet(port_, "/metrics");
@@ -101,7 +101,7 @@ TEST_F(PodAttribution, MigDevicesMapToTheirGpuInstance) {
     }
     if (gpu >= 0) break;
   }
-  if (gpu < 0) GTEST_SKIP() << "dgx-a100 fixture has no MIG devices";
+  ASSERT_GE(gpu, 0) << "gpulet info on dgx-a100 lists no MIG devices (the fixture has two MIG GPUs)";
   kubelet_.SetPodResources({Pod("inf", "mig-pod", "nvidia.com/mig-" + profile, {mig_uuid})});
   ServeKubelet();
   StartExporter("dgx-a100");
@@ -133,14 +133,21 @@ TEST_F(PodAttribution, KubeletGoneKeepsServingAndReconnects) {
   EXPECT_NE(exporter_.log().find("pod_resources_recovered"), std::string::npos);
 }
 
-TEST_F(PodAttribution, OneSeriesPerGpuOptOut) {
+// As dcgm-exporter: one series per device unless --kubernetes-virtual-gpus, so device-wide
+// alerts fire once per GPU, not once per pod.
+TEST_F(PodAttribution, OneSeriesPerGpuByDefault) {
   const auto info = Info("dgx-h100");
   const std::string gpu0 = info["gpus"][0]["uuid"];
   kubelet_.SetPodResources({Pod("ml", "ts-a", "nvidia.com/gpu.shared", {gpu0 + "::1"}),
                             Pod("ml", "ts-b", "nvidia.com/gpu.shared", {gpu0 + "::2"})});
   ServeKubelet();
-  StartExporter("dgx-h100", {"--one-series-per-gpu"});
+  StartExporter("dgx-h100");
   EXPECT_TRUE(Has("container=\"main,main\",namespace=\"ml,ml\",pod=\"ts-a,ts-b\"} "));
+  const std::string text = HttpGet(port_, "/metrics");
+  const std::string gpu0_prefix = "DCGM_FI_DEV_GPU_TEMP{gpu=\"0\",UUID=\"" + gpu0 + "\"";
+  size_t count = 0;
+  for (size_t p = text.find(gpu0_prefix); p != std::string::npos; p = text.find(gpu0_prefix, p + 1)) ++count;
+  EXPECT_EQ(count, 1u);
 }
 
 }  // namespace

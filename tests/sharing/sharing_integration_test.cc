@@ -212,7 +212,7 @@ std::string MpsStandIn() {
 }
 
 TEST_F(SharingFixture, MpsWithStandInDaemonCrashAndRecovery) {
-  if (!fs::exists(MpsStandIn())) GTEST_SKIP() << "no MPS stand-in at " << MpsStandIn();
+  ASSERT_TRUE(fs::exists(MpsStandIn())) << "no MPS stand-in at " << MpsStandIn();
   const std::string root = tmp_.path() + "/mps";
   std::string cfg = WriteConfig(
       "version: v1\nsharing:\n  mps:\n    resources:\n    - name: gpu\n      rename: gpu.mps\n"
@@ -262,7 +262,7 @@ TEST_F(SharingFixture, MpsWithStandInDaemonCrashAndRecovery) {
 }
 
 TEST_F(SharingFixture, MpsDaemonRestartsWhenItsResourceChangesOnReload) {
-  if (!fs::exists(MpsStandIn())) GTEST_SKIP() << "no MPS stand-in at " << MpsStandIn();
+  ASSERT_TRUE(fs::exists(MpsStandIn())) << "no MPS stand-in at " << MpsStandIn();
   const std::string root = tmp_.path() + "/mps";
   const std::string cfg = tmp_.path() + "/mps.yaml";
   auto write = [&](int replicas) {

@@ -1,0 +1,222 @@
+// deploy/Dockerfile, checked the way `docker build` would resolve it (no Docker on the test
+// machines): every COPY source exists where its stage puts it (the build context, filtered by
+// .dockerignore, or the build stage's output tree, which is `make build BUILD=/build`, i.e. our
+// build directory), every shared library the binary needs comes from a package the runtime stage
+// installs, and the shipped files carry no path of the machine that built them.
+#include <fnmatch.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../cli/run_command.h"
+
+namespace gpulet::testing {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kSource = GPULET_SOURCE_DIR;
+const std::string kBuild = GPULET_BUILD_DIR;
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The Dockerfile as instructions: continuation lines joined, comments dropped.
+struct Instruction {
+  std::string op;
+  std::vector<std::string> words;
+  std::string text;
+  int line = 0;
+};
+
+std::vector<Instruction> ParseDockerfile(const std::string& text) {
+  std::vector<Instruction> out;
+  std::istringstream in(text);
+  std::string line, joined;
+  int n = 0, start = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (joined.empty() && (line.empty() || line[0] == '#')) continue;
+    if (joined.empty()) start = n;
+    if (!line.empty() && line.back() == '\\') {
+      joined += line.substr(0, line.size() - 1) + " ";
+      continue;
+    }
+    joined += line;
+    Instruction ins;
+    ins.text = joined;
+    ins.line = start;
+    std::istringstream words(joined);
+    words >> ins.op;
+    for (std::string w; words >> w;) ins.words.push_back(w);
+    out.push_back(ins);
+    joined.clear();
+  }
+  return out;
+}
+
+struct Stage {
+  std::string name;
+  std::string build_dir;  // where `make build BUILD=…` puts its output, when the stage runs it
+  std::vector<std::string> packages;  // apt-get install arguments
+};
+
+std::vector<Stage> Stages(const std::vector<Instruction>& ins) {
+  std::vector<Stage> stages;
+  for (const Instruction& i : ins) {
+    if (i.op == "FROM") {
+      Stage s;
+      if (i.words.size() >= 3 && (i.words[1] == "AS" || i.words[1] == "as")) s.name = i.words[2];
+      stages.push_back(s);
+      continue;
+    }
+    if (stages.empty() || i.op != "RUN") continue;
+    std::smatch m;
+    if (std::regex_search(i.text, m, std::regex(R"(make build BUILD=(\S+))"))) {
+      stages.back().build_dir = m[1];
+    }
+    const size_t install = i.text.find("apt-get install");
+    if (install != std::string::npos) {
+      std::istringstream words(i.text.substr(install + 15));
+      for (std::string w; words >> w;) {
+        if (w == "&&" || w == ";") break;
+        if (w[0] != '-') stages.back().packages.push_back(w);
+      }
+    }
+  }
+  return stages;
+}
+
+bool Ignored(const std::string& path) {
+  std::istringstream in(ReadAll(kSource + "/.dockerignore"));
+  for (std::string pat; std::getline(in, pat);) {
+    if (pat.empty() || pat[0] == '#') continue;
+    // A pattern excludes the path or any directory above it.
+    std::string p = path;
+    while (!p.empty()) {
+      if (fnmatch(pat.c_str(), p.c_str(), 0) == 0) return true;
+      const size_t slash = p.rfind('/');
+      if (slash == std::string::npos) break;
+      p = p.substr(0, slash);
+    }
+  }
+  return false;
+}
+
+class ImageTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ins_ = ParseDockerfile(ReadAll(kSource + "/deploy/Dockerfile"));
+    stages_ = Stages(ins_);
+    ASSERT_GE(stages_.size(), 2u);
+  }
+  std::vector<Instruction> ins_;
+  std::vector<Stage> stages_;
+};
+
+TEST_F(ImageTest, EveryCopySourceResolvesAsTheBuildWould) {
+  int context_copies = 0, stage_copies = 0;
+  for (const Instruction& i : ins_) {
+    if (i.op != "COPY") continue;
+    std::string from;
+    std::vector<std::string> parts;
+    for (const std::string& w : i.words) {
+      if (w.rfind("--from=", 0) == 0) {
+        from = w.substr(7);
+      } else if (w.rfind("--", 0) != 0) {
+        parts.push_back(w);
+      }
+    }
+    ASSERT_GE(parts.size(), 2u) << "Dockerfile:" << i.line << ": " << i.text;
+    parts.pop_back();  // destination
+    for (std::string src : parts) {
+      while (src.size() > 1 && src.back() == '/') src.pop_back();
+      if (from.empty()) {
+        ++context_copies;
+        if (src.rfind("./", 0) == 0) src = src.substr(2);
+        EXPECT_TRUE(fs::exists(kSource + "/" + src))
+            << "Dockerfile:" << i.line << ": COPY source missing from the context: " << src;
+        EXPECT_FALSE(Ignored(src))
+            << "Dockerfile:" << i.line << ": " << src << " is excluded by .dockerignore";
+        continue;
+      }
+      ++stage_copies;
+      const Stage* stage = nullptr;
+      for (const Stage& s : stages_) {
+        if (s.name == from) stage = &s;
+      }
+      ASSERT_NE(stage, nullptr) << "Dockerfile:" << i.line << ": no stage named " << from;
+      ASSERT_FALSE(stage->build_dir.empty())
+          << "Dockerfile:" << i.line << ": stage " << from << " runs no `make build BUILD=…`";
+      ASSERT_EQ(src.rfind(stage->build_dir + "/", 0), 0u)
+          << "Dockerfile:" << i.line << ": " << src << " is not in the build output "
+          << stage->build_dir;
+      const std::string local = kBuild + src.substr(stage->build_dir.size());
+      EXPECT_TRUE(fs::exists(local))
+          << "Dockerfile:" << i.line << ": COPY --from=" << from << " " << src
+          << ": the build does not produce it (no " << local << ")";
+      if (fs::is_directory(local)) {
+        EXPECT_FALSE(fs::is_empty(local)) << "Dockerfile:" << i.line << ": " << src << " is empty";
+      }
+    }
+  }
+  EXPECT_GE(context_copies, 4);
+  EXPECT_GE(stage_copies, 3);
+}
+
+// Every library the binary links (ELF NEEDED) comes from a package the runtime stage installs, or
+// from the essential packages every Debian image has.
+TEST_F(ImageTest, RuntimeStageInstallsEveryLibraryTheBinaryNeeds) {
+  const std::set<std::string> essential = {"libc6", "libgcc-s1", "libstdc++6", "zlib1g"};
+  const std::vector<std::string>& installed = stages_.back().packages;
+  ASSERT_FALSE(installed.empty()) << "the runtime stage installs nothing";
+  const CommandResult needed = RunCommand("readelf -d " + GpuletBinary());
+  ASSERT_EQ(needed.exit_code, 0) << needed.output;
+  const CommandResult ldd = RunCommand("ldd " + GpuletBinary());
+  ASSERT_EQ(ldd.exit_code, 0) << ldd.output;
+  std::regex needed_re(R"(\(NEEDED\)\s+Shared library: \[([^\]]+)\])");
+  int checked = 0;
+  for (std::sregex_iterator it(needed.output.begin(), needed.output.end(), needed_re), end;
+       it != end; ++it) {
+    const std::string lib = (*it)[1];
+    std::smatch m;
+    const std::regex where("\\s" + std::regex_replace(lib, std::regex(R"([.+])"), R"(\$&)") +
+                           R"( => (\S+))");
+    ASSERT_TRUE(std::regex_search(ldd.output, m, where)) << lib << " not resolved:\n" << ldd.output;
+    const CommandResult owner = RunCommand("dpkg -S " + std::string(m[1]) +
+                                           " 2>/dev/null || "
+                                           "dpkg -S $(readlink -f " +
+                                           std::string(m[1]) + ")");
+    ASSERT_EQ(owner.exit_code, 0) << lib << ": no package owns " << m[1] << "\n" << owner.output;
+    std::string pkg = owner.output.substr(0, owner.output.find(':'));
+    ++checked;
+    if (essential.count(pkg)) continue;
+    EXPECT_NE(std::find(installed.begin(), installed.end(), pkg), installed.end())
+        << "build/gpulet needs " << lib << " from package " << pkg
+        << ", which deploy/Dockerfile's runtime stage does not install";
+  }
+  EXPECT_GE(checked, 5);
+}
+
+// The shipped files must not reveal or depend on the build machine's paths.
+TEST_F(ImageTest, ShippedFilesCarryNoBuildPaths) {
+  for (const std::string& file : {GpuletBinary(), kBuild + "/sim/libnvidia-ml.so.1"}) {
+    const std::string bytes = ReadAll(file);
+    ASSERT_FALSE(bytes.empty()) << file;
+    EXPECT_EQ(bytes.find(kSource + "/"), std::string::npos) << file << " contains " << kSource;
+    EXPECT_EQ(bytes.find(kBuild + "/"), std::string::npos) << file << " contains " << kBuild;
+  }
+}
+
+}  // namespace
+}  // namespace gpulet::testing

@@ -1,0 +1,176 @@
+// Least privilege, checked against the code: every verb a gpulet ServiceAccount is granted must
+// be used by the code that runs under it. The manifests are rendered with `kubectl kustomize`;
+// "used" means a source file of that component makes the request: the HTTP method that the verb
+// maps to (get/list → GET, watch → a watch request, patch → PATCH, create → POST, update → PUT,
+// delete → DELETE) next to the resource's API path. A grant without such a request fails; so does
+// a component that gets no role at all for a request it makes.
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../cli/run_command.h"
+
+namespace gpulet::testing {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kSource = GPULET_SOURCE_DIR;
+
+std::string Kubectl() {
+  const char* k = std::getenv("GPULET_KUBECTL");
+  return k != nullptr && *k != '\0' ? k : "kubectl";
+}
+
+std::vector<YAML::Node> Render(const std::string& dir) {
+  CommandResult r = RunCommand(Kubectl() + " kustomize " + kSource + "/" + dir + " 2>/dev/null");
+  EXPECT_EQ(r.exit_code, 0) << "kubectl kustomize " << dir << ":\n" << r.output;
+  if (r.exit_code != 0) return {};
+  return YAML::LoadAll(r.output);
+}
+
+// The non-test sources of a component, concatenated per file.
+std::map<std::string, std::string> Sources(const std::vector<std::string>& paths) {
+  std::map<std::string, std::string> out;
+  for (const std::string& rel : paths) {
+    const fs::path p = kSource + "/" + rel;
+    std::vector<fs::path> files;
+    if (fs::is_directory(p)) {
+      for (const auto& e : fs::directory_iterator(p)) files.push_back(e.path());
+    } else {
+      files.push_back(p);
+    }
+    for (const fs::path& f : files) {
+      const std::string name = f.filename().string();
+      if (f.extension() != ".cc" || name.find("_test") != std::string::npos) continue;
+      std::ifstream in(f);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      out[rel + "/" + name] = ss.str();
+    }
+  }
+  return out;
+}
+
+// How code names each resource's API path, and how it makes each verb's request.
+const std::map<std::string, std::string> kResourcePath = {
+    {"nodes", R"(/api/v1/nodes|NodeRef\()"},
+    {"configmaps", R"(/configmaps|ConfigMapRef\()"},
+    {"pods", R"(/pods\?)"},
+    {"pods/eviction", R"(/eviction)"},
+    {"leases", R"(/leases)"},
+};
+const std::map<std::string, std::string> kVerbCall = {
+    {"get", R"(\.Get\()"},
+    {"list", R"(\.Get\(\s*"[^"]*\?)"},
+    {"watch", R"(\.Watch\(|ObjectWatcher)"},
+    {"patch", R"(\.Patch\()"},
+    {"create", R"(\.Post\()"},
+    {"update", R"(\.Put\()"},
+    {"delete", R"(\.Delete\()"},
+};
+
+struct Grant {
+  std::string resource, verb, role;
+};
+
+// Every (resource, verb) granted to ServiceAccount `sa` through any binding in `docs`.
+std::vector<Grant> GrantsTo(const std::vector<YAML::Node>& docs, const std::string& sa) {
+  std::set<std::pair<std::string, std::string>> roles;  // (kind, name)
+  for (const YAML::Node& d : docs) {
+    const std::string kind = d["kind"].as<std::string>();
+    if (kind != "RoleBinding" && kind != "ClusterRoleBinding") continue;
+    for (const YAML::Node& s : d["subjects"]) {
+      if (s["kind"].as<std::string>() == "ServiceAccount" && s["name"].as<std::string>() == sa) {
+        roles.insert(
+            {d["roleRef"]["kind"].as<std::string>(), d["roleRef"]["name"].as<std::string>()});
+      }
+    }
+  }
+  std::vector<Grant> out;
+  for (const YAML::Node& d : docs) {
+    const std::string kind = d["kind"].as<std::string>();
+    const std::string name = d["metadata"]["name"].as<std::string>();
+    if (!roles.count({kind, name})) continue;
+    for (const YAML::Node& rule : d["rules"]) {
+      for (const YAML::Node& r : rule["resources"]) {
+        for (const YAML::Node& v : rule["verbs"]) {
+          out.push_back({r.as<std::string>(), v.as<std::string>(), kind + "/" + name});
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// A source file that makes the request, or "" when none does.
+std::string UsedBy(const std::map<std::string, std::string>& sources, const Grant& g) {
+  if (!kResourcePath.count(g.resource) || !kVerbCall.count(g.verb)) return "";
+  const std::regex path(kResourcePath.at(g.resource));
+  const std::regex call(kVerbCall.at(g.verb));
+  for (const auto& [file, text] : sources) {
+    if (std::regex_search(text, path) && std::regex_search(text, call)) return file;
+  }
+  return "";
+}
+
+void ExpectEveryGrantUsed(const std::vector<YAML::Node>& docs, const std::string& sa,
+                          const std::map<std::string, std::string>& sources, size_t min_grants) {
+  const std::vector<Grant> grants = GrantsTo(docs, sa);
+  EXPECT_GE(grants.size(), min_grants) << "ServiceAccount " << sa;
+  for (const Grant& g : grants) {
+    EXPECT_NE(g.resource, "*") << g.role;
+    EXPECT_NE(g.verb, "*") << g.role;
+    EXPECT_FALSE(UsedBy(sources, g).empty())
+        << g.role << " grants " << sa << " `" << g.verb << "` on " << g.resource
+        << ", but no code of that component makes such a request";
+  }
+}
+
+TEST(Rbac, NodeAgentGrantsAreEachUsedByItsCode) {
+  const auto sources = Sources({"src/k8s", "src/cli/cmd_config_sync.cc"});
+  ASSERT_FALSE(sources.empty());
+  for (const char* overlay : {"time-slicing", "mig-mixed", "mps"}) {
+    SCOPED_TRACE(overlay);
+    const std::vector<YAML::Node> docs = Render(std::string("deploy/overlays/") + overlay);
+    ASSERT_FALSE(docs.empty());
+    ExpectEveryGrantUsed(docs, "gpulet", sources, 4);
+    for (const Grant& g : GrantsTo(docs, "gpulet")) {
+      EXPECT_NE(g.verb, "patch") << "a node agent must not change any Node (" << g.role << ")";
+    }
+  }
+}
+
+TEST(Rbac, BrokerHasItsOwnServiceAccountAndUsesEachGrant) {
+  const std::vector<YAML::Node> docs = Render("deploy/broker");
+  ASSERT_FALSE(docs.empty());
+  ExpectEveryGrantUsed(docs, "gpulet-broker", Sources({"src/broker"}), 7);
+  EXPECT_TRUE(GrantsTo(docs, "gpulet").empty()) << "deploy/broker grants the node agent nothing";
+  bool deployment = false;
+  for (const YAML::Node& d : docs) {
+    if (d["kind"].as<std::string>() != "Deployment") continue;
+    deployment = true;
+    EXPECT_EQ(d["spec"]["template"]["spec"]["serviceAccountName"].as<std::string>(),
+              "gpulet-broker");
+  }
+  EXPECT_TRUE(deployment);
+}
+
+// The checker itself: a grant nothing uses is caught.
+TEST(Rbac, AnUnusedGrantIsReported) {
+  const auto sources = Sources({"src/k8s", "src/cli/cmd_config_sync.cc"});
+  EXPECT_TRUE(UsedBy(sources, {"nodes", "patch", "ClusterRole/x"}).empty());
+  EXPECT_TRUE(UsedBy(sources, {"secrets", "get", "ClusterRole/x"}).empty());
+  EXPECT_FALSE(UsedBy(sources, {"nodes", "get", "ClusterRole/x"}).empty());
+}
+
+}  // namespace
+}  // namespace gpulet::testing
