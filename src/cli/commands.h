@@ -65,5 +65,6 @@ void RegisterDoctor(CLI::App& app, GlobalOptions& global, int& exit_code);
 void RegisterMig(CLI::App& app, GlobalOptions& global, int& exit_code);
 void RegisterBroker(CLI::App& app, GlobalOptions& global, int& exit_code);
 void RegisterLabels(CLI::App& app, GlobalOptions& global, int& exit_code);
+void RegisterReplay(CLI::App& app, GlobalOptions& global, int& exit_code);
 
 }  // namespace gpulet::cli

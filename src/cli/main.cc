@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   RegisterMig(app, global, exit_code);
   RegisterBroker(app, global, exit_code);
   RegisterLabels(app, global, exit_code);
+  RegisterReplay(app, global, exit_code);
 
   try {
     app.parse(argc, argv);
