@@ -134,6 +134,9 @@ Result<deviceplugin::ServingSetup> BuildSetup(const gpu::Inventory& inventory,
   // As NVIDIA's plugin: the device root defaults to the driver root.
   o.nvidia_dev_root = f.nvidia_dev_root.value_or(f.nvidia_driver_root.value_or("/"));
   if (f.plugin.cdi_annotation_prefix) o.cdi_annotation_prefix = *f.plugin.cdi_annotation_prefix;
+  auto memory_limits = deviceplugin::LoadMemoryLimitSettings(cfg, setup.plan);
+  if (!memory_limits.ok()) return memory_limits.status();
+  o.memory_limits = std::move(memory_limits).value();
   return setup;
 }
 

@@ -20,6 +20,7 @@
 
 #include "common/status.h"
 #include "config/config.h"
+#include "deviceplugin/memory_limits.h"
 #include "deviceplugin/preferred.h"
 #include "deviceplugin_v1beta1.pb.h"
 #include "gpu/inventory.h"
@@ -47,6 +48,8 @@ struct AllocateOptions {
   ReplicaPolicy replica_policy = ReplicaPolicy::kDistributed;
   // MPS resources' daemon directories, by resource name.
   std::map<std::string, MpsMount> mps;
+  // Time-sliced resources with enforced memory limits, by resource name (memory_limits.h).
+  std::map<std::string, MemoryLimitSettings> memory_limits;
 
   bool operator==(const AllocateOptions&) const = default;
 };

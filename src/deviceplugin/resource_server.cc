@@ -175,6 +175,13 @@ grpc::Status ResourceServer::Allocate(grpc::ServerContext*, const v1beta1::Alloc
                    r.status().message());
       return ToGrpc(r.status());
     }
+    if (Status s = ApplyMemoryLimits(options_.memory_limits, resource_, *inventory_, ids, unique,
+                                     &r.value());
+        !s.ok()) {
+      spdlog::warn("event=allocate_memory_limits_failed resource={} error=\"{}\"", resource_.name,
+                   s.message());
+      return ToGrpc(s);
+    }
     spdlog::info("event=allocate resource={} devices={}", resource_.name, ids.size());
     *resp->add_container_responses() = std::move(r).value();
   }
