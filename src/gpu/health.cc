@@ -119,14 +119,24 @@ Result<HealthPolicy> ParseHealthPolicy(const std::string& disable_env,
 HealthTracker::HealthTracker(const Inventory& inventory, HealthPolicy policy, const Clock& clock,
                              HealthBoard& board)
     : inventory_(inventory), policy_(std::move(policy)), clock_(clock), board_(board) {
+  // The board may outlive an earlier tracker (re-discovery): what it knows about a UUID stands.
+  const HealthSnapshot known = board_.Current();
   std::map<std::string, DeviceHealth> initial;
-  for (const Gpu& g : inventory_.gpus) {
-    state_[g.uuid] = State{};
-    initial[g.uuid] = DeviceHealth{};
-    for (const MigDevice& m : g.mig_devices) {
-      state_[m.uuid] = State{};
-      initial[m.uuid] = DeviceHealth{};
+  auto seed = [&](const std::string& uuid) {
+    State s;
+    const DeviceHealth& h = known.Get(uuid);
+    if (!h.healthy) {
+      s.health = h;
+      s.last_bad = clock_.Now();  // the event's time left with the old tracker: count from now
+      spdlog::info("event=device_health_kept uuid={} reason=\"{}\"", uuid, h.reason);
+    } else {
+      initial[uuid] = DeviceHealth{};
     }
+    state_[uuid] = s;
+  };
+  for (const Gpu& g : inventory_.gpus) {
+    seed(g.uuid);
+    for (const MigDevice& m : g.mig_devices) seed(m.uuid);
   }
   board_.Update(initial);
 }

@@ -20,6 +20,9 @@
 // - A probe that returns NVML_ERROR_GPU_IS_LOST marks the GPU unhealthy.
 // - Beyond NVIDIA: an unhealthy GPU becomes healthy again once `quiet_period` has passed with no
 //   new critical event and a probe succeeds. A zero quiet period disables recovery.
+// - Health outlives re-discovery: a tracker built for a new inventory (a MIG re-layout) over the
+//   same board keeps every UUID's health; an inherited unhealthy device counts its quiet period
+//   from then. Events fire once, so forgetting them would advertise a failed GPU Healthy for good.
 #pragma once
 
 #include <chrono>
@@ -119,6 +122,7 @@ struct HealthTarget {
 // The pure rules. Not thread-safe: owned by one thread (HealthMonitor's), publishes to a board.
 class HealthTracker {
  public:
+  // Devices the board already knows keep their health (see above); new ones start healthy.
   HealthTracker(const Inventory& inventory, HealthPolicy policy, const Clock& clock,
                 HealthBoard& board);
 

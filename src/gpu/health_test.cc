@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <memory>
 #include <thread>
 
 namespace gpulet::gpu {
@@ -184,6 +185,52 @@ TEST(HealthTrackerTest, ZeroQuietPeriodNeverRecovers) {
   clock.Advance(std::chrono::hours(24));
   tracker.OnProbe({Probe::kOk, Probe::kOk});
   EXPECT_FALSE(board.Current().Get("GPU-0").healthy);
+}
+
+// Re-discovery (a MIG re-layout on another GPU) builds a new tracker over the same board: a GPU
+// that hit XID 79 stays unhealthy, keyed by UUID (the event fired once and will not fire again).
+TEST(HealthTrackerTest, HealthSurvivesANewTrackerAfterReDiscovery) {
+  Inventory inv = TwoGpusOneMig();
+  FakeClock clock;
+  HealthBoard board;
+  auto first = std::make_unique<HealthTracker>(inv, Policy(0ms), clock, board);
+  first->OnEvent(0, Event::kXid, 79);
+  first->OnEvent(1, Event::kXid, 94, 2u, 0u);  // the MIG device that the re-layout destroys
+  ASSERT_FALSE(board.Current().Get("GPU-0").healthy);
+  first.reset();
+
+  Inventory relaid = TwoGpusOneMig();
+  relaid.gpus[1].mig_devices[0].uuid = "MIG-1-new";
+  HealthTracker second(relaid, Policy(0ms), clock, board);
+  EXPECT_FALSE(board.Current().Get("GPU-0").healthy);
+  EXPECT_EQ(board.Current().Get("GPU-0").reason, "XID 79");
+  EXPECT_TRUE(board.Current().Get("MIG-1-new").healthy);
+  EXPECT_TRUE(board.Current().Get("GPU-1").healthy);
+  clock.Advance(std::chrono::hours(24));
+  second.OnProbe({Probe::kOk, Probe::kOk});  // "never recover" still holds
+  EXPECT_FALSE(board.Current().Get("GPU-0").healthy);
+}
+
+// With recovery on, an inherited unhealthy GPU recovers after a full quiet period counted from
+// the re-discovery (the tracker that saw the event is gone, so it counts conservatively).
+TEST(HealthTrackerTest, InheritedUnhealthyRecoversAfterAQuietPeriod) {
+  Inventory inv = TwoGpusOneMig();
+  FakeClock clock;
+  HealthBoard board;
+  {
+    HealthTracker first(inv, Policy(10s), clock, board);
+    first.OnEvent(0, Event::kXid, 79);
+  }
+  clock.Advance(9s);
+  HealthTracker second(inv, Policy(10s), clock, board);
+  second.OnProbe({Probe::kOk, Probe::kOk});
+  EXPECT_FALSE(board.Current().Get("GPU-0").healthy);
+  clock.Advance(9s);
+  second.OnProbe({Probe::kOk, Probe::kOk});
+  EXPECT_FALSE(board.Current().Get("GPU-0").healthy);
+  clock.Advance(1s);
+  second.OnProbe({Probe::kOk, Probe::kOk});
+  EXPECT_TRUE(board.Current().Get("GPU-0").healthy);
 }
 
 TEST(HealthTrackerTest, AllDisabledIgnoresEverything) {

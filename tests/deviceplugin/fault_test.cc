@@ -1,4 +1,5 @@
 // Fault tests: kubelet restarts, a killed plugin, XIDs, ECC and lost GPUs on a simulated dgx-h100.
+#include <fstream>
 #include <thread>
 
 #include "tests/deviceplugin/plugin_fixture.h"
@@ -93,6 +94,53 @@ TEST_F(PluginFixture, Xid79MarksOnlyThatGpuAndRecovers) {
   s = WaitHealth(*harness_, ids, 3, true, 8);
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_TRUE(plugin_->WaitForLog("event=device_recovered", 10s));
+}
+
+// Defect: a rescan that found a MIG re-layout (on another GPU) rebuilt the health monitor, whose
+// tracker wrote every device Healthy; XID 79 fires once, so GPU 2 was advertised Healthy for good.
+TEST_F(PluginFixture, XidUnhealthySurvivesAMigRelayoutOnAnotherGpu) {
+  fixture_ = "dgx-a100";  // GPUs 0 and 1 in MIG mode; 2..7 are nvidia.com/gpu under "mixed"
+  StartHarness();
+  plugin_ = std::make_unique<GpuletProcess>(
+      std::vector<std::string>{"--simulate", fixture_, "--sim-state", sim_state_, "plugin",
+                               "--device-plugin-path", plugin_dir_, "--health-quiet-period", "0",
+                               "--mig-strategy", "mixed", "--rescan-interval", "200ms"},
+      tmp_.path() + "/plugin.log");
+  ASSERT_TRUE(plugin_->Start());
+  WaitForDevices(6, 6);
+  WaitForDevices(1, 1, 60s, "nvidia.com/mig-3g.20gb");
+  const std::vector<std::string> ids = DeviceIds();  // GPUs 2..7
+  Sim({"xid", "--gpu", "2", "--code", "79"});
+  Status s = WaitHealth(*harness_, ids, 0, false, 5);
+  ASSERT_TRUE(s.ok()) << s.message();
+
+  const std::string mig_file = tmp_.path() + "/mig.yaml";
+  std::ofstream(mig_file) << "version: v1\nmig-configs:\n  two-big:\n    - devices: [1]\n"
+                             "      mig-enabled: true\n      mig-devices: {\"3g.20gb\": 2}\n";
+  RunResult apply = RunGpulet({"--simulate", fixture_, "--sim-state", sim_state_, "mig", "apply",
+                               "-f", mig_file, "-c", "two-big"});
+  ASSERT_EQ(apply.exit_code, 0) << apply.output;
+  WaitForDevices(3, 3, 60s, "nvidia.com/mig-3g.20gb");  // the rescan found the new layout
+
+  // An event after the re-layout: once GPU 3 shows unhealthy, the stream reflects every health
+  // change made before it, so GPU 2 must still be unhealthy in the same update.
+  Sim({"xid", "--gpu", "3", "--code", "79"});
+  s = harness_->WaitFor(
+      kGpu,
+      [&](const ResourceState& st) {
+        for (const HarnessDevice& d : st.devices) {
+          if (d.id == ids[1]) return !d.healthy();
+        }
+        return false;
+      },
+      60s);
+  ASSERT_TRUE(s.ok()) << s.message();
+  for (const HarnessDevice& d : harness_->Devices(kGpu)) {
+    if (d.id == ids[0]) {
+      EXPECT_FALSE(d.healthy()) << "GPU 2 (XID 79) re-advertised Healthy";
+    }
+  }
+  EXPECT_EQ(harness_->State(kGpu)->HealthyCount(), 4u);
 }
 
 TEST_F(PluginFixture, IgnoredXidChangesNothing) {
