@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "metrics/exporter.h"
@@ -27,10 +28,10 @@ struct PluginArgs {
   std::string mig_strategy;
   std::string cdi_annotation_prefix;
   std::string health_quiet_period = "60s";
-  std::string kubelet_socket = "kubelet.sock";
+  std::string kubelet_socket;  // empty: flags.plugin.kubeletSocket, else kubelet.sock
   // NFD feature file for GFD's node labels, rewritten whenever the plan changes; empty: off.
   std::string labels_file;
-  std::string replica_allocation_policy = "distributed";
+  std::string replica_allocation_policy;  // empty: env, the file, else distributed
   std::string mps_root;  // empty: flags.plugin.mpsRoot from the file, else /run/nvidia/mps
   std::string mps_control_binary = "nvidia-cuda-mps-control";
   std::string rescan_interval = "30s";
@@ -63,6 +64,16 @@ struct ExporterFlags {
   std::string pod_resources_socket = std::string(metrics::kDefaultPodResourcesSocket);
   int64_t pod_refresh_ms = 10000;
   bool one_series_per_gpu = false;
+  // dcgm-exporter 4.x flags (see AddExporterOptions).
+  bool no_hostname = false;
+  bool kubernetes_virtual_gpus = false;
+  std::string kubernetes_gpu_id_type = "uid";
+  bool kubernetes_enable_pod_labels = false;
+  bool kubernetes_enable_pod_uid = false;
+  std::vector<std::string> nvidia_resource_names;
+  std::string devices = "f";
+  int64_t xid_count_window_ms = 300000;
+  bool use_old_namespace = false;
   std::string web_config_file;
   int http_threads = 4;
   std::string hostname;

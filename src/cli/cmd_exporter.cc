@@ -1,10 +1,10 @@
 // gpulet exporter: DCGM-compatible Prometheus metrics straight from NVML (a drop-in for NVIDIA's
 // dcgm-exporter: same metric names, labels, port, counters file, flags and environment variables).
 #include <signal.h>
-
 #include <spdlog/spdlog.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <ctime>
 #include <memory>
 
@@ -50,9 +50,38 @@ int Serve(const GlobalOptions& global, const ExporterFlags& f) {
 
 }  // namespace
 
+namespace {
+
+// dcgm-exporter flags gpulet accepts but does not act on: one warning each, when set.
+void WarnIgnoredExporterFlags(const ExporterFlags& f) {
+  auto warn = [](const char* flag, const std::string& why) {
+    spdlog::warn("event=flag_ignored flag={} detail=\"{}\"", flag, why);
+  };
+  if (f.kubernetes_gpu_id_type != "uid" && f.kubernetes_gpu_id_type != "device-name") {
+    warn("--kubernetes-gpu-id-type", "unknown value \"" + f.kubernetes_gpu_id_type +
+                                         "\"; gpulet maps both UUIDs and device names");
+  }
+  if (f.kubernetes_enable_pod_labels) {
+    warn("--kubernetes-enable-pod-labels",
+         "pod labels need the API server; gpulet labels series with pod, namespace and container");
+  }
+  if (f.kubernetes_enable_pod_uid) {
+    warn("--kubernetes-enable-pod-uid", "the kubelet's pod-resources API gives no pod UID");
+  }
+  if (f.devices != "f") {
+    warn("--devices", "gpulet publishes every GPU and MIG device (as -d f)");
+  }
+  if (f.use_old_namespace) {
+    warn("--use-old-namespace", "gpulet publishes the DCGM_FI_* names only");
+  }
+}
+
+}  // namespace
+
 Result<std::unique_ptr<metrics::Exporter>> StartExporter(std::shared_ptr<gpu::Nvml> nvml,
                                                          gpu::Inventory inventory,
                                                          const ExporterFlags& f) {
+  WarnIgnoredExporterFlags(f);
   metrics::ExporterOptions opts;
   opts.collectors_file = f.collectors;
   opts.collect_interval = std::chrono::milliseconds(f.interval_ms);
@@ -61,9 +90,26 @@ Result<std::unique_ptr<metrics::Exporter>> StartExporter(std::shared_ptr<gpu::Nv
   opts.http.threads = f.http_threads;
   opts.kubernetes = f.kubernetes;
   opts.pod_resources.socket = f.pod_resources_socket;
+  // gpulet's earlier variable, read when upstream's DCGM_POD_RESOURCES_KUBELET_SOCKET is not set.
+  if (const char* old = std::getenv("DCGM_POD_RESOURCES_SOCKET");
+      old != nullptr && *old != '\0' &&
+      std::getenv("DCGM_POD_RESOURCES_KUBELET_SOCKET") == nullptr &&
+      f.pod_resources_socket == metrics::kDefaultPodResourcesSocket) {
+    opts.pod_resources.socket = old;
+  }
   opts.pod_resources.refresh = std::chrono::milliseconds(f.pod_refresh_ms);
-  opts.series_per_pod = !f.one_series_per_gpu;
+  for (const std::string& name : f.nvidia_resource_names) {
+    opts.pod_resources.index_resource_prefixes.push_back(name);
+  }
+  // dcgm-exporter: one series per device; per-pod series on shared GPUs with
+  // --kubernetes-virtual-gpus.
+  opts.series_per_pod = f.kubernetes_virtual_gpus && !f.one_series_per_gpu;
   opts.hostname = f.hostname;
+  // dcgm-exporter takes the Hostname label from NODE_NAME when it is set.
+  if (const char* node = std::getenv("NODE_NAME"); opts.hostname.empty() && node != nullptr) {
+    opts.hostname = node;
+  }
+  opts.no_hostname = f.no_hostname;
   opts.slurm_node = f.slurm_node;
   opts.scontrol = f.scontrol;
   opts.slurm_refresh = std::chrono::milliseconds(f.slurm_refresh_ms);
@@ -89,19 +135,52 @@ void AddExporterOptions(CLI::App* cmd, ExporterFlags* f) {
   cmd->add_flag("-k,--kubernetes", f->kubernetes,
                 "Label series with the pod, namespace and container holding each GPU")
       ->envname("DCGM_EXPORTER_KUBERNETES");
-  cmd->add_option("--pod-resources-socket,--pod-resources-kubelet-socket", f->pod_resources_socket,
-                  "Kubelet pod-resources socket")
-      ->envname("DCGM_POD_RESOURCES_SOCKET")
+  cmd->add_option("--pod-resources-kubelet-socket,--pod-resources-socket", f->pod_resources_socket,
+                  "Kubelet pod-resources socket (DCGM_POD_RESOURCES_SOCKET is read too)")
+      ->envname("DCGM_POD_RESOURCES_KUBELET_SOCKET")
       ->capture_default_str();
   cmd->add_option("--pod-refresh-interval", f->pod_refresh_ms,
                   "How often to re-read pod-resources, in milliseconds")
       ->envname("GPULET_EXPORTER_POD_REFRESH_INTERVAL")
       ->check(CLI::Range(int64_t{100}, int64_t{3600000}))
       ->capture_default_str();
+  cmd->add_flag("--kubernetes-virtual-gpus", f->kubernetes_virtual_gpus,
+                "On a GPU shared by several pods (time-slicing, MPS), one series per pod instead "
+                "of one series per GPU")
+      ->envname("DCGM_EXPORTER_KUBERNETES_VIRTUAL_GPUS");
   cmd->add_flag("--one-series-per-gpu", f->one_series_per_gpu,
-                "On a GPU shared by several pods, emit one series with the pods' labels joined by "
-                "',' instead of one series per pod")
+                "One series per GPU, the sharing pods' labels joined by ',' (the default; wins "
+                "over --kubernetes-virtual-gpus)")
       ->envname("GPULET_EXPORTER_ONE_SERIES_PER_GPU");
+  cmd->add_flag("-n,--no-hostname", f->no_hostname, "Omit the Hostname label")
+      ->envname("DCGM_EXPORTER_NO_HOSTNAME");
+  cmd->add_option("--kubernetes-gpu-id-type", f->kubernetes_gpu_id_type,
+                  "uid|device-name: accepted for dcgm-exporter; gpulet maps both")
+      ->envname("DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE")
+      ->capture_default_str();
+  cmd->add_flag("--kubernetes-enable-pod-labels", f->kubernetes_enable_pod_labels,
+                "Accepted for dcgm-exporter; ignored with a warning")
+      ->envname("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS");
+  cmd->add_flag("--kubernetes-enable-pod-uid", f->kubernetes_enable_pod_uid,
+                "Accepted for dcgm-exporter; ignored with a warning")
+      ->envname("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID");
+  cmd->add_option("--nvidia-resource-names", f->nvidia_resource_names,
+                  "More resource names (or prefixes) whose devices are NVIDIA GPUs, for pod "
+                  "attribution (nvidia.com/ always is)")
+      ->envname("DCGM_EXPORTER_NVIDIA_RESOURCE_NAMES")
+      ->delimiter(',');
+  cmd->add_option("-d,--devices", f->devices,
+                  "dcgm-exporter's device selection; gpulet publishes every device (f)")
+      ->envname("DCGM_EXPORTER_DEVICES_STR")
+      ->capture_default_str();
+  cmd->add_option("-x,--xid-count-window-size", f->xid_count_window_ms,
+                  "Window of DCGM_EXP_XID_ERRORS_COUNT, in milliseconds (that row is skipped with "
+                  "a warning: gpulet publishes DCGM_FI_DEV_XID_ERRORS)")
+      ->envname("DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE")
+      ->capture_default_str();
+  cmd->add_flag("-o,--use-old-namespace", f->use_old_namespace,
+                "Accepted for dcgm-exporter; ignored with a warning")
+      ->envname("DCGM_EXPORTER_USE_OLD_NAMESPACE");
   cmd->add_option("--web-config-file", f->web_config_file,
                   "Prometheus web config file (TLS and basic auth)")
       ->envname("DCGM_EXPORTER_WEB_CONFIG_FILE");
@@ -126,9 +205,9 @@ void AddExporterOptions(CLI::App* cmd, ExporterFlags* f) {
 }
 
 void RegisterExporter(CLI::App& app, GlobalOptions& global, int& exit_code) {
-  CLI::App* cmd = app.add_subcommand(
-      "exporter",
-      "Serve DCGM-compatible GPU metrics for Prometheus (drop-in for dcgm-exporter, no DCGM needed)");
+  CLI::App* cmd = app.add_subcommand("exporter",
+                                     "Serve DCGM-compatible GPU metrics for Prometheus (drop-in "
+                                     "for dcgm-exporter, no DCGM needed)");
   auto f = std::make_shared<ExporterFlags>();
   AddExporterOptions(cmd, f.get());
   cmd->callback([&global, &exit_code, f] { exit_code = Serve(global, *f); });

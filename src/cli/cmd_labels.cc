@@ -34,6 +34,7 @@ Status LabelOnce(const GlobalOptions& global, const LabelsFlags& f) {
     Result<config::Config> loaded = config::LoadConfigFile(f.config_file);
     if (!loaded.ok()) return loaded.status();
     cfg = *loaded;
+    config::LogWarnings(cfg);
   }
   if (!f.mig_strategy.empty()) {
     Result<config::MigStrategy> s = config::ParseMigStrategy(f.mig_strategy);
@@ -48,6 +49,7 @@ Status LabelOnce(const GlobalOptions& global, const LabelsFlags& f) {
   labels::LabelOptions o;
   o.mig_strategy = cfg.flags.mig_strategy.value_or(config::MigStrategy::kNone);
   o.machine = labels::ReadMachineType(f.machine_type_file);
+  o.sharing = &cfg.sharing;
   if (!f.no_timestamp) o.timestamp = static_cast<int64_t>(std::time(nullptr));
   const labels::Labels l = labels::NodeLabels(node->inventory, *plan, o);
   if (f.output_file == "-") {

@@ -9,7 +9,8 @@ namespace {
 
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
   return s;
 }
 
@@ -58,9 +59,12 @@ Result<std::vector<std::string>> SplitRow(std::string_view row) {
 
 const char* PromTypeName(PromType t) {
   switch (t) {
-    case PromType::kGauge: return "gauge";
-    case PromType::kCounter: return "counter";
-    case PromType::kLabel: return "label";
+    case PromType::kGauge:
+      return "gauge";
+    case PromType::kCounter:
+      return "counter";
+    case PromType::kLabel:
+      return "label";
   }
   return "gauge";
 }
@@ -81,7 +85,8 @@ Result<CounterSet> ParseCounters(std::string_view text, const std::string& sourc
     const std::string where = source + ":" + std::to_string(line_no);
     auto cols = SplitRow(line);
     if (!cols.ok()) {
-      return Status(ErrorCode::kInvalidInput, where + ": malformed row: " + cols.status().message());
+      return Status(ErrorCode::kInvalidInput,
+                    where + ": malformed row: " + cols.status().message());
     }
     if (cols->size() != 3) {
       return Status(ErrorCode::kInvalidInput,
@@ -99,15 +104,19 @@ Result<CounterSet> ParseCounters(std::string_view text, const std::string& sourc
       c.type = PromType::kCounter;
     } else if (type == "label") {
       c.type = PromType::kLabel;
+    } else if (type == "histogram" || type == "summary") {
+      // dcgm-exporter accepts these types; gpulet publishes gauges and counters.
+      set.skipped.push_back(where + ": " + c.field + ": type " + type +
+                            " is not published by gpulet, row skipped");
+      continue;
     } else {
-      return Status(ErrorCode::kInvalidInput,
-                    where + ": " + c.field + ": unknown type \"" + type +
-                        "\" (want gauge, counter or label)");
+      return Status(ErrorCode::kInvalidInput, where + ": " + c.field + ": unknown type \"" + type +
+                                                  "\" (want gauge, counter or label)");
     }
     if (c.field.empty()) return Status(ErrorCode::kInvalidInput, where + ": empty field name");
     if (auto it = seen.find(c.field); it != seen.end()) {
-      return Status(ErrorCode::kInvalidInput, where + ": " + c.field + ": duplicate of line " +
-                                                  std::to_string(it->second));
+      return Status(ErrorCode::kInvalidInput,
+                    where + ": " + c.field + ": duplicate of line " + std::to_string(it->second));
     }
     seen.emplace(c.field, line_no);
     c.info = FindField(c.field);
@@ -117,12 +126,17 @@ Result<CounterSet> ParseCounters(std::string_view text, const std::string& sourc
                               ": not readable through NVML by gpulet, row skipped");
         continue;
       }
+      // Any other DCGM field (newer DCGM releases add some): skipped, not fatal to the file.
+      if (c.field.rfind("DCGM_FI_", 0) == 0 || c.field.rfind("DCGM_EXP_", 0) == 0) {
+        set.skipped.push_back(where + ": " + c.field + ": not collected by gpulet, row skipped");
+        continue;
+      }
       return Status(ErrorCode::kInvalidInput, where + ": " + c.field + ": unknown DCGM field");
     }
     if (c.type == PromType::kLabel && !c.info->is_label) {
-      return Status(ErrorCode::kInvalidInput,
-                    where + ": " + c.field +
-                        ": numeric field cannot be a label row (use gauge or counter)");
+      return Status(
+          ErrorCode::kInvalidInput,
+          where + ": " + c.field + ": numeric field cannot be a label row (use gauge or counter)");
     }
     if (c.type != PromType::kLabel && c.info->is_label) {
       return Status(ErrorCode::kInvalidInput,
@@ -148,7 +162,8 @@ CounterSet DefaultCounters() {
       "DCGM_FI_DEV_MEMORY_TEMP, gauge, Memory temperature (in C).\n"
       "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n"
       "DCGM_FI_DEV_POWER_USAGE, gauge, Power draw (in W).\n"
-      "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, counter, Total energy consumption since boot (in mJ).\n"
+      "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, counter, Total energy consumption since boot (in "
+      "mJ).\n"
       "DCGM_FI_DEV_PCIE_REPLAY_COUNTER, counter, Total number of PCIe retries.\n"
       "DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (in %).\n"
       "DCGM_FI_DEV_MEM_COPY_UTIL, gauge, Memory utilization (in %).\n"
@@ -158,13 +173,16 @@ CounterSet DefaultCounters() {
       "DCGM_FI_DEV_FB_FREE, gauge, Framebuffer memory free (in MiB).\n"
       "DCGM_FI_DEV_FB_USED, gauge, Framebuffer memory used (in MiB).\n"
       "DCGM_FI_DEV_FB_RESERVED, gauge, Framebuffer memory reserved (in MiB).\n"
-      "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, counter, Total NVLink traffic of all links with protocol overhead (in B).\n"
+      "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, counter, Total NVLink traffic of all links with "
+      "protocol overhead (in B).\n"
       "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, counter, Total number of single-bit volatile ECC errors.\n"
       "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, counter, Total number of double-bit volatile ECC errors.\n"
       "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL, counter, Total number of single-bit persistent ECC errors.\n"
       "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL, counter, Total number of double-bit persistent ECC errors.\n"
-      "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS, counter, Number of remapped rows for uncorrectable errors\n"
-      "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS, counter, Number of remapped rows for correctable errors\n"
+      "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS, counter, Number of remapped rows for uncorrectable "
+      "errors\n"
+      "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS, counter, Number of remapped rows for correctable "
+      "errors\n"
       "DCGM_FI_DEV_ROW_REMAP_FAILURE, gauge, Whether remapping of rows has failed\n"
       "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS, gauge, Current clock throttle reasons (bitmask).\n"
       "DCGM_FI_DRIVER_VERSION, label, Driver Version\n"

@@ -6,9 +6,10 @@
 //
 // Each row is `field, type, help` with type gauge|counter|label; fields are trimmed, and a field
 // may be double-quoted to contain commas. `label` rows add a label (named after the field) to every
-// series instead of a series of their own. A real DCGM field gpulet cannot read is skipped (kept
-// in `skipped` for one log line); an unknown field, an unknown type or a malformed row is an error
-// naming file:line. NVIDIA's default-counters.csv loads unchanged.
+// series instead of a series of their own. A DCGM field gpulet does not collect (any DCGM_FI_* or
+// DCGM_EXP_* name it does not know) and a histogram or summary row are skipped (kept in `skipped`
+// for one warning each); a name that is no DCGM field, an unknown type or a malformed row is an
+// error naming file:line. NVIDIA's default-counters.csv loads unchanged.
 #pragma once
 
 #include <string>

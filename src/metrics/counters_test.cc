@@ -21,16 +21,30 @@ TEST(Counters, UpstreamDefaultCountersLoadUnchanged) {
   std::vector<std::string> names;
   for (const Counter& c : set->metrics) names.push_back(c.field);
   // Every readable row of the upstream file, in file order.
-  std::vector<std::string> want = {
-      "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_MEMORY_TEMP",
-      "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-      "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL",
-      "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL", "DCGM_FI_DEV_XID_ERRORS",
-      "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_RESERVED",
-      "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
-      "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_FAILURE",
-      "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-      "DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES"};
+  std::vector<std::string> want = {"DCGM_FI_DEV_SM_CLOCK",
+                                   "DCGM_FI_DEV_MEM_CLOCK",
+                                   "DCGM_FI_DEV_MEMORY_TEMP",
+                                   "DCGM_FI_DEV_GPU_TEMP",
+                                   "DCGM_FI_DEV_POWER_USAGE",
+                                   "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+                                   "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+                                   "DCGM_FI_DEV_GPU_UTIL",
+                                   "DCGM_FI_DEV_MEM_COPY_UTIL",
+                                   "DCGM_FI_DEV_ENC_UTIL",
+                                   "DCGM_FI_DEV_DEC_UTIL",
+                                   "DCGM_FI_DEV_XID_ERRORS",
+                                   "DCGM_FI_DEV_FB_FREE",
+                                   "DCGM_FI_DEV_FB_USED",
+                                   "DCGM_FI_DEV_FB_RESERVED",
+                                   "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+                                   "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+                                   "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+                                   "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+                                   "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+                                   "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+                                   "DCGM_FI_PROF_DRAM_ACTIVE",
+                                   "DCGM_FI_PROF_PCIE_TX_BYTES",
+                                   "DCGM_FI_PROF_PCIE_RX_BYTES"};
   EXPECT_EQ(names, want);
   ASSERT_EQ(set->labels.size(), 1u);
   EXPECT_EQ(set->labels[0].field, "DCGM_FI_DRIVER_VERSION");
@@ -61,17 +75,40 @@ struct BadCase {
   const char* want;
 };
 
+// dcgm-exporter's histogram and summary rows, and DCGM fields gpulet does not collect, are one
+// warning each (the row skipped), not fatal to the file.
+TEST(Counters, UncollectedRowsAreSkippedWithOneWarningEach) {
+  auto set = ParseCounters(
+      "DCGM_FI_DEV_GPU_TEMP, gauge, t\n"
+      "DCGM_FI_PROF_NVLINK_L0_TX_BYTES, histogram, h\n"
+      "DCGM_FI_DEV_POWER_USAGE, summary, s\n"
+      "DCGM_FI_DEV_SOMETHING_NEW, gauge, n\n"
+      "DCGM_EXP_XID_ERRORS_COUNT, gauge, x\n",
+      "c.csv");
+  ASSERT_TRUE(set.ok()) << set.status().message();
+  ASSERT_EQ(set->metrics.size(), 1u);
+  EXPECT_EQ(set->metrics[0].field, "DCGM_FI_DEV_GPU_TEMP");
+  ASSERT_EQ(set->skipped.size(), 4u);
+  EXPECT_EQ(set->skipped[0].rfind("c.csv:2: DCGM_FI_PROF_NVLINK_L0_TX_BYTES: type histogram", 0),
+            0u)
+      << set->skipped[0];
+  EXPECT_EQ(set->skipped[2].rfind("c.csv:4: DCGM_FI_DEV_SOMETHING_NEW: not collected", 0), 0u)
+      << set->skipped[2];
+}
+
 TEST(Counters, ErrorsNameFileAndLine) {
   const BadCase cases[] = {
-      {"# x\nDCGM_FI_DEV_GPU_TEMPP, gauge, typo\n", "c.csv:2: DCGM_FI_DEV_GPU_TEMPP: unknown DCGM field"},
+      {"# x\nGPU_TEMP, gauge, typo\n", "c.csv:2: GPU_TEMP: unknown DCGM field"},
       {"DCGM_FI_DEV_GPU_TEMP, gauge\n", "c.csv:1: malformed row: want 3 columns"},
       {"DCGM_FI_DEV_GPU_TEMP, gauge, a, b\n", "c.csv:1: malformed row: want 3 columns"},
-      {"DCGM_FI_DEV_GPU_TEMP, histogram, x\n", "c.csv:1: DCGM_FI_DEV_GPU_TEMP: unknown type \"histogram\""},
+      {"DCGM_FI_DEV_GPU_TEMP, histo, x\n", "c.csv:1: DCGM_FI_DEV_GPU_TEMP: unknown type \"histo\""},
       {"DCGM_FI_DEV_GPU_TEMP, gauge, \"x\n", "c.csv:1: malformed row: unterminated quote"},
       {"DCGM_FI_DEV_GPU_TEMP, gauge, x\n\nDCGM_FI_DEV_GPU_TEMP, gauge, y\n",
        "c.csv:3: DCGM_FI_DEV_GPU_TEMP: duplicate of line 1"},
-      {"DCGM_FI_DEV_GPU_TEMP, label, x\n", "c.csv:1: DCGM_FI_DEV_GPU_TEMP: numeric field cannot be a label"},
-      {"DCGM_FI_DRIVER_VERSION, gauge, x\n", "c.csv:1: DCGM_FI_DRIVER_VERSION: string field must be a label"},
+      {"DCGM_FI_DEV_GPU_TEMP, label, x\n",
+       "c.csv:1: DCGM_FI_DEV_GPU_TEMP: numeric field cannot be a label"},
+      {"DCGM_FI_DRIVER_VERSION, gauge, x\n",
+       "c.csv:1: DCGM_FI_DRIVER_VERSION: string field must be a label"},
       {", gauge, x\n", "c.csv:1: empty field name"},
   };
   for (const BadCase& c : cases) {

@@ -37,7 +37,7 @@ Result<std::shared_ptr<const CounterSet>> Exporter::Load() {
   counters_id_ = Identify(options_.collectors_file);
   auto set = LoadCounters(options_.collectors_file);
   if (!set.ok()) return set.status();
-  for (const std::string& s : set->skipped) spdlog::info("event=counter_skipped where=\"{}\"", s);
+  for (const std::string& s : set->skipped) spdlog::warn("event=counter_skipped where=\"{}\"", s);
   return std::make_shared<const CounterSet>(std::move(set).value());
 }
 
@@ -48,7 +48,11 @@ Result<std::unique_ptr<Exporter>> Exporter::Create(std::shared_ptr<const gpu::Nv
   auto counters = e->Load();
   if (!counters.ok()) return counters.status();
   e->counters_ = std::move(counters).value();
-  if (e->options_.hostname.empty()) e->options_.hostname = LocalHostname();
+  if (e->options_.no_hostname) {
+    e->options_.hostname.clear();
+  } else if (e->options_.hostname.empty()) {
+    e->options_.hostname = LocalHostname();
+  }
   e->sampler_ = std::make_unique<Sampler>(e->nvml_->fn(), e->inventory_, e->options_.hostname, &e->xids_);
   return e;
 }

@@ -29,6 +29,7 @@ struct ExporterOptions {
   PodResourcesOptions pod_resources;
   bool series_per_pod = true;
   std::string hostname;  // empty: gethostname()
+  bool no_hostname = false;  // dcgm-exporter's --no-hostname: no Hostname label at all
   // Slurm: with a node name, `scontrol show job -d -o` is polled and series get `hpc_job`.
   std::string slurm_node;
   std::string scontrol = "scontrol";
