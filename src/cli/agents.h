@@ -28,10 +28,10 @@ struct PluginArgs {
   std::string mig_strategy;
   std::string cdi_annotation_prefix;
   std::string health_quiet_period = "60s";
-  std::string kubelet_socket;  // empty: flags.plugin.kubeletSocket, else kubelet.sock
+  std::string kubelet_socket = "kubelet.sock";
   // NFD feature file for GFD's node labels, rewritten whenever the plan changes; empty: off.
   std::string labels_file;
-  std::string replica_allocation_policy;  // empty: env, the file, else distributed
+  std::string replica_allocation_policy = "distributed";
   std::string mps_root;  // empty: flags.plugin.mpsRoot from the file, else /run/nvidia/mps
   std::string mps_control_binary = "nvidia-cuda-mps-control";
   std::string rescan_interval = "30s";
