@@ -2,7 +2,9 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <fstream>
+#include <ostream>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -242,6 +244,50 @@ Result<CheckReport> CheckAgainstFleet(const TenantsFile& tf, const FleetCapacity
   return report;
 }
 
+namespace {
+
+// The GPUs a container asks for of `resource`, as CEL: its limit, else its request, else 0
+// (extended resources have requests == limits when both are given).
+std::string CelAmount(const std::string& resource) {
+  const std::string key = "'" + resource + "'";
+  return "(has(c.resources) && has(c.resources.limits) && " + key +
+         " in c.resources.limits ? int(c.resources.limits[" + key +
+         "]) : (has(c.resources) && has(c.resources.requests) && " + key +
+         " in c.resources.requests ? int(c.resources.requests[" + key + "]) : 0))";
+}
+
+// maxPerContainer as a ValidatingAdmissionPolicy (GA in Kubernetes 1.30) and its binding to the
+// tenant's namespace. Not a LimitRange: a LimitRange `max` makes the LimitRanger reject every
+// container without a limit for that resource (CPU-only sidecars, a container asking for another
+// MIG profile). The policy checks only what containers ask for; one asking for none passes.
+void RenderContainerCap(std::ostream& out, const Tenant& t,
+                        const std::vector<std::pair<std::string, int>>& resources) {
+  const std::string name = "gpulet-gpu-cap-" + t.namespace_name;
+  out << "---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\n"
+      << "metadata:\n  name: " << name
+      << "\n  labels:\n    app.kubernetes.io/managed-by: gpulet\nspec:\n  failurePolicy: Fail\n"
+      << "  matchConstraints:\n    resourceRules:\n      - apiGroups: [\"\"]\n"
+      << "        apiVersions: [\"v1\"]\n        operations: [\"CREATE\", \"UPDATE\"]\n"
+      << "        resources: [\"pods\"]\n  validations:\n";
+  for (const auto& [resource, n] : resources) {
+    if (n <= 0) continue;
+    const int cap = std::min(n, t.max_per_container);
+    for (const char* list : {"containers", "initContainers"}) {
+      out << "    - expression: >-\n        !has(object.spec." << list << ") || object.spec."
+          << list << ".all(c, " << CelAmount(resource) << " <= " << cap << ")\n"
+          << "      message: \"at most " << cap << " " << resource << " per container in "
+          << t.namespace_name << " (gpulet quota maxPerContainer)\"\n";
+    }
+  }
+  out << "---\napiVersion: admissionregistration.k8s.io/v1\n"
+      << "kind: ValidatingAdmissionPolicyBinding\nmetadata:\n  name: " << name
+      << "\n  labels:\n    app.kubernetes.io/managed-by: gpulet\nspec:\n  policyName: " << name
+      << "\n  validationActions: [\"Deny\"]\n  matchResources:\n    namespaceSelector:\n"
+      << "      matchLabels:\n        kubernetes.io/metadata.name: " << t.namespace_name << "\n";
+}
+
+}  // namespace
+
 std::string RenderManifests(const TenantsFile& tf) {
   std::ostringstream out;
   out << "# Rendered by `gpulet quota --tenants " << tf.path
@@ -257,16 +303,7 @@ std::string RenderManifests(const TenantsFile& tf) {
         << "spec:\n  hard:\n";
     // Extended resources are quota'd on requests only; a 0 line forbids the resource.
     for (const auto& [name, n] : resources) out << "    requests." << name << ": \"" << n << "\"\n";
-    if (t.max_per_container > 0) {
-      out << "---\napiVersion: v1\nkind: LimitRange\nmetadata:\n  name: gpu-limits\n"
-          << "  namespace: " << t.namespace_name
-          << "\n  labels:\n    app.kubernetes.io/managed-by: gpulet\nspec:\n  limits:\n"
-          << "    - type: Container\n      max:\n";
-      for (const auto& [name, n] : resources) {
-        if (n > 0)
-          out << "        " << name << ": \"" << std::min(n, t.max_per_container) << "\"\n";
-      }
-    }
+    if (t.max_per_container > 0) RenderContainerCap(out, t, resources);
   }
   return out.str();
 }

@@ -7,7 +7,7 @@
 //       gpus: 4                  # requests.nvidia.com/gpu (whole GPUs)
 //       sharedGpus: 8            # requests.nvidia.com/gpu.shared (time-sliced / MPS replicas)
 //       mig: {1g.10gb: 7}        # requests.nvidia.com/mig-1g.10gb (+me profiles as .me)
-//       maxPerContainer: 2       # optional LimitRange max for each of the above
+//       maxPerContainer: 2       # optional cap per container for each of the above
 // Every count is an integer >= 0; unknown keys are errors. Errors are kInvalidInput with
 // "FILE:LINE: field: problem".
 #pragma once
@@ -70,7 +70,10 @@ Result<CheckReport> CheckAgainstFleet(const TenantsFile& tenants, const FleetCap
                                       const CheckOptions& options);
 
 // The manifests, one YAML document per object: per tenant a ResourceQuota "gpu-quota" and, when
-// maxPerContainer is set, a LimitRange "gpu-limits".
+// maxPerContainer is set, a ValidatingAdmissionPolicy "gpulet-gpu-cap-<namespace>" with its
+// binding, which rejects a container asking for more than the cap of a budgeted resource and
+// leaves containers asking for none alone. No LimitRange: its `max` would make the LimitRanger
+// require a limit for that resource on every container of the namespace.
 std::string RenderManifests(const TenantsFile& tenants);
 
 }  // namespace gpulet::quota

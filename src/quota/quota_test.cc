@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <map>
+
 namespace gpulet::quota {
 namespace {
 
@@ -145,23 +147,93 @@ TEST(Check, SharedGpusWithoutReplicasAreAWarningNotASilentPass) {
   EXPECT_NE(r->warnings[0].find("--shared-replicas"), std::string::npos);
 }
 
-TEST(Render, QuotaPerTenantWithEveryGpuResourceAndLimitRangeMax) {
+TEST(Render, QuotaPerTenantAndAdmissionPolicyForTheCap) {
   Result<TenantsFile> tf = LoadTenants(kExamples + "tenants.yaml");
   ASSERT_TRUE(tf.ok());
   std::vector<YAML::Node> docs = YAML::LoadAll(RenderManifests(*tf));
-  ASSERT_EQ(docs.size(), 8u);  // 4 tenants × (ResourceQuota + LimitRange)
-  const YAML::Node q = docs[2];
+  ASSERT_EQ(docs.size(), 12u);  // per tenant: ResourceQuota, policy, binding
+  EXPECT_EQ(docs[0]["kind"].as<std::string>(), "ResourceQuota");
+  const YAML::Node vap = docs[1];
+  EXPECT_EQ(vap["kind"].as<std::string>(), "ValidatingAdmissionPolicy");
+  EXPECT_EQ(vap["apiVersion"].as<std::string>(), "admissionregistration.k8s.io/v1");
+  ASSERT_EQ(vap["spec"]["validations"].size(), 2u);  // nvidia.com/gpu: containers, initContainers
+  const std::string expr = vap["spec"]["validations"][0]["expression"].as<std::string>();
+  EXPECT_EQ(expr.rfind("!has(object.spec.containers) || object.spec.containers.all(c, ", 0), 0u)
+      << expr;
+  EXPECT_NE(expr.find("'nvidia.com/gpu' in c.resources.limits"), std::string::npos) << expr;
+  EXPECT_NE(expr.find(": 0)) <= 4)"), std::string::npos) << expr;  // none asked: passes
+  const YAML::Node binding = docs[2];
+  EXPECT_EQ(binding["kind"].as<std::string>(), "ValidatingAdmissionPolicyBinding");
+  EXPECT_EQ(binding["spec"]["policyName"].as<std::string>(),
+            vap["metadata"]["name"].as<std::string>());
+  EXPECT_EQ(binding["spec"]["validationActions"][0].as<std::string>(), "Deny");
+  EXPECT_EQ(binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"]
+                   ["kubernetes.io/metadata.name"]
+                       .as<std::string>(),
+            docs[0]["metadata"]["namespace"].as<std::string>());
+  const YAML::Node q = docs[3];  // inference-a
   EXPECT_EQ(q["kind"].as<std::string>(), "ResourceQuota");
   EXPECT_EQ(q["metadata"]["namespace"].as<std::string>(), "inference-a");
   EXPECT_EQ(q["spec"]["hard"]["requests.nvidia.com/gpu"].as<std::string>(), "0");
   EXPECT_EQ(q["spec"]["hard"]["requests.nvidia.com/gpu.shared"].as<std::string>(), "0");
   EXPECT_EQ(q["spec"]["hard"]["requests.nvidia.com/mig-1g.5gb"].as<std::string>(), "14");
   EXPECT_EQ(q["spec"]["hard"]["requests.nvidia.com/mig-3g.20gb"].as<std::string>(), "2");
-  const YAML::Node lr = docs[1];
-  EXPECT_EQ(lr["kind"].as<std::string>(), "LimitRange");
-  EXPECT_EQ(lr["spec"]["limits"][0]["type"].as<std::string>(), "Container");
-  EXPECT_EQ(lr["spec"]["limits"][0]["max"]["nvidia.com/gpu"].as<std::string>(), "4");
-  EXPECT_FALSE(lr["spec"]["limits"][0]["max"]["nvidia.com/gpu.shared"].IsDefined());
+}
+
+// Kubernetes' LimitRanger, as published: for a LimitRange item of type Container with a `max`
+// for resource R, every container must set limits[R] (a missing limit is rejected) no larger
+// than max; `min` likewise needs a request. Ordinary pods of every tenant, including a CPU-only
+// sidecar and a container asking for another MIG profile, must pass whatever is rendered.
+struct Container {
+  std::map<std::string, int> limits;
+};
+
+std::string LimitRangerRejects(const std::vector<YAML::Node>& docs, const std::string& ns,
+                               const std::vector<Container>& pod) {
+  for (const YAML::Node& d : docs) {
+    if (d["kind"].as<std::string>() != "LimitRange") continue;
+    if (d["metadata"]["namespace"].as<std::string>() != ns) continue;
+    for (const YAML::Node& item : d["spec"]["limits"]) {
+      if (item["type"].as<std::string>() != "Container") continue;
+      for (const char* bound : {"max", "min"}) {
+        if (!item[bound]) continue;
+        for (const auto& kv : item[bound]) {
+          const std::string r = kv.first.as<std::string>();
+          for (const Container& c : pod) {
+            auto it = c.limits.find(r);
+            if (it == c.limits.end()) return std::string(bound) + " " + r + ": no limit set";
+            if (std::string(bound) == "max" && it->second > kv.second.as<int>()) {
+              return "max " + r + " exceeded";
+            }
+          }
+        }
+      }
+    }
+  }
+  return "";
+}
+
+TEST(Render, OrdinaryPodsPassTheLimitRanger) {
+  Result<TenantsFile> tf = LoadTenants(kExamples + "tenants.yaml");
+  ASSERT_TRUE(tf.ok());
+  const std::vector<YAML::Node> docs = YAML::LoadAll(RenderManifests(*tf));
+  const std::vector<std::vector<Container>> pods = {
+      {{{{"nvidia.com/gpu", 2}}}, {}},  // a GPU container and a CPU sidecar
+      {{}},                             // CPU only
+      {{{{"nvidia.com/mig-1g.5gb", 1}}}, {{{"nvidia.com/mig-3g.20gb", 1}}}},  // two profiles
+      {{{{"nvidia.com/gpu.shared", 1}}}},
+  };
+  for (const Tenant& t : tf->tenants) {
+    for (size_t i = 0; i < pods.size(); ++i) {
+      EXPECT_EQ(LimitRangerRejects(docs, t.namespace_name, pods[i]), "")
+          << t.namespace_name << " pod " << i;
+    }
+  }
+  // The model itself rejects what the LimitRanger rejects.
+  const std::vector<YAML::Node> lr = YAML::LoadAll(
+      "kind: LimitRange\nmetadata: {namespace: x}\nspec:\n  limits:\n"
+      "    - type: Container\n      max: {nvidia.com/gpu: \"4\"}\n");
+  EXPECT_NE(LimitRangerRejects(lr, "x", {{{{"nvidia.com/gpu", 1}}}, {}}), "");
 }
 
 TEST(Render, MeProfilesBecomeDotMeResourceNames) {
