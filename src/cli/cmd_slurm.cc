@@ -57,6 +57,11 @@ void FillNodeFacts(const NodeContext& node, const gpu::Inventory& inv, slurm::Gr
       o.cpus = static_cast<unsigned>(all.size());
     }
   }
+  // Cores= as Slurm's logical core indices, from the CPU topology (absent in a simulated tree:
+  // then the CPU-id rule applies).
+  if (Result<std::map<unsigned, unsigned>> index = slurm::ReadCoreIndex(sys); index.ok()) {
+    o.core_index = std::move(index).value();
+  }
   if (!tpc_given) {
     if (auto sib = ReadFirstLine(sys + "/devices/system/cpu/cpu0/topology/thread_siblings_list")) {
       if (auto ids = slurm::ParseIdList(*sib); ids && !ids->empty()) {

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "slurm/id_list.h"
 
@@ -134,6 +136,44 @@ bool IsValidNodeName(const std::string& name) {
   return labels > 0 && name.back() != '.';
 }
 
+Result<std::map<unsigned, unsigned>> ReadCoreIndex(const std::string& sysfs_root) {
+  const std::string base = sysfs_root + "/devices/system/cpu/";
+  auto first_line = [](const std::string& path) -> std::optional<std::string> {
+    std::ifstream in(path);
+    std::string line;
+    if (!in || !std::getline(in, line)) return std::nullopt;
+    return line;
+  };
+  std::optional<std::string> online = first_line(base + "online");
+  if (!online) return Status(ErrorCode::kNotFound, base + "online: cannot read");
+  auto cpus = ParseIdList(*online);
+  if (!cpus) return Status(ErrorCode::kInvalidInput, base + "online: not a CPU list");
+  // (package, core id) → the core's CPUs.
+  std::map<std::pair<long, long>, std::vector<unsigned>> cores;
+  for (unsigned cpu : *cpus) {
+    const std::string topo = base + "cpu" + std::to_string(cpu) + "/topology/";
+    std::optional<std::string> package = first_line(topo + "physical_package_id");
+    std::optional<std::string> core = first_line(topo + "core_id");
+    if (!package || !core) return Status(ErrorCode::kNotFound, topo + ": cannot read");
+    try {
+      cores[{std::stol(*package), std::stol(*core)}].push_back(cpu);
+    } catch (const std::exception&) {
+      return Status(ErrorCode::kInvalidInput, topo + ": not a number");
+    }
+  }
+  // hwloc's order: by package, then by the core's first CPU.
+  std::vector<std::tuple<long, unsigned, const std::vector<unsigned>*>> order;
+  for (const auto& [key, list] : cores) {
+    order.emplace_back(key.first, *std::min_element(list.begin(), list.end()), &list);
+  }
+  std::sort(order.begin(), order.end());
+  std::map<unsigned, unsigned> index;
+  for (size_t i = 0; i < order.size(); ++i) {
+    for (unsigned cpu : *std::get<2>(order[i])) index[cpu] = static_cast<unsigned>(i);
+  }
+  return index;
+}
+
 Result<NodeGres> PlanNodeGres(const gpu::Inventory& inv, const GresOptions& opt) {
   if (!IsValidNodeName(opt.node_name)) {
     return Status(ErrorCode::kUsage,
@@ -179,7 +219,13 @@ Result<NodeGres> PlanNodeGres(const gpu::Inventory& inv, const GresOptions& opt)
       }
       std::set<unsigned> core_ids;
       for (unsigned c : *cpus) {
-        core_ids.insert(opt.threads_per_core > 1 && ncores > 0 ? c % ncores : c);
+        if (!opt.core_index.empty()) {
+          if (auto it = opt.core_index.find(c); it != opt.core_index.end()) {
+            core_ids.insert(it->second);
+          }
+        } else {
+          core_ids.insert(opt.threads_per_core > 1 && ncores > 0 ? c % ncores : c);
+        }
       }
       cores = FormatIdList(core_ids);
     }

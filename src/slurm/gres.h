@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +38,10 @@ struct GresOptions {
   // Node facts for the slurm.conf line (0 = omit the field).
   unsigned cpus = 0;
   unsigned threads_per_core = 1;  // >1: CPU ids map to core ids as cpu % (cpus / threads_per_core)
+  // OS CPU id → Slurm's logical core index (hwloc order: by socket, then core), from
+  // ReadCoreIndex. When set, Cores= is computed through it (the modulo rule above is only right
+  // when CPU ids are numbered socket by socket); CPUs it lacks are left out.
+  std::map<unsigned, unsigned> core_index;
   uint64_t real_memory_mib = 0;
   // Header comments: what generated the file and from which driver or fixture.
   std::string generator;  // "gpulet 0.1.0"
@@ -60,6 +65,12 @@ struct NodeGres {
   std::vector<GresRecord> records;
   std::vector<std::string> warnings;  // things the operator should know (rendered as comments)
 };
+
+// Slurm's logical core indices, as hwloc numbers cores: cores are ordered by socket
+// (physical_package_id), then by their first CPU, and numbered from 0; every CPU of a core (its
+// hyperthreads) maps to that core's index. Read from SYSFS/devices/system/cpu/cpuN/topology
+// (physical_package_id, core_id) for the online CPUs. kNotFound when the topology files are absent.
+Result<std::map<unsigned, unsigned>> ReadCoreIndex(const std::string& sysfs_root);
 
 // Validates the node name (kUsage) and the options, then derives the records. Errors
 // (kInvalidInput) name the GPU: a MIG device without nvidia-caps paths, a bad CPU list.

@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <sstream>
 
 namespace gpulet::slurm {
@@ -149,6 +152,62 @@ TEST(Gres, WithoutThreadInfoCoresAreTheCpuIds) {
   ASSERT_TRUE(g.ok());
   EXPECT_EQ(*g->records[0].cores, "0-55,112-167");
   EXPECT_EQ(RenderSlurmConf(*g, Opts("dgx01")), "GresTypes=gpu\nNodeName=dgx01 Gres=gpu:h100:8\n");
+}
+
+// A two-socket host whose CPU numbering alternates between sockets (cpu0 on socket 0, cpu1 on
+// socket 1, …; hyperthreads 8-15), as many BIOSes number them. Slurm's Cores= are logical core
+// indices in hwloc order (socket 0's cores 0-3, socket 1's 4-7), not OS CPU ids modulo the core
+// count.
+class AlternatingTopology : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpulet-gres-topo-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    const std::string cpu = root_ + "/devices/system/cpu";
+    std::filesystem::create_directories(cpu);
+    std::ofstream(cpu + "/online") << "0-15\n";
+    for (unsigned c = 0; c < 16; ++c) {
+      const std::string topo = cpu + "/cpu" + std::to_string(c) + "/topology";
+      std::filesystem::create_directories(topo);
+      std::ofstream(topo + "/physical_package_id") << (c % 2) << "\n";
+      std::ofstream(topo + "/core_id") << ((c % 8) / 2) << "\n";
+    }
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+  std::string root_;
+};
+
+TEST_F(AlternatingTopology, CoresAreSlurmLogicalIndices) {
+  Result<std::map<unsigned, unsigned>> index = ReadCoreIndex(root_);
+  ASSERT_TRUE(index.ok()) << index.status().message();
+  ASSERT_EQ(index->size(), 16u);
+  EXPECT_EQ(index->at(0), 0u);   // socket 0, core 0
+  EXPECT_EQ(index->at(8), 0u);   // its hyperthread
+  EXPECT_EQ(index->at(2), 1u);   // socket 0, core 1
+  EXPECT_EQ(index->at(1), 4u);   // socket 1, core 0
+  EXPECT_EQ(index->at(15), 7u);  // socket 1, core 3, second thread
+
+  gpu::Inventory inv = Node(2, "NVIDIA L4");
+  inv.gpus[0].cpu_affinity = "0,2,4,6,8,10,12,14";  // socket 0
+  inv.gpus[1].cpu_affinity = "1,3,5,7,9,11,13,15";  // socket 1
+  GresOptions o = Opts("n1");
+  o.cpus = 16;
+  o.threads_per_core = 2;
+  o.core_index = *index;
+  Result<NodeGres> g = PlanNodeGres(inv, o);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  EXPECT_EQ(*g->records[0].cores, "0-3");
+  EXPECT_EQ(*g->records[1].cores, "4-7");
+  // The modulo rule gives socket 1's GPU the wrong cores on such a host.
+  o.core_index.clear();
+  Result<NodeGres> modulo = PlanNodeGres(inv, o);
+  ASSERT_TRUE(modulo.ok());
+  EXPECT_EQ(*modulo->records[1].cores, "1,3,5,7");
+}
+
+TEST(Gres, CoreIndexNeedsTheTopologyFiles) {
+  EXPECT_EQ(ReadCoreIndex("/nonexistent-sysfs").status().code(), ErrorCode::kNotFound);
 }
 
 TEST(Gres, DevRootAndTypeOverride) {
