@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <map>
 #include <tuple>
 
@@ -43,8 +42,6 @@ TypicalPods TypicalPods::FromList(std::vector<TypicalPod> pods) {
 }
 
 void TypicalPods::Index() {
-  static std::atomic<uint64_t> next_id{1};
-  id_ = next_id++;
   std::vector<int32_t> shares;
   for (const TypicalPod& p : pods_)
     if (p.num_gpu > 0) shares.push_back(p.gpu_milli);
@@ -54,24 +51,35 @@ void TypicalPods::Index() {
   // free share counts as fragment), which keeps the per-node work bounded.
   if (shares.size() > kMaxShares) shares.resize(kMaxShares);
   shares_ = shares;
-  gpu_pods_.clear();
+  other_pods_.clear();
+  std::vector<GpuPod> simple;
   for (const TypicalPod& p : pods_) {
     if (p.num_gpu <= 0) continue;
     auto it = std::find(shares_.begin(), shares_.end(), p.gpu_milli);
     if (it == shares_.end()) continue;
-    gpu_pods_.push_back(GpuPod{p.cpu_milli, p.num_gpu, static_cast<int>(it - shares_.begin()),
-                               p.model_constrained, p.model_mask, p.probability});
+    GpuPod g{p.cpu_milli,         p.num_gpu,    static_cast<int>(it - shares_.begin()),
+             p.model_constrained, p.model_mask, p.probability};
+    (p.num_gpu == 1 && !p.model_constrained ? simple : other_pods_).push_back(g);
   }
-  std::stable_sort(gpu_pods_.begin(), gpu_pods_.end(),
-                   [](const GpuPod& a, const GpuPod& b) { return a.cpu_milli < b.cpu_milli; });
+  auto by_cpu = [](const GpuPod& a, const GpuPod& b) { return a.cpu_milli < b.cpu_milli; };
+  std::stable_sort(other_pods_.begin(), other_pods_.end(), by_cpu);
+  std::stable_sort(simple.begin(), simple.end(), by_cpu);
+  // Row k: the probability per share of the simple pods among the first k in CPU order.
+  cpu_steps_.clear();
+  for (const GpuPod& m : simple) cpu_steps_.push_back(m.cpu_milli);
+  table_.assign((simple.size() + 1) * shares_.size(), 0.0);
+  for (size_t k = 1; k <= simple.size(); ++k) {
+    std::copy_n(table_.begin() + static_cast<std::ptrdiff_t>((k - 1) * shares_.size()),
+                shares_.size(), table_.begin() + static_cast<std::ptrdiff_t>(k * shares_.size()));
+    table_[k * shares_.size() + static_cast<size_t>(simple[k - 1].share)] +=
+        simple[k - 1].probability;
+  }
 }
 
 double TypicalPods::Fragmentation(int model, int64_t cpu_free,
                                   std::span<const int32_t> gpu_free) const {
   // F = total - sum over the pods m that the node can host of p_m * (free share on GPUs with at
-  // least gpu_milli(m) free). For each distinct share s, count and sum the GPUs with >= s free in
-  // one merge over the GPUs sorted by free share, descending. (This runs for every node and pod
-  // of a replay: no allocation, no zero-filling.)
+  // least gpu_milli(m) free). This runs for every node and pod of a replay: no allocation.
   std::array<int32_t, kMaxGpusPerNode> sorted;  // NOLINT(cppcoreguidelines-pro-type-member-init)
   const size_t n = std::min(gpu_free.size(), sorted.size());
   int64_t total = 0;
@@ -85,60 +93,32 @@ double TypicalPods::Fragmentation(int model, int64_t cpu_free,
   if (total == 0) return 0;
   if (model < 0) return static_cast<double>(total);  // no GPU pod can use these GPUs (see Fits)
 
-  // The same node states come back again and again (a node's state before a placement is asked
-  // for every pod until something lands on it; pods repeat the same shapes): remember the
-  // answers per thread, keyed by this distribution and the sorted state.
-  struct Entry {
-    uint64_t owner = 0;  // 0: empty slot
-    int64_t cpu_free = 0;
-    std::array<int32_t, 8> gpus{};
-    int32_t model = 0;
-    uint32_t n = 0;
-    double value = 0;
-  };
-  static constexpr size_t kSlots = size_t{1} << 14;
-  thread_local std::vector<Entry> memo(kSlots);
-  Entry* slot = nullptr;
-  if (n <= 8) {
-    uint64_t h = id_ * 0x9e3779b97f4a7c15ULL ^
-                 static_cast<uint64_t>(cpu_free) * 0xff51afd7ed558ccdULL ^
-                 static_cast<uint64_t>(model) << 56 ^ n;
-    for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<uint64_t>(sorted[i])) * 0x100000001b3ULL;
-    slot = &memo[(h ^ h >> 29) & (kSlots - 1)];
-    if (slot->owner == id_ && slot->cpu_free == cpu_free && slot->model == model && slot->n == n &&
-        std::equal(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(n),
-                   slot->gpus.begin()))
-      return slot->value;
-  }
-
+  // One-GPU pods without a model constraint: those with enough CPU are a prefix in CPU order, and
+  // table_ holds their probability per share for each prefix. For each share s (descending), one
+  // merge over the sorted GPUs gives the count and the sum of the GPUs with >= s free.
+  const size_t shares = shares_.size();
+  const size_t prefix = static_cast<size_t>(
+      std::upper_bound(cpu_steps_.begin(), cpu_steps_.end(), cpu_free) - cpu_steps_.begin());
+  const double* row = table_.data() + prefix * shares;
   std::array<int32_t, kMaxShares> count_ge;  // NOLINT(cppcoreguidelines-pro-type-member-init)
   std::array<int64_t, kMaxShares> sum_ge;    // NOLINT(cppcoreguidelines-pro-type-member-init)
-  const size_t shares = shares_.size();
+  double usable = 0;
   size_t g = 0;
   int64_t running = 0;
   for (size_t s = 0; s < shares; ++s) {
     while (g < n && sorted[g] >= shares_[s]) running += sorted[g++];
     count_ge[s] = static_cast<int32_t>(g);
     sum_ge[s] = running;
+    if (g > 0) usable += row[s] * static_cast<double>(running);
   }
-  double usable = 0;
-  // GPU pods by CPU request, ascending: the first that lacks CPU ends the walk.
-  for (const GpuPod& m : gpu_pods_) {
+  // The others (several GPUs, or a model list), by CPU request: the first that lacks CPU ends it.
+  for (const GpuPod& m : other_pods_) {
     if (cpu_free < m.cpu_milli) break;
     if (count_ge[m.share] < m.num_gpu) continue;
     if (m.model_constrained && (m.model_mask >> model & 1U) == 0) continue;
     usable += m.probability * static_cast<double>(sum_ge[m.share]);
   }
-  const double value = static_cast<double>(total) - usable;
-  if (slot != nullptr) {
-    slot->owner = id_;
-    slot->cpu_free = cpu_free;
-    slot->model = model;
-    slot->n = static_cast<uint32_t>(n);
-    std::copy_n(sorted.begin(), n, slot->gpus.begin());
-    slot->value = value;
-  }
-  return value;
+  return static_cast<double>(total) - usable;
 }
 
 }  // namespace gpulet::placement

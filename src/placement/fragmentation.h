@@ -60,9 +60,12 @@ class TypicalPods {
   };
   void Index();
   std::vector<TypicalPod> pods_;
-  std::vector<int32_t> shares_;   // distinct gpu_milli of the GPU pods, descending
-  std::vector<GpuPod> gpu_pods_;  // by cpu_milli, ascending
-  uint64_t id_ = 0;               // names this distribution in the per-thread memo
+  std::vector<int32_t> shares_;  // distinct gpu_milli of the GPU pods, descending
+  // One-GPU pods without a model constraint, as a table: cpu_steps_ holds their CPU requests,
+  // ascending; row k of table_ (shares_.size() wide) the probability per share of the first k.
+  std::vector<int64_t> cpu_steps_;
+  std::vector<double> table_;
+  std::vector<GpuPod> other_pods_;  // every other GPU pod, by cpu_milli ascending
 };
 
 }  // namespace gpulet::placement

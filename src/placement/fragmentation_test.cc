@@ -47,6 +47,15 @@ TEST(Fragmentation, NodeWithoutCpuForThePodsIsAllFragment) {
   EXPECT_DOUBLE_EQ(Mixed().Fragmentation(MakeNode("n", 0, 999, {1000, 300})), 1300);
 }
 
+TEST(Fragmentation, OnlyThePodsThatGetTheirCpuCount) {
+  // 0.5-GPU pods: half need 1 CPU, half 5 CPUs. Free [1000, 300] = 1300; a pod that fits leaves
+  // 300 fragmented, one that lacks CPU all 1300.
+  TypicalPods t = TypicalPods::FromList({Shape(1000, 1, 500, 0.5), Shape(5000, 1, 500, 0.5)});
+  EXPECT_DOUBLE_EQ(t.Fragmentation(MakeNode("n", 0, 3000, {1000, 300})), 0.5 * 300 + 0.5 * 1300);
+  EXPECT_DOUBLE_EQ(t.Fragmentation(MakeNode("n", 0, 5000, {1000, 300})), 300);
+  EXPECT_DOUBLE_EQ(t.Fragmentation(MakeNode("n", 0, 999, {1000, 300})), 1300);
+}
+
 TEST(Fragmentation, GpuModelConstraint) {
   TypicalPods t = TypicalPods::FromList({Shape(1000, 1, 500, 0.5), Shape(1000, 1, 1000, 0.5)});
   std::vector<TypicalPod> pods = t.pods();
