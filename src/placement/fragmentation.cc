@@ -80,22 +80,28 @@ double TypicalPods::Fragmentation(int model, int64_t cpu_free,
                                   std::span<const int32_t> gpu_free) const {
   // F = total - sum over the pods m that the node can host of p_m * (free share on GPUs with at
   // least gpu_milli(m) free). This runs for every node and pod of a replay: no allocation.
-  std::array<int32_t, kMaxGpusPerNode> sorted;  // NOLINT(cppcoreguidelines-pro-type-member-init)
-  const size_t n = std::min(gpu_free.size(), sorted.size());
+  // Whole free GPUs count for every share (shares are at most 1000); used-up ones for none; only
+  // the partly used ones, usually few, need sorting (descending).
+  std::array<int32_t, kMaxGpusPerNode> partial;  // NOLINT(cppcoreguidelines-pro-type-member-init)
+  size_t partly = 0;
+  int32_t whole = 0;
   int64_t total = 0;
-  for (size_t i = 0; i < n; ++i) {  // insertion sort, descending: at most a few GPUs
-    const int32_t v = gpu_free[i];
+  for (const int32_t v : gpu_free) {
     total += v;
-    size_t j = i;
-    for (; j > 0 && sorted[j - 1] < v; --j) sorted[j] = sorted[j - 1];
-    sorted[j] = v;
+    if (v >= kMilliPerGpu) {
+      ++whole;
+    } else if (v > 0 && partly < partial.size()) {
+      size_t j = partly++;
+      for (; j > 0 && partial[j - 1] < v; --j) partial[j] = partial[j - 1];
+      partial[j] = v;
+    }
   }
   if (total == 0) return 0;
   if (model < 0) return static_cast<double>(total);  // no GPU pod can use these GPUs (see Fits)
 
   // One-GPU pods without a model constraint: those with enough CPU are a prefix in CPU order, and
   // table_ holds their probability per share for each prefix. For each share s (descending), one
-  // merge over the sorted GPUs gives the count and the sum of the GPUs with >= s free.
+  // merge over the partly used GPUs gives the count and the sum of the GPUs with >= s free.
   const size_t shares = shares_.size();
   const size_t prefix = static_cast<size_t>(
       std::upper_bound(cpu_steps_.begin(), cpu_steps_.end(), cpu_free) - cpu_steps_.begin());
@@ -104,12 +110,12 @@ double TypicalPods::Fragmentation(int model, int64_t cpu_free,
   std::array<int64_t, kMaxShares> sum_ge;    // NOLINT(cppcoreguidelines-pro-type-member-init)
   double usable = 0;
   size_t g = 0;
-  int64_t running = 0;
+  int64_t running = int64_t{whole} * kMilliPerGpu;
   for (size_t s = 0; s < shares; ++s) {
-    while (g < n && sorted[g] >= shares_[s]) running += sorted[g++];
-    count_ge[s] = static_cast<int32_t>(g);
+    while (g < partly && partial[g] >= shares_[s]) running += partial[g++];
+    count_ge[s] = whole + static_cast<int32_t>(g);
     sum_ge[s] = running;
-    if (g > 0) usable += row[s] * static_cast<double>(running);
+    if (count_ge[s] > 0) usable += row[s] * static_cast<double>(running);
   }
   // The others (several GPUs, or a model list), by CPU request: the first that lacks CPU ends it.
   for (const GpuPod& m : other_pods_) {
