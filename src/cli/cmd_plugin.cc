@@ -22,6 +22,7 @@
 #include "cli/commands.h"
 #include "config/config.h"
 #include "deviceplugin/manager.h"
+#include "deviceplugin/memory_limits_janitor.h"
 #include "deviceplugin/resource_server.h"
 #include "gpu/health.h"
 #include "mps/supervisor.h"
@@ -511,6 +512,9 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
       "replica_policy={}",
       inventory->gpus.size(), setup->plan.resources.size(), args.plugin_dir, quiet->count(),
       rescan_interval->count(), deviceplugin::ReplicaPolicyName(replica_policy));
+  // Removes per-container memory-limit directories the kubelet no longer lists.
+  deviceplugin::MemoryLimitJanitor janitor(deviceplugin::StateDirsOf(setup->allocate.memory_limits));
+  janitor.Start();
   Status run;
   {
     Rescanner rescanner(watch, *rescan_interval, [&manager] { manager.RequestReload(); });

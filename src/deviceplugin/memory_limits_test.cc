@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "deviceplugin/memory_limits_janitor.h"
+#include "kubelet/kubelet_harness.h"
 #include "sharing/test_inventories.h"
 
 namespace gpulet::deviceplugin {
@@ -159,6 +161,33 @@ TEST_F(MemoryLimitsTest, DirectoriesGoOnceTheKubeletNoLongerListsTheirDevices) {
   EXPECT_EQ(removed[0], state_ + "/gone");
   EXPECT_TRUE(fs::exists(state_ + "/held/memory.region"));
   EXPECT_TRUE(fs::exists(state_ + "/ld.so.preload"));
+}
+
+TEST_F(MemoryLimitsTest, TheJanitorAsksTheKubelet) {
+  std::map<std::string, MemoryLimitSettings> settings = {
+      {"nvidia.com/gpu.shared", {std::nullopt, "/lib.so", state_}}};
+  const std::string u0 = inv_.gpus[0].uuid;
+  v1beta1::ContainerAllocateResponse resp;
+  ASSERT_TRUE(ApplyMemoryLimits(settings, Shared(), inv_, {u0 + "::0"}, "held", &resp).ok());
+  ASSERT_TRUE(ApplyMemoryLimits(settings, Shared(), inv_, {u0 + "::1"}, "gone", &resp).ok());
+  const std::string kubelet = state_ + "/kubelet";
+  fs::create_directories(kubelet);
+  gpulet::testing::KubeletHarness harness;
+  ASSERT_TRUE(harness.Start(kubelet).ok());
+  harness.SetPodResources({{"ns", "p", "c", "nvidia.com/gpu.shared", {u0 + "::0"}}});
+  auto owners = ListPodDevices(harness.pod_resources_socket(), std::chrono::seconds(5));
+  ASSERT_TRUE(owners.ok()) << owners.status().message();
+  EXPECT_EQ(owners->at(u0 + "::0"), (PodContainer{"ns", "p", "c"}));
+  MemoryLimitJanitor janitor(StateDirsOf(settings), harness.pod_resources_socket(),
+                             std::chrono::seconds(30), std::chrono::seconds(0));
+  auto removed = janitor.RunOnce();
+  ASSERT_TRUE(removed.ok()) << removed.status().message();
+  EXPECT_EQ(*removed, std::vector<std::string>{state_ + "/gone"});
+  EXPECT_TRUE(fs::exists(state_ + "/held"));
+  // An unreachable kubelet removes nothing.
+  harness.Stop();
+  EXPECT_FALSE(janitor.RunOnce().ok());
+  EXPECT_TRUE(fs::exists(state_ + "/held"));
 }
 
 }  // namespace
