@@ -13,16 +13,20 @@ cleanup() {
 trap cleanup EXIT
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# Prints a command as it can be pasted (from the repository root), then runs it in this shell.
+run() {
+  printf '$ %s\n' "$1"
+  eval "$1"
+}
 
-step "Inventory of a simulated DGX H100 (gpulet info --simulate dgx-h100)"
-"$GPULET" --simulate dgx-h100 --sim-state "$STATE/h100" info
+step "Inventory of a simulated DGX H100"
+run "$GPULET info --simulate dgx-h100"
 
 step "Inventory of a simulated DGX A100 with two GPUs in MIG mode"
-"$GPULET" --simulate dgx-a100 --sim-state "$STATE/a100" info
+run "$GPULET info --simulate dgx-a100"
 
 step "The same inventory as JSON (first GPU)"
-"$GPULET" --simulate dgx-h100 --sim-state "$STATE/h100" info --output json |
-  python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps(d["gpus"][0], indent=2)); print("gpu_count:", d["gpu_count"])'
+run "$GPULET info --simulate dgx-h100 --output json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps(d[\"gpus\"][0], indent=2)); print(\"gpu_count:\", d[\"gpu_count\"])'"
 
 # Later sections (device plugin, sharing, exporter, Slurm) are appended by scripts/demo.d/*.sh.
 for part in "$(dirname "$0")"/demo.d/*.sh; do
