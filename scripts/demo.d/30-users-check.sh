@@ -5,7 +5,7 @@
 
 # A simulated node of its own, so nothing above interferes; the same --sim-state in every command.
 USIM="/tmp/gpulet-demo-node"
-rm -rf "$USIM"
+rm -rf "$USIM" 2>/dev/null || true
 PORT=9400
 if ! python3 -c "import socket,sys; s=socket.socket(); s.bind(('127.0.0.1', $PORT))" 2>/dev/null; then
   PORT=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
@@ -70,4 +70,4 @@ if [ -f ../shared/upstream/mig-parted/config-default.yaml ]; then
 fi
 run "$GPULET labels --simulate dgx-h100 --sim-state $USIM --oneshot --output-file - | grep -E 'gpu.(family|product|machine|mode)='"
 run "$GPULET infp || true"
-rm -rf "$USIM"
+rm -rf "$USIM" 2>/dev/null || true
