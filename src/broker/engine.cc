@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <set>
 
 namespace gpulet::broker {
 namespace {
@@ -22,7 +23,8 @@ Decision Make(const Journal& j, Action a, std::string node, std::string code, st
   d.code = std::move(code);
   d.reason = std::move(reason);
   d.journal = j;
-  if (a == Action::kDrain) d.drain_reason = std::string(kBrokerReasonPrefix) + " lent to kubernetes";
+  if (a == Action::kDrain)
+    d.drain_reason = std::string(kBrokerReasonPrefix) + " lent to kubernetes";
   return d;
 }
 
@@ -32,20 +34,25 @@ bool SlurmCapacity(const SlurmNode& n) {
          !n.HasFlag("DOWN") && n.gpus > 0;
 }
 
-// The GPUs of the nodes Slurm can schedule on, optionally without `except` / with `plus`.
-std::vector<int> SlurmPool(const SlurmView& slurm, const Journal& j, const std::string& except,
-                           const std::string& plus) {
+// The GPUs of type `type` ("" = any) of the nodes Slurm can schedule on, optionally with `plus`.
+std::vector<int> SlurmPool(const SlurmView& slurm, const Journal& j, const std::string& plus,
+                           const std::string& type) {
   std::vector<int> gpus;
   for (const auto& [name, n] : slurm.nodes) {
-    if (name == except) continue;
     if (name == plus) {
-      gpus.push_back(n.gpus);
+      gpus.push_back(n.GpusOfType(type));
       continue;
     }
     if (j.OwnerOf(name) != Owner::kSlurm) continue;
-    if (SlurmCapacity(n)) gpus.push_back(n.gpus);
+    if (SlurmCapacity(n)) gpus.push_back(n.GpusOfType(type));
   }
   return gpus;
+}
+
+// "4 GPUs", "4 h100 GPUs".
+std::string JobGpus(const SlurmJob& job) {
+  return std::to_string(job.TotalGpus()) + (job.gpu_type.empty() ? "" : " " + job.gpu_type) +
+         " GPUs";
 }
 
 // The capacity-bound pending GPU jobs, largest first.
@@ -61,39 +68,64 @@ std::vector<const SlurmJob*> CapacityBoundJobs(const SlurmView& slurm) {
   return jobs;
 }
 
+// Of jobs sorted largest first, the largest of each GPU type (a job that takes any GPU is its
+// own kind). Slurm runs a typed job only on GPUs of that type, so each type is its own pool.
+std::vector<const SlurmJob*> LargestPerType(const std::vector<const SlurmJob*>& bound) {
+  std::vector<const SlurmJob*> out;
+  std::set<std::string> seen;
+  for (const SlurmJob* job : bound) {
+    if (seen.insert(job->gpu_type).second) out.push_back(job);
+  }
+  return out;
+}
+
 // What the lend rules need from all jobs and nodes, computed once per evaluation (the rules
 // then cost O(1) per candidate: 1,000 nodes x 10,000 jobs stays cheap).
+struct TypePool {
+  const SlurmJob* largest = nullptr;  // the largest capacity-bound job of this GPU type
+  int pool_total = 0;                 // GPUs of that type in Slurm's schedulable pool
+  int pool_fit = 0;                   // nodes in it with >= largest->gpus_per_node of them
+};
 struct LendContext {
   std::map<std::string, std::string> named;  // node → a pending job naming it
-  const SlurmJob* largest = nullptr;
-  int pool_total = 0;  // GPUs of Slurm's schedulable pool
-  int pool_fit = 0;    // nodes in it with >= largest->gpus_per_node GPUs
+  std::vector<TypePool> types;
 };
 
-LendContext MakeLendContext(const SlurmView& slurm, const Journal& j, const SlurmJob* largest) {
+LendContext MakeLendContext(const SlurmView& slurm, const Journal& j,
+                            const std::vector<const SlurmJob*>& largest_per_type) {
   LendContext ctx;
-  ctx.largest = largest;
   for (const SlurmJob& job : slurm.jobs) {
     if (!job.Pending()) continue;
     for (const auto& n : job.required_nodes) ctx.named.emplace(n, job.id);
     for (const auto& n : job.sched_nodes) ctx.named.emplace(n, job.id);
   }
-  const int per_node = largest ? std::max(largest->gpus_per_node, 1) : 1;
-  for (int g : SlurmPool(slurm, j, "", "")) {
-    ctx.pool_total += g;
-    if (g >= per_node) ++ctx.pool_fit;
+  for (const SlurmJob* job : largest_per_type) {
+    TypePool t;
+    t.largest = job;
+    const int per_node = std::max(job->gpus_per_node, 1);
+    for (int g : SlurmPool(slurm, j, "", job->gpu_type)) {
+      t.pool_total += g;
+      if (g >= per_node) ++t.pool_fit;
+    }
+    ctx.types.push_back(t);
   }
   return ctx;
 }
 
-// Whether the largest capacity-bound job still fits in Slurm's pool without `n`.
-bool FitsWithout(const LendContext& ctx, const SlurmNode& n) {
-  const SlurmJob& job = *ctx.largest;
-  const bool in_pool = SlurmCapacity(n);
-  const int total = ctx.pool_total - (in_pool ? n.gpus : 0);
-  const int fit = ctx.pool_fit - (in_pool && n.gpus >= std::max(job.gpus_per_node, 1) ? 1 : 0);
-  if (job.gpus_per_node > 0 && fit < std::max(job.node_count, 1)) return false;
-  return total >= job.TotalGpus();
+// The largest capacity-bound job that would no longer fit in Slurm's pool without `n` (only
+// jobs of a GPU type `n` has can lose anything), or nullptr.
+const SlurmJob* NeededBy(const LendContext& ctx, const SlurmNode& n) {
+  for (const TypePool& t : ctx.types) {
+    const SlurmJob& job = *t.largest;
+    const int mine = SlurmCapacity(n) ? n.GpusOfType(job.gpu_type) : 0;
+    if (mine == 0) continue;
+    const int total = t.pool_total - mine;
+    const int fit = t.pool_fit - (mine >= std::max(job.gpus_per_node, 1) ? 1 : 0);
+    if ((job.gpus_per_node > 0 && fit < std::max(job.node_count, 1)) || total < job.TotalGpus()) {
+      return &job;
+    }
+  }
+  return nullptr;
 }
 
 // Why `name` may not be lent now ("" when it may).
@@ -122,15 +154,14 @@ std::string LendBlocker(const std::string& name, const SlurmView& slurm, const K
       return "claimed by reservation " + r.name;
     }
   }
-  if (ctx.largest != nullptr && !FitsWithout(ctx, n)) {
-    return "Slurm needs it for pending job " + ctx.largest->id + " (" +
-           std::to_string(ctx.largest->TotalGpus()) + " GPUs)";
+  if (const SlurmJob* job = NeededBy(ctx, n)) {
+    return "Slurm needs it for pending job " + job->id + " (" + JobGpus(*job) + ")";
   }
   return "";
 }
 
-Decision CarryLending(const std::string& name, const SlurmNode& n, Journal j,
-                      const BrokerConfig& c, TimeMs now) {
+Decision CarryLending(const std::string& name, const SlurmNode& n, Journal j, const BrokerConfig& c,
+                      TimeMs now) {
   JournalEntry& e = j.nodes[name];
   if (n.HasFlag("DRAIN") && !n.ReasonIsOurs()) {
     j.nodes.erase(name);
@@ -150,9 +181,9 @@ Decision CarryLending(const std::string& name, const SlurmNode& n, Journal j,
     if (n.state != "idle" || n.alloc_cpus > 0) {
       j.nodes.erase(name);
       j.last_transition = now;
-      return Make(j, Action::kCancelLend, name, "lost_to_job",
-                  "lend of " + name + " cancelled: a job took it before the drain (" +
-                      FlagsText(n) + ")");
+      return Make(
+          j, Action::kCancelLend, name, "lost_to_job",
+          "lend of " + name + " cancelled: a job took it before the drain (" + FlagsText(n) + ")");
     }
     e.step = kStepDraining;
     return Make(j, Action::kDrain, name, "drain_pending",
@@ -228,8 +259,8 @@ Decision CarryReturning(const std::string& name, const SlurmNode& n, const KubeN
   j.returned_at[name] = now;
   j.last_transition = now;
   return Make(j, Action::kResume, name, "returned",
-              name + " empty in Kubernetes and registered in Slurm with " +
-                  std::to_string(n.gpus) + " GPUs: resumed");
+              name + " empty in Kubernetes and registered in Slurm with " + std::to_string(n.gpus) +
+                  " GPUs: resumed");
 }
 
 }  // namespace
@@ -326,14 +357,17 @@ Decision Evaluate(const SlurmView& slurm, const KubeView& kube, const Journal& j
                 "cooldown: last transition " + Seconds(since) + " ago < " + Seconds(c.cooldown));
   }
 
-  const std::vector<const SlurmJob*> bound = CapacityBoundJobs(slurm);
-  const SlurmJob* largest = bound.empty() ? nullptr : bound.front();
+  const std::vector<const SlurmJob*> largest_per_type = LargestPerType(CapacityBoundJobs(slurm));
 
   // Returns to Slurm.
   const int lent = j.Lent();
   std::string floor_note;  // a return the Kubernetes floor held back
   if (lent > 0) {
-    const bool slurm_short = largest != nullptr && !JobFits(*largest, SlurmPool(slurm, j, "", ""));
+    // The jobs (largest of each GPU type) that do not fit in Slurm's pool as it is.
+    std::vector<const SlurmJob*> short_jobs;
+    for (const SlurmJob* job : largest_per_type) {
+      if (!JobFits(*job, SlurmPool(slurm, j, "", job->gpu_type))) short_jobs.push_back(job);
+    }
     std::string pick, why, code;
     TimeMs pick_since = std::numeric_limits<TimeMs>::max();
     bool pick_idle = false;
@@ -343,8 +377,17 @@ Decision Evaluate(const SlurmView& slurm, const KubeView& kube, const Journal& j
       auto k = kube.nodes.find(name);
       auto s = slurm.nodes.find(name);
       if (k == kube.nodes.end() || s == slurm.nodes.end()) continue;
-      const bool idle = k->second.inference_pods == 0 && now - e.last_pod_seen >= c.return_after_idle;
-      const bool needed = slurm_short && JobFits(*largest, SlurmPool(slurm, j, "", name));
+      const bool idle =
+          k->second.inference_pods == 0 && now - e.last_pod_seen >= c.return_after_idle;
+      // Needed: a short job fits once this node is back (its GPUs are of the job's type).
+      const SlurmJob* needed_by = nullptr;
+      for (const SlurmJob* job : short_jobs) {
+        if (JobFits(*job, SlurmPool(slurm, j, name, job->gpu_type))) {
+          needed_by = job;
+          break;
+        }
+      }
+      const bool needed = needed_by != nullptr;
       if (!idle && !needed) continue;
       if (lent <= c.k8s_min_nodes) {
         floor_note = name + " could return but Kubernetes keeps its floor of " +
@@ -358,8 +401,8 @@ Decision Evaluate(const SlurmView& slurm, const KubeView& kube, const Journal& j
         pick_idle = idle;
         code = idle ? "k8s_idle" : "slurm_demand";
         why = idle ? name + " had no inference pods for " + Seconds(now - e.last_pod_seen)
-                   : "Slurm's pending job " + largest->id + " (" +
-                         std::to_string(largest->TotalGpus()) + " GPUs) needs " + name;
+                   : "Slurm's pending job " + needed_by->id + " (" + JobGpus(*needed_by) +
+                         ") needs " + name;
       }
     }
     if (!pick.empty()) {
@@ -391,11 +434,11 @@ Decision Evaluate(const SlurmView& slurm, const KubeView& kube, const Journal& j
     if (j.OwnerOf(name) == Owner::kSlurm) ++slurm_managed;
   }
   if (slurm_managed - 1 < c.slurm_min_nodes) {
-    return Make(j, Action::kNone, "", "slurm_floor",
-                "demand, but Slurm keeps its floor of " + std::to_string(c.slurm_min_nodes) +
-                    " nodes");
+    return Make(
+        j, Action::kNone, "", "slurm_floor",
+        "demand, but Slurm keeps its floor of " + std::to_string(c.slurm_min_nodes) + " nodes");
   }
-  const LendContext ctx = MakeLendContext(slurm, j, largest);
+  const LendContext ctx = MakeLendContext(slurm, j, largest_per_type);
   std::string pick, blockers;
   TimeMs pick_busy = 0;
   for (const std::string& name : c.nodes) {
@@ -425,10 +468,9 @@ Decision Evaluate(const SlurmView& slurm, const KubeView& kube, const Journal& j
   j.nodes[pick] = e;
   j.last_transition = now;
   Decision d = Make(j, Action::kDrain, pick, "k8s_demand",
-                    std::to_string(kube.unschedulable_gpu_pods) +
-                        " Unschedulable GPU pods for " + std::to_string(j.demand_streak) +
-                        " evaluations; " + pick + " idle for " + Seconds(now - n.last_busy) +
-                        ": lending it");
+                    std::to_string(kube.unschedulable_gpu_pods) + " Unschedulable GPU pods for " +
+                        std::to_string(j.demand_streak) + " evaluations; " + pick + " idle for " +
+                        Seconds(now - n.last_busy) + ": lending it");
   return d;
 }
 

@@ -179,17 +179,17 @@ INSTANTIATE_TEST_SUITE_P(
     Engine, LendBlocked,
     ::testing::Values(
         BlockCase{"Running", [](World& w) { w.slurm.nodes["gpua"].state = "mixed"; }, "mixed"},
-        BlockCase{"Allocated",
-                  [](World& w) { w.slurm.nodes["gpua"].state = "allocated"; }, "allocated"},
-        BlockCase{"Completing",
-                  [](World& w) { w.slurm.nodes["gpua"].flags = {"COMPLETING"}; }, "COMPLETING"},
+        BlockCase{"Allocated", [](World& w) { w.slurm.nodes["gpua"].state = "allocated"; },
+                  "allocated"},
+        BlockCase{"Completing", [](World& w) { w.slurm.nodes["gpua"].flags = {"COMPLETING"}; },
+                  "COMPLETING"},
         BlockCase{"Planned", [](World& w) { w.slurm.nodes["gpua"].flags = {"PLANNED"}; },
                   "PLANNED"},
         BlockCase{"Reserved", [](World& w) { w.slurm.nodes["gpua"].flags = {"RESERVED"}; },
                   "RESERVED"},
         BlockCase{"Maint", [](World& w) { w.slurm.nodes["gpua"].flags = {"MAINT"}; }, "MAINT"},
-        BlockCase{"PoweredDown",
-                  [](World& w) { w.slurm.nodes["gpua"].flags = {"POWERED_DOWN"}; }, "POWERED"},
+        BlockCase{"PoweredDown", [](World& w) { w.slurm.nodes["gpua"].flags = {"POWERED_DOWN"}; },
+                  "POWERED"},
         BlockCase{"NotResponding",
                   [](World& w) { w.slurm.nodes["gpua"].flags = {"NOT_RESPONDING"}; },
                   "NOT_RESPONDING"},
@@ -221,8 +221,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "pending job 43"},
         BlockCase{"ReservationWithinLookahead",
                   [](World& w) {
-                    w.slurm.reservations.push_back({"maint", {"gpua"}, kNow + 30 * kMin,
-                                                    kNow + 90 * kMin});
+                    w.slurm.reservations.push_back(
+                        {"maint", {"gpua"}, kNow + 30 * kMin, kNow + 90 * kMin});
                   },
                   "reservation maint"},
         BlockCase{"NoKubernetesNode", [](World& w) { w.kube.nodes.erase("gpua"); },
@@ -245,8 +245,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(Engine, ReservationBeyondLookaheadDoesNotBlock) {
   World w;
-  w.slurm.reservations.push_back({"later", {"gpua", "gpub", "gpuc"}, kNow + 120 * kMin,
-                                  kNow + 180 * kMin});
+  w.slurm.reservations.push_back(
+      {"later", {"gpua", "gpub", "gpuc"}, kNow + 120 * kMin, kNow + 180 * kMin});
   w.Demand(1, 5);
   EXPECT_EQ(w.Run().action, Action::kDrain);
 }
@@ -370,8 +370,8 @@ TEST(Engine, DrainNotAppliedIsReissuedOrCancelled) {
 
 World LentWorld(TimeMs lent_for, TimeMs last_pod) {
   World w;
-  w.journal.nodes["gpua"] = {Owner::kKubernetes, kStepAdmitted, kNow - lent_for, kNow - lent_for,
-                             4, kNow - last_pod};
+  w.journal.nodes["gpua"] = {Owner::kKubernetes, kStepAdmitted, kNow - lent_for, kNow - lent_for, 4,
+                             kNow - last_pod};
   w.journal.last_transition = kNow - lent_for;
   w.slurm.nodes["gpua"] = Drained("gpua", kOurs);
   w.kube.nodes["gpua"] = Admitted("gpua");
@@ -429,6 +429,72 @@ TEST(Engine, SlurmDemandReturnsABusyLentNode) {
   EXPECT_EQ(w.Run().action, Action::kNone);
 }
 
+// ---- GPU types ---------------------------------------------------------------------------------
+// Slurm runs a typed job (gres gpu:h100:4) only on GPUs of that type: an L4 node is no help to it.
+
+SlurmNode Typed(SlurmNode n, const std::string& type) {
+  n.gpu_types = {{type, n.gpus}};
+  return n;
+}
+
+SlurmJob PendingTyped(const std::string& id, const std::string& type, int per_node, int nodes) {
+  SlurmJob j;
+  j.id = id;
+  j.state = "PENDING";
+  j.reason = "Resources";
+  j.gpu_type = type;
+  j.gpus_per_node = per_node;
+  j.node_count = nodes;
+  return j;
+}
+
+TEST(Engine, AnH100JobDoesNotPullBackALentL4Node) {
+  World w = LentWorld(40 * kMin, 0);
+  w.kube.nodes["gpua"] = Admitted("gpua", 2);  // busy in Kubernetes: only Slurm demand returns it
+  w.slurm.nodes["gpua"] = Typed(Drained("gpua", kOurs), "l4");
+  w.slurm.nodes["gpub"] = Typed(w.slurm.nodes["gpub"], "h100");
+  w.slurm.nodes["gpuc"] = Typed(w.slurm.nodes["gpuc"], "h100");
+  w.slurm.jobs.push_back(PendingTyped("7", "h100", 4, 3));  // needs three H100 nodes
+  Decision d = w.Run();
+  EXPECT_EQ(d.action, Action::kNone) << d.reason;
+  // The same job asking for L4 GPUs (1 node x 4) does pull it back once Slurm has none left.
+  w.slurm.jobs[0] = PendingTyped("8", "l4", 4, 1);
+  d = w.Run();
+  EXPECT_EQ(d.action, Action::kStartReturn) << d.reason;
+  EXPECT_EQ(d.code, "slurm_demand");
+  EXPECT_THAT(d.reason, HasSubstr("pending job 8 (4 l4 GPUs) needs gpua"));
+  // An untyped job takes any GPU: it counts the L4 node too.
+  w.slurm.jobs[0] = PendingTyped("9", "", 4, 3);
+  EXPECT_EQ(w.Run().action, Action::kStartReturn);
+}
+
+TEST(Engine, LendsAnL4NodeWhileAnH100JobWaits) {
+  World w;
+  w.slurm.nodes["gpua"] = Typed(w.slurm.nodes["gpua"], "h100");
+  w.slurm.nodes["gpub"] = Typed(w.slurm.nodes["gpub"], "h100");
+  w.slurm.nodes["gpuc"] = Typed(w.slurm.nodes["gpuc"], "l4");
+  w.slurm.nodes["gpuc"].last_busy = kNow - 30 * kMin;  // the least idle: picked last by default
+  w.slurm.jobs.push_back(PendingTyped("7", "h100", 4, 2));  // needs both H100 nodes
+  w.Demand(1, 5);
+  Decision d = w.Run();
+  ASSERT_EQ(d.action, Action::kDrain) << d.reason;
+  EXPECT_EQ(d.node, "gpuc");
+}
+
+TEST(Engine, MigProfilesAreTypesToo) {
+  World w = LentWorld(40 * kMin, 0);
+  w.kube.nodes["gpua"] = Admitted("gpua", 2);
+  SlurmNode lent = Drained("gpua", kOurs, 14);
+  lent.gpu_types = {{"1g.10gb", 14}};
+  w.slurm.nodes["gpua"] = lent;
+  w.slurm.jobs.push_back(PendingTyped("3", "3g.40gb", 2, 1));
+  EXPECT_EQ(w.Run().action, Action::kNone);
+  w.slurm.jobs[0] = PendingTyped("4", "1g.10gb", 2, 1);
+  w.slurm.nodes["gpub"] = Typed(w.slurm.nodes["gpub"], "h100");
+  w.slurm.nodes["gpuc"] = Typed(w.slurm.nodes["gpuc"], "h100");
+  EXPECT_EQ(w.Run().action, Action::kStartReturn);
+}
+
 TEST(Engine, ReturnEvictsThenResumesWhenRegistered) {
   World w = LentWorld(40 * kMin, 40 * kMin);
   w.journal.nodes["gpua"].owner = Owner::kReturning;
@@ -467,8 +533,8 @@ TEST(Engine, ReturnEvictsThenResumesWhenRegistered) {
 
 TEST(Engine, EvictionTimeoutAbortsTheReturn) {
   World w = LentWorld(40 * kMin, 40 * kMin);
-  w.journal.nodes["gpua"] = {Owner::kReturning, kStepEvicting, kNow - 50 * kMin,
-                             kNow - 10 * kMin, 4, 0};
+  w.journal.nodes["gpua"] = {
+      Owner::kReturning, kStepEvicting, kNow - 50 * kMin, kNow - 10 * kMin, 4, 0};
   w.kube.nodes["gpua"] = Cordoned("gpua");
   w.kube.nodes["gpua"].non_daemonset_pods = 1;
   Decision d = w.Run();

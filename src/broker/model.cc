@@ -6,6 +6,12 @@
 
 namespace gpulet::broker {
 
+int SlurmNode::GpusOfType(const std::string& type) const {
+  if (type.empty()) return gpus;
+  auto it = gpu_types.find(type);
+  return it == gpu_types.end() ? 0 : it->second;
+}
+
 bool SlurmNode::ReasonIsOurs() const { return reason.rfind(kBrokerReasonPrefix, 0) == 0; }
 
 bool SlurmNode::Drained() const {

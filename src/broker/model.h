@@ -28,11 +28,17 @@ struct SlurmNode {
   std::set<std::string> flags;  // upper case: "DRAIN", "COMPLETING", "NOT_RESPONDING", …
   std::string reason;           // drain/down reason, "" when none
   int gpus = 0;                 // GPUs the node registered (its gres gpu count)
+  // The same GPUs by gres type, lower case ("h100", "l4", a MIG profile such as "1g.10gb");
+  // "" counts GPUs registered without a type.
+  std::map<std::string, int> gpu_types;
   int gpus_used = 0;
-  int alloc_cpus = 0;           // > 0: some job runs on it
-  TimeMs last_busy = 0;         // when a job last ran on it (slurmd start when never)
+  int alloc_cpus = 0;    // > 0: some job runs on it
+  TimeMs last_busy = 0;  // when a job last ran on it (slurmd start when never)
 
   bool HasFlag(const std::string& f) const { return flags.count(f) > 0; }
+  // GPUs a job asking for `type` can use here: all of them for "", else those of that type
+  // (Slurm matches gres types exactly, case aside).
+  int GpusOfType(const std::string& type) const;
   bool ReasonIsOurs() const;
   // DRAIN flag set and nothing runs or finishes on it: safe to hand to Kubernetes.
   bool Drained() const;
@@ -41,11 +47,12 @@ struct SlurmNode {
 // One Slurm job as squeue reports it.
 struct SlurmJob {
   std::string id;
-  std::string state;         // "PENDING", "RUNNING", …
-  std::string reason;        // state_reason: "Resources", "Priority", "BeginTime", …
+  std::string state;   // "PENDING", "RUNNING", …
+  std::string reason;  // state_reason: "Resources", "Priority", "BeginTime", …
   int node_count = 1;
-  int gpus_per_node = 0;     // from tres_per_node (gres:gpu[:type]:N)
-  int gpus_per_job = 0;      // from tres_per_job (gres:gpu[:type]:N)
+  int gpus_per_node = 0;  // from tres_per_node (gres:gpu[:type]:N)
+  int gpus_per_job = 0;   // from tres_per_job (gres:gpu[:type]:N)
+  std::string gpu_type;   // the gres type asked for, lower case; "" when any GPU will do
   std::set<std::string> required_nodes;  // expanded ReqNodeList
   std::set<std::string> sched_nodes;     // expanded SchedNodes (where the scheduler plans it)
 
@@ -82,10 +89,10 @@ struct SlurmView {
 struct KubeNode {
   std::string name;
   bool unschedulable = false;
-  bool slurm_taint = false;     // carries the Slurm-pool taint
-  bool pool_label = false;      // carries the inference pool label (key=value)
-  int non_daemonset_pods = 0;   // running or pending pods bound to it, DaemonSet pods excluded
-  int inference_pods = 0;       // of those, the ones in the inference namespaces
+  bool slurm_taint = false;    // carries the Slurm-pool taint
+  bool pool_label = false;     // carries the inference pool label (key=value)
+  int non_daemonset_pods = 0;  // running or pending pods bound to it, DaemonSet pods excluded
+  int inference_pods = 0;      // of those, the ones in the inference namespaces
   std::vector<std::string> evictable;  // "namespace/name" of the non-DaemonSet pods
 };
 
@@ -105,15 +112,15 @@ bool ParseOwner(const std::string& text, Owner* out);
 // Steps inside a return (kReturning).
 inline constexpr const char* kStepCordoned = "cordoned";
 inline constexpr const char* kStepEvicting = "evicting";
-inline constexpr const char* kStepDraining = "draining";    // kLending: drain requested
-inline constexpr const char* kStepAdmitted = "admitted";    // kKubernetes
+inline constexpr const char* kStepDraining = "draining";  // kLending: drain requested
+inline constexpr const char* kStepAdmitted = "admitted";  // kKubernetes
 
 struct JournalEntry {
   Owner owner = Owner::kSlurm;
   std::string step;
-  TimeMs since = 0;       // when the node entered `owner`
-  TimeMs step_since = 0;  // when it entered `step`
-  int gpus = 0;           // the GPUs Slurm had registered for it when it was lent
+  TimeMs since = 0;          // when the node entered `owner`
+  TimeMs step_since = 0;     // when it entered `step`
+  int gpus = 0;              // the GPUs Slurm had registered for it when it was lent
   TimeMs last_pod_seen = 0;  // kKubernetes: last evaluation that saw an inference pod on it
   bool operator==(const JournalEntry&) const = default;
 };
@@ -121,9 +128,9 @@ struct JournalEntry {
 // The broker's memory: per node owner and step, plus the hysteresis counters.
 struct Journal {
   std::map<std::string, JournalEntry> nodes;  // only nodes not plainly owned by Slurm
-  int demand_streak = 0;  // consecutive evaluations with Unschedulable GPU pods
-  int quiet_streak = 0;   // consecutive evaluations without
-  TimeMs last_transition = 0;               // last start or end of a lend or return
+  int demand_streak = 0;                      // consecutive evaluations with Unschedulable GPU pods
+  int quiet_streak = 0;                       // consecutive evaluations without
+  TimeMs last_transition = 0;                 // last start or end of a lend or return
   std::map<std::string, TimeMs> returned_at;  // when each node last came back to Slurm
 
   Owner OwnerOf(const std::string& node) const {

@@ -47,8 +47,8 @@ std::string StringOr(const json& j, const char* key) {
 
 }  // namespace
 
-int GpuCount(const std::string& text) {
-  int total = 0;
+std::map<std::string, int> GpusByType(const std::string& text) {
+  std::map<std::string, int> out;
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -57,20 +57,46 @@ int GpuCount(const std::string& text) {
     if (item.rfind("gpu", 0) != 0) continue;
     if (item.size() > 3 && item[3] != ':' && item[3] != '=') continue;  // "gpuX": another gres
     item = item.substr(0, item.find('('));
-    const size_t sep = item.find_last_of(":=");
-    if (sep == std::string::npos) {
-      total += 1;
-      continue;
+    // gpu[:type][:N] or gpu[:type]=N
+    std::string type, count;
+    const size_t eq = item.find('=');
+    if (eq != std::string::npos) {
+      count = item.substr(eq + 1);
+      item = item.substr(0, eq);
     }
-    const std::string n = item.substr(sep + 1);
-    if (!n.empty() && std::all_of(n.begin(), n.end(), [](char c) { return std::isdigit(c); })) {
-      total += std::stoi(n.substr(0, 9));
-    } else {
-      total += 1;  // "gpu:h100" alone means one
+    std::vector<std::string> parts;
+    std::stringstream fields(item);
+    for (std::string f; std::getline(fields, f, ':');) parts.push_back(f);
+    auto digits = [](const std::string& v) {
+      return !v.empty() && v.size() < 10 &&
+             std::all_of(v.begin(), v.end(), [](char c) { return std::isdigit(c); });
+    };
+    if (count.empty() && parts.size() >= 2 && digits(parts.back())) {
+      count = parts.back();
+      parts.pop_back();
     }
+    if (parts.size() >= 2) type = Lower(parts[1]);
+    out[type] += digits(count) ? std::stoi(count) : 1;  // "gpu:h100" alone means one
   }
+  for (auto it = out.begin(); it != out.end();) it = it->second == 0 ? out.erase(it) : ++it;
+  return out;
+}
+
+int GpuCount(const std::string& text) {
+  int total = 0;
+  for (const auto& [type, n] : GpusByType(text)) total += n;
   return total;
 }
+
+namespace {
+// The type a job asks for: the first typed gpu entry, "" when it takes any GPU.
+std::string JobGpuType(const std::string& text) {
+  for (const auto& [type, n] : GpusByType(text)) {
+    if (!type.empty()) return type;
+  }
+  return "";
+}
+}  // namespace
 
 Result<std::map<std::string, SlurmNode>> ParseSinfoJson(const std::string& text, TimeMs now) {
   json j = json::parse(text, nullptr, false);
@@ -83,7 +109,8 @@ Result<std::map<std::string, SlurmNode>> ParseSinfoJson(const std::string& text,
   for (const json& n : j["nodes"]) {
     SlurmNode node;
     node.name = StringOr(n, "name");
-    if (node.name.empty()) return Status(ErrorCode::kUnavailable, "sinfo --json: node without name");
+    if (node.name.empty())
+      return Status(ErrorCode::kUnavailable, "sinfo --json: node without name");
     // 22.05: "state":"idle","state_flags":["DRAIN"]; 23.x: "state":["IDLE","DRAIN"].
     const json& st = n.contains("state") ? n["state"] : json();
     if (st.is_string()) {
@@ -102,7 +129,8 @@ Result<std::map<std::string, SlurmNode>> ParseSinfoJson(const std::string& text,
       }
     }
     node.reason = StringOr(n, "reason");
-    node.gpus = GpuCount(StringOr(n, "gres"));
+    node.gpu_types = GpusByType(StringOr(n, "gres"));
+    for (const auto& [type, count] : node.gpu_types) node.gpus += count;
     node.gpus_used = GpuCount(StringOr(n, "gres_used"));
     node.alloc_cpus = IntOr(n.value("alloc_cpus", json()), 0);
     const int busy = IntOr(n.value("last_busy", json()), 0);
@@ -140,6 +168,8 @@ Result<std::vector<SlurmJob>> ParseSqueueJson(const std::string& text) {
     s.node_count = std::max(1, IntOr(job.value("node_count", json()), 1));
     s.gpus_per_node = GpuCount(StringOr(job, "tres_per_node"));
     s.gpus_per_job = GpuCount(StringOr(job, "tres_per_job"));
+    s.gpu_type = JobGpuType(StringOr(job, "tres_per_node"));
+    if (s.gpu_type.empty()) s.gpu_type = JobGpuType(StringOr(job, "tres_per_job"));
     bool ok = true;
     s.required_nodes = ExpandHostlist(StringOr(job, "required_nodes"), &ok);
     if (!ok) {
@@ -147,7 +177,8 @@ Result<std::vector<SlurmJob>> ParseSqueueJson(const std::string& text) {
     }
     for (const char* key : {"sched_nodes", "scheduled_nodes"}) {
       std::set<std::string> planned = ExpandHostlist(StringOr(job, key), &ok);
-      if (!ok) return Status(ErrorCode::kUnavailable, "squeue --json: job " + s.id + ": bad " + key);
+      if (!ok)
+        return Status(ErrorCode::kUnavailable, "squeue --json: job " + s.id + ": bad " + key);
       s.sched_nodes.insert(planned.begin(), planned.end());
     }
     out.push_back(std::move(s));

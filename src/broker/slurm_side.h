@@ -28,6 +28,9 @@ Result<std::vector<SlurmJob>> ParseSqueueJson(const std::string& text);
 Result<std::vector<Reservation>> ParseReservations(const std::string& text);
 // "gres:gpu:h100:4" / "gres:gpu:4" / "gpu:h100:4(S:0-1),shard:…" → the gpu count (0 when none).
 int GpuCount(const std::string& tres_or_gres);
+// The same by type, lower case: "gpu:h100:4,gpu:1g.10gb:7" → {h100: 4, 1g.10gb: 7}; "gpu:2" →
+// {"": 2}; "gres/gpu:l4=2" → {l4: 2}.
+std::map<std::string, int> GpusByType(const std::string& tres_or_gres);
 
 class SlurmSide {
  public:

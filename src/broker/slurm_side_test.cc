@@ -9,9 +9,9 @@
 namespace gpulet::broker {
 namespace {
 
-using ::testing::HasSubstr;
 using slurm::CommandOutput;
 using slurm::testing::FakeRunner;
+using ::testing::HasSubstr;
 
 // Trimmed from a real `sinfo --json` of Slurm 22.05.8 (tests/slurm cluster).
 const char* kSinfo = R"J({"meta":{},"errors":[],"nodes":[
@@ -42,6 +42,10 @@ TEST(SlurmSide, ParsesSinfoJson) {
   EXPECT_TRUE(b.ReasonIsOurs());
   EXPECT_TRUE(b.Drained());
   EXPECT_EQ(b.gpus, 2);
+  EXPECT_EQ(a.GpusOfType("h100"), 4);
+  EXPECT_EQ(b.GpusOfType("h100"), 0);
+  EXPECT_EQ(b.GpusOfType("l4"), 2);
+  EXPECT_EQ(b.GpusOfType(""), 2);
   // 23.x prints the state as a list.
   auto newer = ParseSinfoJson(
       R"({"errors":[],"nodes":[{"name":"n","state":["IDLE","DRAIN"],"gres":"gpu:8"}]})", 7);
@@ -58,6 +62,8 @@ TEST(SlurmSide, ParsesSqueueJson) {
   EXPECT_EQ((*jobs)[0].id, "2");
   EXPECT_TRUE((*jobs)[0].CapacityBound());
   EXPECT_EQ((*jobs)[0].TotalGpus(), 8);
+  EXPECT_EQ((*jobs)[0].gpu_type, "h100");
+  EXPECT_EQ((*jobs)[1].gpu_type, "");
   EXPECT_EQ((*jobs)[0].required_nodes, (std::set<std::string>{"gpu01", "gpu02"}));
   EXPECT_FALSE((*jobs)[1].Pending());
   EXPECT_EQ((*jobs)[1].TotalGpus(), 3);
@@ -69,7 +75,8 @@ TEST(SlurmSide, BadJsonIsAnError) {
   EXPECT_FALSE(ParseSinfoJson(R"({"errors":[],"nodes":[{"name":"n"}]})", 0).ok());
   EXPECT_FALSE(ParseSqueueJson(R"({"errors":[],"jobs":[{"job_state":"PENDING"}]})").ok());
   EXPECT_FALSE(
-      ParseSqueueJson(R"({"errors":[],"jobs":[{"job_id":1,"job_state":"PENDING","required_nodes":"a[2-1]"}]})")
+      ParseSqueueJson(
+          R"({"errors":[],"jobs":[{"job_id":1,"job_state":"PENDING","required_nodes":"a[2-1]"}]})")
           .ok());
 }
 
@@ -95,6 +102,17 @@ TEST(SlurmSide, GpuCount) {
   EXPECT_EQ(GpuCount("gpu:h100:4(S:0-1),shard:h100:16(S:0-1)"), 4);
   EXPECT_EQ(GpuCount("shard:h100:16"), 0);
   EXPECT_EQ(GpuCount(""), 0);
+}
+
+TEST(SlurmSide, GpusByType) {
+  using M = std::map<std::string, int>;
+  EXPECT_EQ(GpusByType("gres:gpu:H100:4"), (M{{"h100", 4}}));
+  EXPECT_EQ(GpusByType("gres:gpu:2"), (M{{"", 2}}));
+  EXPECT_EQ(GpusByType("gres/gpu:l4=2"), (M{{"l4", 2}}));
+  EXPECT_EQ(GpusByType("gres/gpu=3"), (M{{"", 3}}));
+  EXPECT_EQ(GpusByType("gpu:1g.10gb:7(S:0),gpu:a100:1(S:1),shard:a100:4"),
+            (M{{"1g.10gb", 7}, {"a100", 1}}));
+  EXPECT_EQ(GpusByType("gpu:h100"), (M{{"h100", 1}}));
 }
 
 class SlurmSideRunner : public ::testing::Test {
@@ -133,14 +151,20 @@ TEST_F(SlurmSideRunner, AnyFailedReadMakesTheViewUnknown) {
 
 TEST_F(SlurmSideRunner, ResumesOnlyItsOwnDrain) {
   SlurmSide side(runner_, config_);
-  runner_->On("scontrol show node -o gpub",
-              CommandOutput{0, "NodeName=gpub State=IDLE+DRAIN Reason=replace DIMM [root@2026-12-02T23:00:00]\n", ""});
+  runner_->On(
+      "scontrol show node -o gpub",
+      CommandOutput{
+          0, "NodeName=gpub State=IDLE+DRAIN Reason=replace DIMM [root@2026-12-02T23:00:00]\n",
+          ""});
   Result<bool> r = side.ResumeIfOurs("gpub");
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_FALSE(*r);
   for (const std::string& c : runner_->calls()) EXPECT_THAT(c, ::testing::Not(HasSubstr("RESUME")));
   runner_->On("scontrol show node -o gpub",
-              CommandOutput{0, "NodeName=gpub State=IDLE+DRAIN Reason=gpulet-broker: lent to kubernetes [root@2026-12-02T23:00:00]\n", ""});
+              CommandOutput{0,
+                            "NodeName=gpub State=IDLE+DRAIN Reason=gpulet-broker: lent to "
+                            "kubernetes [root@2026-12-02T23:00:00]\n",
+                            ""});
   runner_->On("scontrol update NodeName=gpub State=RESUME", CommandOutput{0, "", ""});
   r = side.ResumeIfOurs("gpub");
   ASSERT_TRUE(r.ok()) << r.status().message();
