@@ -13,6 +13,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -32,10 +33,12 @@
 namespace gpulet::cli {
 namespace {
 
+// As Go's strconv.ParseBool reads upstream's flags and variables (True, TRUE, t, 1, …).
 Result<bool> ParseBool(const std::string& name, const std::string& v) {
-  if (v.empty() || v == "true" || v == "1" || v == "yes" || v == "on") return true;
-  if (v == "false" || v == "0" || v == "no" || v == "off") return false;
-  return Status(ErrorCode::kUsage, name + ": invalid value \"" + v + "\" (want true|false)");
+  if (v.empty()) return true;
+  Result<bool> b = config::ParseGoBool(v);
+  if (!b.ok()) return Status(ErrorCode::kUsage, name + ": " + b.status().message());
+  return *b;
 }
 
 
@@ -84,6 +87,7 @@ Result<config::Config> EffectiveConfig(const PluginArgs& args, const config::Fla
     Result<config::Config> file = config::LoadConfigFile(args.config_file);
     if (!file.ok()) return file.status();
     cfg = std::move(file).value();
+    config::LogWarnings(cfg);
   }
   cfg.flags = config::Overlay(cfg.flags, cli);
   return cfg;
@@ -103,6 +107,7 @@ void WriteNodeLabels(const std::string& path, const gpu::Inventory& inventory,
   labels::LabelOptions o;
   o.mig_strategy = cfg.flags.mig_strategy.value_or(config::MigStrategy::kNone);
   o.machine = labels::ReadMachineType("/sys/class/dmi/id/product_name");
+  o.sharing = &cfg.sharing;
   o.timestamp = static_cast<int64_t>(std::time(nullptr));
   const labels::Labels l = labels::NodeLabels(inventory, plan, o);
   Status s = labels::WriteFeatureFile(path, l);
@@ -406,11 +411,17 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
   if (!policy.ok()) return ReportError(policy.status());
   policy->quiet_period = *quiet;
 
-  Result<deviceplugin::ReplicaPolicy> policy_or =
-      deviceplugin::ParseReplicaPolicy(args.replica_allocation_policy);
+  // --shared-devices-allocation-policy (upstream's; --replica-allocation-policy is an alias) or
+  // SHARED_DEVICES_ALLOCATION_POLICY > REPLICA_ALLOCATION_POLICY > the file > distributed.
+  std::string policy_name = args.replica_allocation_policy;
+  if (policy_name.empty()) policy_name = Env("REPLICA_ALLOCATION_POLICY");
+  if (policy_name.empty()) {
+    policy_name = cfg->flags.plugin.shared_devices_allocation_policy.value_or("distributed");
+  }
+  Result<deviceplugin::ReplicaPolicy> policy_or = deviceplugin::ParseReplicaPolicy(policy_name);
   if (!policy_or.ok()) {
-    return ReportError(
-        Status(ErrorCode::kUsage, "--replica-allocation-policy: " + policy_or.status().message()));
+    return ReportError(Status(ErrorCode::kUsage, "--shared-devices-allocation-policy: " +
+                                                     policy_or.status().message()));
   }
   const deviceplugin::ReplicaPolicy replica_policy = *policy_or;
   Result<std::chrono::milliseconds> rescan_interval =
@@ -472,7 +483,15 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
 
   deviceplugin::ManagerOptions mo;
   mo.plugin_dir = args.plugin_dir;
-  mo.kubelet_socket_name = args.kubelet_socket;
+  // Upstream's KUBELET_SOCKET (flags.plugin.kubeletSocket) is a full path; gpulet's was a name in
+  // the plugin directory. Both work; inside the plugin directory the name is what is watched.
+  mo.kubelet_socket_name = args.kubelet_socket.empty()
+                               ? cfg->flags.plugin.kubelet_socket.value_or("kubelet.sock")
+                               : args.kubelet_socket;
+  if (const std::filesystem::path k(mo.kubelet_socket_name);
+      k.is_absolute() && (k.parent_path() / "") == (std::filesystem::path(mo.plugin_dir) / "")) {
+    mo.kubelet_socket_name = k.filename().string();
+  }
   mo.config_path = args.config_file;
   const config::Flags cli_flags = *cli;
   uint64_t applied_generation = 0;
@@ -539,7 +558,7 @@ std::function<void()> AddPluginOptions(CLI::App* cmd, PluginArgs* args) {
   cmd->add_option("--device-plugin-path", args->plugin_dir, "Kubelet device plugin directory")
       ->envname("DEVICE_PLUGIN_PATH")
       ->capture_default_str();
-  cmd->add_option("--config", args->config_file,
+  cmd->add_option("--config-file,--config", args->config_file,
                   "Config file in NVIDIA's device plugin v1 format (reloaded when it changes)")
       ->envname("CONFIG_FILE");
   CLI::Option* fail_opt =
@@ -560,10 +579,10 @@ std::function<void()> AddPluginOptions(CLI::App* cmd, PluginArgs* args) {
                       "Also return DeviceSpecs for /dev/nvidia* (default false)")
           ->expected(0, 1)
           ->envname("PASS_DEVICE_SPECS");
-  cmd->add_option("--nvidia-driver-root", args->nvidia_driver_root,
+  cmd->add_option("--nvidia-driver-root,--driver-root", args->nvidia_driver_root,
                   "Root of the driver installation on the host (default /)")
       ->envname("NVIDIA_DRIVER_ROOT");
-  cmd->add_option("--nvidia-dev-root", args->nvidia_dev_root,
+  cmd->add_option("--nvidia-dev-root,--dev-root", args->nvidia_dev_root,
                   "Host root of the /dev/nvidia* nodes (default: the driver root)")
       ->envname("NVIDIA_DEV_ROOT");
   cmd->add_option("--mig-strategy", args->mig_strategy, "none|single|mixed (default none)")
@@ -576,11 +595,14 @@ std::function<void()> AddPluginOptions(CLI::App* cmd, PluginArgs* args) {
                   "events and with a successful probe; 0 disables recovery")
       ->envname("GPULET_HEALTH_QUIET_PERIOD")
       ->capture_default_str();
-  cmd->add_option("--replica-allocation-policy", args->replica_allocation_policy,
-                  "distributed|packed: how GetPreferredAllocation picks replicas of shared "
-                  "resources (spread over GPUs, or fill one GPU first)")
-      ->envname("REPLICA_ALLOCATION_POLICY")
-      ->capture_default_str();
+  CLI::Option* policy_opt =
+      cmd->add_option("--shared-devices-allocation-policy,--replica-allocation-policy",
+                      args->replica_allocation_policy,
+                      "distributed|packed: how GetPreferredAllocation picks replicas of shared "
+                      "resources (spread over GPUs, or fill one GPU first); default: "
+                      "REPLICA_ALLOCATION_POLICY, flags.plugin.sharedDevicesAllocationPolicy, "
+                      "else distributed")
+          ->envname("SHARED_DEVICES_ALLOCATION_POLICY");
   cmd->add_option("--mps-root", args->mps_root,
                   "Root of the MPS daemons' pipe, log and shm directories (default: "
                   "flags.plugin.mpsRoot, else /run/nvidia/mps)")
@@ -598,11 +620,15 @@ std::function<void()> AddPluginOptions(CLI::App* cmd, PluginArgs* args) {
                   "devices changed are re-planned and restarted. 0 disables the timer")
       ->envname("GPULET_RESCAN_INTERVAL")
       ->capture_default_str();
-  cmd->add_option("--kubelet-socket", args->kubelet_socket,
-                  "Name of the kubelet's registration socket in the plugin directory")
-      ->envname("GPULET_KUBELET_SOCKET")
-      ->capture_default_str();
-  return [args, fail_opt, specs_opt] {
+  CLI::Option* kubelet_opt =
+      cmd->add_option("--kubelet-socket", args->kubelet_socket,
+                      "The kubelet's registration socket: a full path, or a name in the plugin "
+                      "directory (default: flags.plugin.kubeletSocket, else kubelet.sock)")
+          ->envname("KUBELET_SOCKET");
+  return [args, fail_opt, specs_opt, policy_opt, kubelet_opt] {
+    // Not given: RunPlugin takes them from the environment's aliases and the config file.
+    if (policy_opt->count() == 0) args->replica_allocation_policy.clear();
+    if (kubelet_opt->count() == 0) args->kubelet_socket.clear();
     // A bare boolean flag means true.
     if (fail_opt->count() > 0 && args->fail_on_init_error.empty()) {
       args->fail_on_init_error = "true";
