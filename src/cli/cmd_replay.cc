@@ -1,10 +1,9 @@
 // gpulet replay: replays a GPU trace in the Alibaba openb format through placement policies and
 // reports the GPU allocation ratio against the arrived load (the FGD paper's experiment).
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <thread>

@@ -105,7 +105,8 @@ std::string RenderJson(const ReportInfo& info, std::span<const PolicySummary> su
                     {"fragmented_of_idle", r.final.fragmented_of_idle}};
     j["runs"].push_back(std::move(run));
   }
-  return j.dump(2) + "\n";
+  // Names come from files and flags: bytes that are not UTF-8 are replaced, not thrown about.
+  return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
 std::string RenderSvg(const ReportInfo& info, std::span<const PolicySummary> summaries) {
