@@ -83,14 +83,16 @@ TEST(RunCommand, StdinIsFedAndEnvIsReplaced) {
 }
 
 TEST(RunCommand, WithoutWaitForEofAForkedDaemonDoesNotHoldItUp) {
-  CommandSpec spec = Sh("sleep 30 & echo started");
+  CommandSpec spec = Sh("sleep 30 & echo $!");
   spec.wait_for_eof = false;
   spec.timeout = 10s;
   Result<CommandOutput> r = RunCommand(spec);
   ASSERT_TRUE(r.ok()) << r.status().message();
-  EXPECT_EQ(r->out, "started\n");
   EXPECT_EQ(r->exit_code, 0);
-  (void)RunCommand(Sh("pkill -f '^sleep 30$' || true"));
+  // Stop exactly the daemon this test started (a pattern could hit another test's process).
+  const pid_t daemon = static_cast<pid_t>(std::stol(r->out));
+  ASSERT_GT(daemon, 1) << r->out;
+  EXPECT_TRUE(StopProcess(daemon, 10s));
 }
 
 TEST(RunCommand, MergedStderr) {
