@@ -49,15 +49,30 @@ constexpr uint64_t kAllocAlign = 512;  // the driver's smallest allocation align
 
 using DlsymFn = void* (*)(void*, const char*) noexcept;
 
-DlsymFn RealDlsym() {
-  static DlsymFn fn = [] {
-    // dlvsym is not interposed: asking it for libc's dlsym cannot recurse into ours.
-    for (const char* version : {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"}) {
-      if (void* p = ::dlvsym(RTLD_NEXT, "dlsym", version)) return reinterpret_cast<DlsymFn>(p);
-    }
-    std::fprintf(stderr, "gpulet-cuda: cannot find libc's dlsym (dlvsym failed); aborting\n");
-    std::abort();
-  }();
+// Runs before the sanitizer runtimes are ready when a sanitizer's own start-up asks dlsym for
+// RTLD_NEXT (it finds ours first): no instrumentation on this path.
+#define GPULET_NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
+
+GPULET_NO_SANITIZE DlsymFn ResolveRealDlsym() {
+  // dlvsym is not interposed: asking it for libc's dlsym cannot recurse into ours.
+  const char* versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
+  for (const char* version : versions) {
+    if (void* p = ::dlvsym(RTLD_NEXT, "dlsym", version)) return reinterpret_cast<DlsymFn>(p);
+  }
+  std::fprintf(stderr, "gpulet-cuda: cannot find libc's dlsym (dlvsym failed); aborting\n");
+  std::abort();
+}
+
+// libc's dlsym, once found. Written only with the value every writer computes alike.
+// (Builtins, not std::atomic: its inline members would carry sanitizer instrumentation.)
+DlsymFn g_real_dlsym = nullptr;
+
+GPULET_NO_SANITIZE DlsymFn RealDlsym() {
+  DlsymFn fn = __atomic_load_n(&g_real_dlsym, __ATOMIC_ACQUIRE);
+  if (fn == nullptr) {
+    fn = ResolveRealDlsym();
+    __atomic_store_n(&g_real_dlsym, fn, __ATOMIC_RELEASE);
+  }
   return fn;
 }
 
@@ -853,15 +868,12 @@ GPULET_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlM
 // ---- dlsym -------------------------------------------------------------------------------------
 
 namespace {
-// libc's dlsym, set by a constructor before main (RealDlsym() otherwise).
-DlsymFn g_real_dlsym = nullptr;
-__attribute__((constructor)) void SetRealDlsym() { g_real_dlsym = RealDlsym(); }
+// Finds libc's dlsym before main, so the hot path is a load and a jump.
+__attribute__((constructor)) void SetRealDlsym() { RealDlsym(); }
 
-__attribute__((noinline)) void* DlsymLookup(void* handle, const char* name) noexcept {
-  if (handle == RTLD_NEXT) return RealDlsym()(handle, name);  // before the constructor ran
-  void* real = RealDlsym()(handle, name);
-  if (real == nullptr) return real;
-  if (name[0] == 'c' && name[1] == 'u') {
+// Our wrapper for `name` (a cu* or nvml* symbol the driver has), or `real`.
+__attribute__((noinline)) void* WrapperFor(const char* name, void* real) noexcept {
+  if (name[0] == 'c') {
     const NameIndex& names = Names();
     if (auto it = names.exact.find(name); it != names.exact.end()) {
       Hook& h = g_hooks[it->second];
@@ -879,12 +891,17 @@ __attribute__((noinline)) void* DlsymLookup(void* handle, const char* name) noex
 }  // namespace
 
 // RTLD_NEXT is relative to the caller, which libc finds from its return address: that path must
-// be a tail call (a jump) so libc sees our caller's address, not ours. Both paths below compile
-// to jumps (tests/memlimit checks what a program's dlsym(RTLD_NEXT, …) finds).
-GPULET_EXPORT void* dlsym(void* __restrict handle, const char* __restrict name) noexcept {
-  DlsymFn real = g_real_dlsym;
-  if (handle == RTLD_NEXT && real != nullptr) return real(handle, name);
-  return DlsymLookup(handle, name);
+// be a tail call (a jump) so libc sees our caller's address, not ours (tests/memlimit checks what
+// a program's dlsym(RTLD_NEXT, …) finds). Other names than cu* and nvml* never leave this
+// uninstrumented function: a sanitizer runtime asks dlsym for its interceptors before it is ready.
+GPULET_EXPORT GPULET_NO_SANITIZE void* dlsym(void* __restrict handle,
+                                             const char* __restrict name) noexcept {
+  if (handle == RTLD_NEXT) return RealDlsym()(handle, name);
+  void* real = RealDlsym()(handle, name);
+  if (real == nullptr) return real;
+  const bool cuda = name[0] == 'c' && name[1] == 'u';
+  const bool nvml = name[0] == 'n' && name[1] == 'v' && name[2] == 'm' && name[3] == 'l';
+  return cuda || nvml ? WrapperFor(name, real) : real;
 }
 
 // ---- CUDA entry points -------------------------------------------------------------------------

@@ -93,7 +93,7 @@ class MemLimitTest : public ::testing::Test {
     env.erase("GPULET_CUDA_PASSTHROUGH");
 #ifdef GPULET_SANITIZER_BUILD
     // The preloaded library comes before the sanitizer runtime the probe links.
-    env["ASAN_OPTIONS"] = "verify_asan_link_order=0:detect_leaks=0";
+    env["ASAN_OPTIONS"] = "verify_asan_link_order=0";
 #endif
     for (const auto& [k, v] : extra) env[k] = v;
     std::vector<std::string> out;
