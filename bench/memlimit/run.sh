@@ -16,7 +16,8 @@ LD_PRELOAD="$BUILD/lib/libgpulet-cuda.so" "$bench" "${BATCHES:-500}" > "$tmp/wit
   echo "## Memory limits (issue 13)"
   echo
   echo "Per call, simulated libcuda.so.1, ${BATCHES:-500} batches of 2000 calls (median and p99 of"
-  echo "the batch means); \"added\" is with the library minus without."
+  echo "the batch means); \"added\" is with the library minus without. Load average at the run:"
+  echo "$(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores (p99 is the machine's noise, not the library's)."
   echo
   echo "| operation | without (ns) | with libgpulet-cuda.so (ns) | added, median (ns) | p99 without / with (ns) |"
   echo "|---|---|---|---|---|"
