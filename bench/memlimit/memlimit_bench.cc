@@ -49,14 +49,8 @@ int main(int argc, char** argv) {
   if (argc == 3 && std::strcmp(argv[1], "--make-region") == 0) {
     CUuuid u{};
     Check(cuDeviceGetUuid(&u, 0), "cuDeviceGetUuid");
-    const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
-    char uuid[48];
-    std::snprintf(uuid, sizeof uuid,
-                  "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
-                  b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
-                  b[14], b[15]);
-    const std::string err =
-        gpulet::cudashim::CreateRegion(argv[2], {{uuid, 64ULL << 30, 0}}, /*replace=*/true);
+    const std::string err = gpulet::cudashim::CreateRegion(
+        argv[2], {{gpulet::cudashim::GpuUuidString(u), 64ULL << 30, 0}}, /*replace=*/true);
     if (!err.empty()) std::fprintf(stderr, "%s\n", err.c_str());
     return err.empty() ? 0 : 1;
   }

@@ -303,16 +303,6 @@ int Proc(State& s) {
   return p;
 }
 
-std::string UuidString(const CUuuid& u) {
-  const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
-  char out[48];
-  std::snprintf(out, sizeof out,
-                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
-                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
-                b[14], b[15]);
-  return out;
-}
-
 // The region slot of CUDA device `dev`: -1 when the region does not list it (then its memory is
 // refused: a GPU the container sees without a limit is a configuration error, not a free pass).
 int SlotOfDevice(State& s, CUdevice dev) {
@@ -326,7 +316,7 @@ int SlotOfDevice(State& s, CUdevice dev) {
     if (auto f = REAL(cuDeviceGetUuid)) rc = f(&u, dev);
   }
   if (rc != CUDA_SUCCESS) return -1;  // not cached: the driver may answer later
-  const std::string uuid = UuidString(u);
+  const std::string uuid = GpuUuidString(u);
   slot = s.region.FindGpu(uuid.c_str());
   if (slot < 0 && !s.warned_unlisted[dev].exchange(true)) {
     Say("%s: CUDA device %d (%s) has no memory limit in this region; its allocations are refused",
@@ -490,21 +480,10 @@ CUresult PoolOfDevice(CUdevice dev, CUmemoryPool* pool) {
 
 // ---- arrays ------------------------------------------------------------------------------------
 
+// Bytes per channel; block-compressed and newer formats: at most 16, never less.
 uint64_t FormatBytes(CUarray_format f) {
-  switch (f) {
-    case CU_AD_FORMAT_UNSIGNED_INT8:
-    case CU_AD_FORMAT_SIGNED_INT8:
-      return 1;
-    case CU_AD_FORMAT_UNSIGNED_INT16:
-    case CU_AD_FORMAT_SIGNED_INT16:
-    case CU_AD_FORMAT_HALF:
-      return 2;
-    case CU_AD_FORMAT_UNSIGNED_INT32:
-    case CU_AD_FORMAT_SIGNED_INT32:
-    case CU_AD_FORMAT_FLOAT:
-      return 4;
-  }
-  return 16;  // block-compressed and newer formats: at most 16 bytes per element, never less
+  const uint64_t b = ArrayFormatBytes(f);
+  return b == 0 ? 16 : b;
 }
 
 uint64_t SaturatingMul(uint64_t a, uint64_t b) {

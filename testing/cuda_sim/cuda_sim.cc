@@ -242,27 +242,12 @@ CUctx_st* Current() { return tl_stack.empty() ? nullptr : tl_stack.back(); }
   CUctx_st* ctx = Current(); \
   if (ctx == nullptr || !d.Known(ctx)) return CUDA_ERROR_INVALID_CONTEXT
 
-uint64_t FormatBytes(CUarray_format f) {
-  switch (f) {
-    case CU_AD_FORMAT_UNSIGNED_INT8:
-    case CU_AD_FORMAT_SIGNED_INT8:
-      return 1;
-    case CU_AD_FORMAT_UNSIGNED_INT16:
-    case CU_AD_FORMAT_SIGNED_INT16:
-    case CU_AD_FORMAT_HALF:
-      return 2;
-    case CU_AD_FORMAT_UNSIGNED_INT32:
-    case CU_AD_FORMAT_SIGNED_INT32:
-    case CU_AD_FORMAT_FLOAT:
-      return 4;
-  }
-  return 0;
-}
+using gpulet::cudashim::ArrayFormatBytes;
 
 // The simulated layout: elements packed, the whole rounded up to 64 KiB pages.
 uint64_t ArrayFootprint(size_t w, size_t h, size_t z, CUarray_format f, unsigned channels) {
   const uint64_t raw = std::max<uint64_t>(w, 1) * std::max<uint64_t>(h, 1) *
-                       std::max<uint64_t>(z, 1) * channels * FormatBytes(f);
+                       std::max<uint64_t>(z, 1) * channels * ArrayFormatBytes(f);
   return (raw + 0xFFFF) / 0x10000 * 0x10000;
 }
 
@@ -271,6 +256,7 @@ const char kExportTableMagic[16] = "gpulet-sim-etbl";
 }  // namespace
 }  // namespace gpulet::cudasim
 
+using gpulet::cudashim::ArrayFormatBytes;
 using gpulet::cudasim::Current;
 using gpulet::cudasim::D;
 using gpulet::cudasim::Driver;
@@ -678,7 +664,7 @@ CUresult Requirements(CUDA_ARRAY_MEMORY_REQUIREMENTS* r, Handle h, CUdevice dev)
 }  // namespace
 
 SIM_EXPORT CUresult cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR* a) {
-  if (a == nullptr || gpulet::cudasim::FormatBytes(a->Format) == 0 || a->Width == 0) {
+  if (a == nullptr || ArrayFormatBytes(a->Format) == 0 || a->Width == 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   return CreateObject(
@@ -686,7 +672,7 @@ SIM_EXPORT CUresult cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPT
 }
 
 SIM_EXPORT CUresult cuArray3DCreate_v2(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* a) {
-  if (a == nullptr || gpulet::cudasim::FormatBytes(a->Format) == 0 || a->Width == 0) {
+  if (a == nullptr || ArrayFormatBytes(a->Format) == 0 || a->Width == 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   return CreateObject(pHandle, gpulet::cudasim::ArrayFootprint(a->Width, a->Height, a->Depth,
@@ -695,8 +681,7 @@ SIM_EXPORT CUresult cuArray3DCreate_v2(CUarray* pHandle, const CUDA_ARRAY3D_DESC
 
 SIM_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle,
                                            const CUDA_ARRAY3D_DESCRIPTOR* a, unsigned int levels) {
-  if (a == nullptr || gpulet::cudasim::FormatBytes(a->Format) == 0 || a->Width == 0 ||
-      levels == 0) {
+  if (a == nullptr || ArrayFormatBytes(a->Format) == 0 || a->Width == 0 || levels == 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   uint64_t bytes = 0;
