@@ -1,6 +1,5 @@
 #include "k8s/client.h"
 
-#include <curl/curl.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
@@ -8,23 +7,16 @@
 #include <memory>
 #include <sstream>
 
+#include "k8s/curl_library.h"
+
 namespace gpulet::k8s {
 namespace {
 
-// curl_global_init is not thread-safe; do it once, before any handle exists.
-void GlobalInitOnce() {
-  static const bool initialized = [] {
-    curl_global_init(CURL_GLOBAL_DEFAULT);
-    return true;
-  }();
-  (void)initialized;
-}
-
 struct CurlDeleter {
-  void operator()(CURL* c) const { curl_easy_cleanup(c); }
+  void operator()(CURL* c) const { Curl()->easy_cleanup(c); }
 };
 struct SlistDeleter {
-  void operator()(curl_slist* l) const { curl_slist_free_all(l); }
+  void operator()(curl_slist* l) const { Curl()->slist_free_all(l); }
 };
 using CurlPtr = std::unique_ptr<CURL, CurlDeleter>;
 using SlistPtr = std::unique_ptr<curl_slist, SlistDeleter>;
@@ -41,46 +33,46 @@ std::string ReadToken(const ClusterAccess& a) {
 
 void SetBlob(CURL* c, CURLoption option, const std::string& data) {
   curl_blob blob{const_cast<char*>(data.data()), data.size(), CURL_BLOB_COPY};
-  curl_easy_setopt(c, option, &blob);
+  Curl()->easy_setopt(c, option, &blob);
 }
 
 // A handle configured for `method url` with TLS and authentication from `a`. The header list is
 // returned through `headers` (it must outlive the transfer).
 CurlPtr NewHandle(const ClusterAccess& a, const std::string& method, const std::string& path,
                   const std::string& content_type, SlistPtr& headers) {
-  GlobalInitOnce();
-  CurlPtr c(curl_easy_init());
+  if (Curl() == nullptr) return nullptr;
+  CurlPtr c(Curl()->easy_init());
   if (!c) return c;
   CURL* h = c.get();
   const std::string url = a.server + path;
-  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method.c_str());
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
-  curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "https,http");
+  Curl()->easy_setopt(h, CURLOPT_URL, url.c_str());
+  Curl()->easy_setopt(h, CURLOPT_CUSTOMREQUEST, method.c_str());
+  Curl()->easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  Curl()->easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
+  Curl()->easy_setopt(h, CURLOPT_PROTOCOLS_STR, "https,http");
   if (a.insecure_skip_tls_verify) {
-    curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
-    curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
+    Curl()->easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
+    Curl()->easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
   }
   if (!a.ca_data.empty())
     SetBlob(h, CURLOPT_CAINFO_BLOB, a.ca_data);
   else if (!a.ca_file.empty())
-    curl_easy_setopt(h, CURLOPT_CAINFO, a.ca_file.c_str());
+    Curl()->easy_setopt(h, CURLOPT_CAINFO, a.ca_file.c_str());
   if (!a.client_cert_data.empty())
     SetBlob(h, CURLOPT_SSLCERT_BLOB, a.client_cert_data);
   else if (!a.client_cert_file.empty())
-    curl_easy_setopt(h, CURLOPT_SSLCERT, a.client_cert_file.c_str());
+    Curl()->easy_setopt(h, CURLOPT_SSLCERT, a.client_cert_file.c_str());
   if (!a.client_key_data.empty())
     SetBlob(h, CURLOPT_SSLKEY_BLOB, a.client_key_data);
   else if (!a.client_key_file.empty())
-    curl_easy_setopt(h, CURLOPT_SSLKEY, a.client_key_file.c_str());
-  curl_slist* list = curl_slist_append(nullptr, "Accept: application/json");
+    Curl()->easy_setopt(h, CURLOPT_SSLKEY, a.client_key_file.c_str());
+  curl_slist* list = Curl()->slist_append(nullptr, "Accept: application/json");
   const std::string token = ReadToken(a);
-  if (!token.empty()) list = curl_slist_append(list, ("Authorization: Bearer " + token).c_str());
+  if (!token.empty()) list = Curl()->slist_append(list, ("Authorization: Bearer " + token).c_str());
   if (!content_type.empty())
-    list = curl_slist_append(list, ("Content-Type: " + content_type).c_str());
+    list = Curl()->slist_append(list, ("Content-Type: " + content_type).c_str());
   headers.reset(list);
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, list);
+  Curl()->easy_setopt(h, CURLOPT_HTTPHEADER, list);
   return c;
 }
 
@@ -107,30 +99,34 @@ Status HttpError(const std::string& method, const std::string& path, long code,
   return {ErrorCode::kUnavailable, text};
 }
 
-Result<nlohmann::json> Perform(const ClusterAccess& a, const std::string& method,
-                               const std::string& path, const std::string& content_type,
-                               const std::string& body) {
+ApiResult<nlohmann::json> Perform(const ClusterAccess& a, const std::string& method,
+                                  const std::string& path, const std::string& content_type,
+                                  const std::string& body) {
   SlistPtr headers;
   CurlPtr c = NewHandle(a, method, path, content_type, headers);
-  if (!c) return Status(ErrorCode::kInternal, "curl_easy_init failed");
+  if (!c)
+    return Status(ErrorCode::kInternal,
+                  Curl() == nullptr ? CurlLoadError() : "curl_easy_init failed");
   std::string response;
   char errbuf[CURL_ERROR_SIZE] = {0};
-  curl_easy_setopt(c.get(), CURLOPT_ERRORBUFFER, errbuf);
-  curl_easy_setopt(c.get(), CURLOPT_TIMEOUT, 30L);
-  curl_easy_setopt(c.get(), CURLOPT_WRITEFUNCTION, AppendBody);
-  curl_easy_setopt(c.get(), CURLOPT_WRITEDATA, &response);
+  Curl()->easy_setopt(c.get(), CURLOPT_ERRORBUFFER, errbuf);
+  Curl()->easy_setopt(c.get(), CURLOPT_TIMEOUT, 30L);
+  Curl()->easy_setopt(c.get(), CURLOPT_WRITEFUNCTION, AppendBody);
+  Curl()->easy_setopt(c.get(), CURLOPT_WRITEDATA, &response);
   if (!body.empty()) {
-    curl_easy_setopt(c.get(), CURLOPT_POSTFIELDS, body.c_str());
-    curl_easy_setopt(c.get(), CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
+    Curl()->easy_setopt(c.get(), CURLOPT_POSTFIELDS, body.c_str());
+    Curl()->easy_setopt(c.get(), CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
   }
-  CURLcode rc = curl_easy_perform(c.get());
+  CURLcode rc = Curl()->easy_perform(c.get());
   if (rc != CURLE_OK) {
     return Status(ErrorCode::kUnavailable, method + " " + a.server + path + ": " +
-                                               (errbuf[0] ? errbuf : curl_easy_strerror(rc)));
+                                               (errbuf[0] ? errbuf : Curl()->easy_strerror(rc)));
   }
   long code = 0;
-  curl_easy_getinfo(c.get(), CURLINFO_RESPONSE_CODE, &code);
-  if (code < 200 || code >= 300) return HttpError(method, path, code, response);
+  Curl()->easy_getinfo(c.get(), CURLINFO_RESPONSE_CODE, &code);
+  if (code < 200 || code >= 300) {
+    return ApiResult<nlohmann::json>(HttpError(method, path, code, response), code);
+  }
   nlohmann::json j = nlohmann::json::parse(response, nullptr, false);
   if (j.is_discarded()) {
     return Status(ErrorCode::kUnavailable, method + " " + path + ": response is not JSON");
@@ -174,7 +170,7 @@ bool HandleLine(WatchState& s, const std::string& line) {
 size_t WatchWrite(char* data, size_t size, size_t n, void* user) {
   auto& s = *static_cast<WatchState*>(user);
   const size_t total = size * n;
-  if (s.http_status == 0) curl_easy_getinfo(s.handle, CURLINFO_RESPONSE_CODE, &s.http_status);
+  if (s.http_status == 0) Curl()->easy_getinfo(s.handle, CURLINFO_RESPONSE_CODE, &s.http_status);
   if (s.http_status != 200) {
     s.body.append(data, total);
     return total;
@@ -195,29 +191,22 @@ int WatchProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
 
 }  // namespace
 
-Client::Client(ClusterAccess access) : access_(std::move(access)) { GlobalInitOnce(); }
+Client::Client(ClusterAccess access) : access_(std::move(access)) {}
 
-Result<nlohmann::json> Client::Get(const std::string& path) const {
+ApiResult<nlohmann::json> Client::Get(const std::string& path) const {
   return Perform(access_, "GET", path, "", "");
 }
 
-Result<nlohmann::json> Client::Patch(const std::string& path, const nlohmann::json& patch,
-                                     PatchType type) const {
+ApiResult<nlohmann::json> Client::Patch(const std::string& path, const nlohmann::json& patch,
+                                        PatchType type) const {
   const char* ct = type == PatchType::kMerge            ? "application/merge-patch+json"
                    : type == PatchType::kStrategicMerge ? "application/strategic-merge-patch+json"
                                                         : "application/json-patch+json";
   return Perform(access_, "PATCH", path, ct, patch.dump());
 }
 
-Result<nlohmann::json> Client::Post(const std::string& path, const nlohmann::json& body) const {
+ApiResult<nlohmann::json> Client::Post(const std::string& path, const nlohmann::json& body) const {
   return Perform(access_, "POST", path, "application/json", body.dump());
-}
-
-long HttpStatusOf(const Status& status) {
-  const std::string& m = status.message();
-  const size_t at = m.find(": HTTP ");
-  if (at == std::string::npos) return 0;
-  return std::strtol(m.c_str() + at + 7, nullptr, 10);
 }
 
 WatchResult Client::Watch(const std::string& path,
@@ -228,7 +217,8 @@ WatchResult Client::Watch(const std::string& path,
   CurlPtr c = NewHandle(access_, "GET", path, "", headers);
   if (!c) {
     result.end = WatchEnd::kFailed;
-    result.error = Status(ErrorCode::kInternal, "curl_easy_init failed");
+    result.error =
+        Status(ErrorCode::kInternal, Curl() == nullptr ? CurlLoadError() : "curl_easy_init failed");
     return result;
   }
   WatchState s;
@@ -236,17 +226,17 @@ WatchResult Client::Watch(const std::string& path,
   s.stop = stop;
   s.handle = c.get();
   char errbuf[CURL_ERROR_SIZE] = {0};
-  curl_easy_setopt(c.get(), CURLOPT_ERRORBUFFER, errbuf);
-  curl_easy_setopt(c.get(), CURLOPT_WRITEFUNCTION, WatchWrite);
-  curl_easy_setopt(c.get(), CURLOPT_WRITEDATA, &s);
-  curl_easy_setopt(c.get(), CURLOPT_NOPROGRESS, 0L);
-  curl_easy_setopt(c.get(), CURLOPT_XFERINFOFUNCTION, WatchProgress);
-  curl_easy_setopt(c.get(), CURLOPT_XFERINFODATA, &s);
+  Curl()->easy_setopt(c.get(), CURLOPT_ERRORBUFFER, errbuf);
+  Curl()->easy_setopt(c.get(), CURLOPT_WRITEFUNCTION, WatchWrite);
+  Curl()->easy_setopt(c.get(), CURLOPT_WRITEDATA, &s);
+  Curl()->easy_setopt(c.get(), CURLOPT_NOPROGRESS, 0L);
+  Curl()->easy_setopt(c.get(), CURLOPT_XFERINFOFUNCTION, WatchProgress);
+  Curl()->easy_setopt(c.get(), CURLOPT_XFERINFODATA, &s);
   // A stream that stays silent this long is dead (API servers send bookmarks or time out sooner).
-  curl_easy_setopt(c.get(), CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(c.get(), CURLOPT_LOW_SPEED_TIME, 600L);
-  CURLcode rc = curl_easy_perform(c.get());
-  curl_easy_getinfo(c.get(), CURLINFO_RESPONSE_CODE, &result.http_status);
+  Curl()->easy_setopt(c.get(), CURLOPT_LOW_SPEED_LIMIT, 1L);
+  Curl()->easy_setopt(c.get(), CURLOPT_LOW_SPEED_TIME, 600L);
+  CURLcode rc = Curl()->easy_perform(c.get());
+  Curl()->easy_getinfo(c.get(), CURLINFO_RESPONSE_CODE, &result.http_status);
   if (s.gone || result.http_status == 410) {
     result.end = WatchEnd::kGone;
   } else if (s.stopped_by_callback || (stop != nullptr && stop->load())) {
@@ -258,7 +248,7 @@ WatchResult Client::Watch(const std::string& path,
     result.end = WatchEnd::kBroken;
     result.error =
         Status(ErrorCode::kUnavailable, "WATCH " + access_.server + path + ": " +
-                                            (errbuf[0] ? errbuf : curl_easy_strerror(rc)));
+                                            (errbuf[0] ? errbuf : Curl()->easy_strerror(rc)));
   } else {
     if (!s.pending.empty()) HandleLine(s, s.pending);
     result.end = s.gone ? WatchEnd::kGone : WatchEnd::kClosed;
