@@ -628,15 +628,12 @@ CUresult ChargeContext(CUdevice dev, CUcontext* ctx_out, uint64_t* charged, Crea
 void DropContextMemoryLocked(State& s, int slot) {
   uint64_t bytes = 0;
   for (auto it = s.pointers.begin(); it != s.pointers.end();) {
-    if (it->second.gpu == slot && it->second.pool == nullptr) {
-      bytes += it->second.bytes;
-      it = s.pointers.erase(it);
-    } else {
+    if (it->second.gpu != slot) {
       ++it;
+      continue;
     }
-  }
-  for (auto it = s.pointers.begin(); it != s.pointers.end();) {
-    it = it->second.gpu == slot ? s.pointers.erase(it) : std::next(it);
+    if (it->second.pool == nullptr) bytes += it->second.bytes;  // pool blocks: in the pool's charge
+    it = s.pointers.erase(it);
   }
   for (auto* m : {&s.arrays, &s.modules}) {
     for (auto it = m->begin(); it != m->end();) {
