@@ -3,10 +3,10 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -80,9 +80,38 @@ struct ExporterFlags {
   std::string slurm_node;
   std::string scontrol = "scontrol";
   int64_t slurm_refresh_ms = 10000;
+  // `gpulet exporter` only (`gpulet node` follows the plugin's --rescan-interval).
+  std::string rescan_interval = "30s";
 };
 
 void AddExporterOptions(CLI::App* cmd, ExporterFlags* flags);
+
+// One running exporter, replaced over the same NVML session and address when a rescan finds
+// other GPUs or MIG devices (its series follow the new layout). Scrapes in the few milliseconds
+// between the two get a refused connection, which Prometheus records as one failed scrape.
+// `gpulet exporter` and `gpulet node` each hold one. Thread-safe.
+class ExporterHost {
+ public:
+  // `name` prefixes the log events ("node_exporter" → event=node_exporter_restarted).
+  ExporterHost(std::shared_ptr<gpu::Nvml> nvml, ExporterFlags flags, std::string name);
+  ~ExporterHost();  // Stop()s
+  ExporterHost(const ExporterHost&) = delete;
+  ExporterHost& operator=(const ExporterHost&) = delete;
+
+  Status Start(const gpu::Inventory& inventory);
+  // Replaces the running exporter with one for `inventory` (failures are logged).
+  void Replace(const gpu::Inventory& inventory);
+  // Re-reads the counters file (on SIGHUP, or when `only_if_changed` and the file changed).
+  void ReloadCounters(bool only_if_changed = false);
+  void Stop();
+
+ private:
+  const std::shared_ptr<gpu::Nvml> nvml_;
+  const ExporterFlags flags_;
+  const std::string name_;
+  std::mutex mu_;
+  std::unique_ptr<metrics::Exporter> exporter_;
+};
 
 // Creates and starts the exporter on an open NVML session.
 Result<std::unique_ptr<metrics::Exporter>> StartExporter(std::shared_ptr<gpu::Nvml> nvml,

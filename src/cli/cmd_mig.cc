@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "mig/config.h"
 #include "mig/driver.h"
+#include "mig/layout_lock.h"
 #include "mig/plan.h"
 
 namespace gpulet::cli {
@@ -86,6 +87,16 @@ void RegisterMig(CLI::App& app, GlobalOptions& global, int& exit_code) {
     Result<Planned> p = MakePlan(global, *apply_opts);
     if (!p.ok()) {
       exit_code = ReportError(p.status());
+      return;
+    }
+    // Rescans (plugin, exporter) defer while we hold the layout lock (mig/layout_lock.h).
+    const std::string lock_path = mig::LayoutLockPath(p->node.sim_state_dir);
+    Result<mig::LayoutLock> lock = mig::LayoutLock::Exclusive(lock_path, [&lock_path] {
+      std::fprintf(stderr, "gpulet: waiting for the MIG layout lock %s (a rescan or another apply)\n",
+                   lock_path.c_str());
+    });
+    if (!lock.ok()) {
+      exit_code = ReportError(lock.status());
       return;
     }
     const bool json = apply_opts->output == "json";

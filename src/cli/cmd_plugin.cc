@@ -4,30 +4,30 @@
 // It re-discovers the node every --rescan-interval and on SIGHUP: when the GPUs or MIG devices
 // changed (`gpulet mig apply`), it re-plans and restarts only the resources that changed. MPS
 // resources get one supervised control daemon each (src/mps), restarted when they change.
-#include <pthread.h>
 #include <spdlog/spdlog.h>
 
-#include <atomic>
-#include <cerrno>
-#include <condition_variable>
-#include <csignal>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 
 #include "cli/agents.h"
 #include "cli/commands.h"
+#include "common/clock.h"
+#include "common/signals.h"
 #include "config/config.h"
 #include "deviceplugin/manager.h"
 #include "deviceplugin/memory_limits_janitor.h"
 #include "deviceplugin/resource_server.h"
 #include "gpu/health.h"
-#include "mps/supervisor.h"
 #include "labels/labels.h"
+#include "mig/layout_lock.h"
+#include "mps/supervisor.h"
+#include "node/health_watch.h"
+#include "node/inventory_watch.h"
+#include "node/mps_control.h"
+#include "node/rescanner.h"
 #include "sharing/plan.h"
 
 namespace gpulet::cli {
@@ -40,7 +40,6 @@ Result<bool> ParseBool(const std::string& name, const std::string& v) {
   if (!b.ok()) return Status(ErrorCode::kUsage, name + ": " + b.status().message());
   return *b;
 }
-
 
 // The flags given on the command line or in the environment, as a config overlay.
 Result<config::Flags> CliFlags(const PluginArgs& a) {
@@ -146,258 +145,16 @@ Result<deviceplugin::ServingSetup> BuildSetup(const gpu::Inventory& inventory,
   return setup;
 }
 
-// Keeps one mps::Supervisor serving the plan's MPS resources and their health on the board.
-// Not thread-safe: called from one thread at a time (start-up, then the manager's loader, then
-// shutdown).
-class MpsControl {
- public:
-  MpsControl(std::string control_binary, std::shared_ptr<gpu::Nvml> nvml, gpu::HealthBoard& board)
-      : control_binary_(std::move(control_binary)), nvml_(std::move(nvml)), board_(board) {}
-  ~MpsControl() { Stop(); }
-
-  // (Re)starts the supervisor when the MPS resources, their GPUs, replicas or the root changed.
-  // On failure the resources stay advertised, Unhealthy, and the error is returned.
-  Status Apply(const sharing::Plan& plan, const gpu::Inventory& inventory,
-               const std::string& root) {
-    std::vector<mps::DaemonSpec> specs;
-    std::string key = root;
-    for (const sharing::Resource& r : plan.resources) {
-      if (r.sharing != sharing::SharingKind::kMps) continue;
-      mps::DaemonSpec spec;
-      spec.resource_name = r.name;
-      spec.replicas = r.replicas;
-      key += "|" + r.name + "/" + std::to_string(r.replicas);
-      for (const sharing::AdvertisedDevice& d : r.devices) {
-        if (!spec.gpu_uuids.empty() && spec.gpu_uuids.back() == d.uuid) continue;
-        const gpu::Gpu* g = inventory.FindByUuid(d.uuid);
-        spec.gpu_uuids.push_back(d.uuid);
-        spec.gpu_indices.push_back(d.gpu_index);
-        spec.memory_bytes.push_back(g ? g->memory_mib * 1024 * 1024 : 0);
-        key += "," + d.uuid;
-      }
-      specs.push_back(std::move(spec));
-    }
-    if (key == key_ && (supervisor_ || specs.empty())) return Status::Ok();
-    Stop();
-    key_ = key;
-    if (specs.empty()) return Status::Ok();
-    mps::SupervisorOptions o;
-    o.control_binary = control_binary_;
-    o.root = root;
-    auto sup = std::make_unique<mps::Supervisor>(o, nvml_);
-    gpu::HealthBoard& board = board_;
-    Status s = sup->Start(specs, [&board](const std::string& resource, bool healthy) {
-      spdlog::log(healthy ? spdlog::level::info : spdlog::level::warn,
-                  "event=mps_daemon_health resource={} healthy={}", resource, healthy);
-      board.Update({{deviceplugin::MpsHealthKey(resource),
-                     healthy ? gpu::DeviceHealth{} : gpu::DeviceHealth{false, "MPS daemon down"}}});
-    });
-    std::map<std::string, gpu::DeviceHealth> state;
-    for (const mps::DaemonSpec& spec : specs) {
-      state[deviceplugin::MpsHealthKey(spec.resource_name)] =
-          s.ok() ? gpu::DeviceHealth{}
-                 : gpu::DeviceHealth{false, "MPS daemon failed to start: " + s.message()};
-      resources_.push_back(spec.resource_name);
-    }
-    board_.Update(state);
-    if (!s.ok()) return s;
-    supervisor_ = std::move(sup);
-    spdlog::info("event=mps_started resources={} root={}", specs.size(), root);
-    return Status::Ok();
-  }
-
-  void Stop() {
-    if (!supervisor_) return;
-    supervisor_->Stop();
-    supervisor_.reset();
-    spdlog::info("event=mps_stopped resources={}", resources_.size());
-    resources_.clear();
-  }
-
- private:
-  const std::string control_binary_;
-  std::shared_ptr<gpu::Nvml> nvml_;
-  gpu::HealthBoard& board_;
-  std::string key_;
-  std::vector<std::string> resources_;
-  std::unique_ptr<mps::Supervisor> supervisor_;
-};
-
-// The node's current inventory and the health monitor watching it. Re-discovery replaces both
-// when the devices changed. Thread-safe.
-class NodeWatch {
- public:
-  NodeWatch(const NodeContext& node, std::shared_ptr<const gpu::Inventory> inventory,
-            gpu::HealthMonitorOptions health_options, const gpu::Clock& clock,
-            gpu::HealthBoard& board)
-      : node_(node),
-        inventory_(std::move(inventory)),
-        health_options_(std::move(health_options)),
-        clock_(clock),
-        board_(board) {}
-  ~NodeWatch() { StopMonitor(); }
-
-  Status StartMonitor() {
-    std::lock_guard<std::mutex> l(mu_);
-    monitor_inventory_ = inventory_;
-    monitor_ = std::make_unique<gpu::HealthMonitor>(node_.nvml, *monitor_inventory_,
-                                                    health_options_, clock_, board_);
-    return monitor_->Start();
-  }
-  void StopMonitor() {
-    std::lock_guard<std::mutex> l(mu_);
-    if (monitor_) monitor_->Stop();
-    monitor_.reset();
-  }
-
-  std::shared_ptr<const gpu::Inventory> Current(uint64_t* generation) const {
-    std::lock_guard<std::mutex> l(mu_);
-    if (generation) *generation = generation_;
-    return inventory_;
-  }
-
-  // Discovers the node again; true when its GPUs or MIG devices changed (then the health monitor
-  // follows the new inventory).
-  bool Rescan() {
-    Result<gpu::Inventory> found = gpu::Discover(*node_.nvml, node_.discover);
-    if (!found.ok()) {
-      spdlog::warn("event=rescan_failed action=keep_current error=\"{}\"",
-                   found.status().message());
-      return false;
-    }
-    std::lock_guard<std::mutex> l(mu_);
-    if (sharing::SameDevices(*inventory_, *found)) return false;
-    inventory_ = std::make_shared<const gpu::Inventory>(std::move(found).value());
-    ++generation_;
-    spdlog::info("event=inventory_changed gpus={} mig_devices={} generation={}",
-                 inventory_->gpus.size(), inventory_->MigDeviceCount(), generation_);
-    if (monitor_) {
-      monitor_->Stop();
-      monitor_inventory_ = inventory_;
-      monitor_ = std::make_unique<gpu::HealthMonitor>(node_.nvml, *monitor_inventory_,
-                                                      health_options_, clock_, board_);
-      Status s = monitor_->Start();
-      if (!s.ok()) spdlog::error("event=health_monitor_failed error=\"{}\"", s.message());
-    }
-    return true;
-  }
-
- private:
-  const NodeContext& node_;
-  mutable std::mutex mu_;
-  std::shared_ptr<const gpu::Inventory> inventory_;
-  uint64_t generation_ = 0;
-  const gpu::HealthMonitorOptions health_options_;
-  const gpu::Clock& clock_;
-  gpu::HealthBoard& board_;
-  std::shared_ptr<const gpu::Inventory> monitor_inventory_;  // what monitor_ references
-  std::unique_ptr<gpu::HealthMonitor> monitor_;
-};
-
-// Re-discovers every `interval` (0: never) and whenever Kick()ed; calls on_change after a rescan
-// that found different devices, and after every kick (a SIGHUP reloads the config too).
-class Rescanner {
- public:
-  Rescanner(NodeWatch& watch, std::chrono::milliseconds interval, std::function<void()> on_change)
-      : watch_(watch),
-        interval_(interval),
-        on_change_(std::move(on_change)),
-        thread_([this] { Loop(); }) {}
-  ~Rescanner() {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  void Kick() {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      kicked_ = true;
-    }
-    cv_.notify_all();
-  }
-
- private:
-  void Loop() {
-    std::unique_lock<std::mutex> l(mu_);
-    while (!stop_) {
-      auto woken = [this] { return stop_ || kicked_; };
-      if (interval_.count() > 0) {
-        cv_.wait_for(l, interval_, woken);
-      } else {
-        cv_.wait(l, woken);
-      }
-      if (stop_) break;
-      const bool kicked = kicked_;
-      kicked_ = false;
-      l.unlock();
-      const bool changed = watch_.Rescan();
-      if (changed || kicked) on_change_();
-      l.lock();
-    }
-  }
-
-  NodeWatch& watch_;
-  const std::chrono::milliseconds interval_;
-  std::function<void()> on_change_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  bool kicked_ = false;
-  std::thread thread_;  // last: starts after the fields above are ready
-};
-
 const char* Env(const char* name) {
   const char* v = std::getenv(name);
   return v ? v : "";
 }
 
-// Blocks SIGTERM/SIGINT/SIGHUP in every thread (call before any thread starts) and returns the set.
-sigset_t BlockSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  return set;
-}
-
-// Waits for signals on its own thread until `done`: SIGHUP → on_hup, SIGTERM/SIGINT → on_stop.
-class SignalThread {
- public:
-  SignalThread(sigset_t set, std::function<void()> on_hup, std::function<void()> on_stop)
-      : thread_([this, set, on_hup, on_stop] {
-          timespec tick{0, 200'000'000};
-          while (!done_) {
-            int sig = sigtimedwait(&set, nullptr, &tick);
-            if (sig == SIGHUP) {
-              spdlog::info("event=signal signal=SIGHUP action=reload");
-              on_hup();
-            } else if (sig == SIGTERM || sig == SIGINT) {
-              spdlog::info("event=signal signal={} action=stop",
-                           sig == SIGTERM ? "SIGTERM" : "SIGINT");
-              on_stop();
-            }
-          }
-        }) {}
-  ~SignalThread() {
-    done_ = true;
-    thread_.join();
-  }
-
- private:
-  std::atomic<bool> done_{false};
-  std::thread thread_;
-};
-
 }  // namespace
 
 int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
               const CompanionAgent* companion) {
-  sigset_t signals = BlockSignals();
+  const StopSignals signals = StopSignals::Block();
   Result<config::Flags> cli = CliFlags(args);
   if (!cli.ok()) return ReportError(cli.status());
   Result<config::Config> cfg = EffectiveConfig(args, *cli);
@@ -420,8 +177,8 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
   }
   Result<deviceplugin::ReplicaPolicy> policy_or = deviceplugin::ParseReplicaPolicy(policy_name);
   if (!policy_or.ok()) {
-    return ReportError(Status(ErrorCode::kUsage, "--shared-devices-allocation-policy: " +
-                                                     policy_or.status().message()));
+    return ReportError(Status(
+        ErrorCode::kUsage, "--shared-devices-allocation-policy: " + policy_or.status().message()));
   }
   const deviceplugin::ReplicaPolicy replica_policy = *policy_or;
   Result<std::chrono::milliseconds> rescan_interval =
@@ -431,10 +188,7 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
   // Discovery. With failOnInitError=false a node without a working driver stays up, serving
   // nothing, as NVIDIA's plugin does (so a DaemonSet on mixed nodes does not crash-loop).
   auto wait_for_stop = [&signals] {
-    std::atomic<bool> stop{false};
-    SignalThread st(
-        signals, [] {}, [&stop] { stop = true; });
-    while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    RunUntilStopped(signals, std::chrono::seconds(1), {}, {});
     return 0;
   };
   Result<NodeContext> node = OpenNode(global);
@@ -459,24 +213,29 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
   if (!setup.ok()) return ReportError(setup.status());
   WriteNodeLabels(args.labels_file, *inventory, setup->plan, *cfg);
 
-  gpu::SteadyClock clock;
+  Clock& clock = RealClock();
   gpu::HealthBoard board;
   gpu::HealthMonitorOptions health_options;
   health_options.policy = *policy;
-  NodeWatch watch(*node, inventory, health_options, clock, board);
-  Status hs = watch.StartMonitor();
+  const NodeContext& opened = *node;
+  // Re-discovery defers while `gpulet mig apply` holds the MIG layout lock.
+  node::InventoryWatch watch(
+      inventory, [&opened] { return gpu::Discover(*opened.nvml, opened.discover); },
+      mig::LayoutLockPath(opened.sim_state_dir));
+  node::HealthWatch health(node->nvml, health_options, clock, board);
+  Status hs = health.Start(inventory);
   if (!hs.ok()) return ReportError(hs);
-  MpsControl mps_control(args.mps_control_binary, node->nvml, board);
+  node::MpsControl mps_control(args.mps_control_binary, node->nvml, board);
   Status ms = mps_control.Apply(setup->plan, *inventory, MpsRoot(*cfg));
   if (!ms.ok()) {
-    watch.StopMonitor();
+    health.Stop();
     return ReportError(ms);
   }
   if (companion != nullptr) {
     Status cs = companion->start(*node, *inventory);
     if (!cs.ok()) {
       mps_control.Stop();
-      watch.StopMonitor();
+      health.Stop();
       return ReportError(cs);
     }
   }
@@ -532,11 +291,20 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
       inventory->gpus.size(), setup->plan.resources.size(), args.plugin_dir, quiet->count(),
       rescan_interval->count(), deviceplugin::ReplicaPolicyName(replica_policy));
   // Removes per-container memory-limit directories the kubelet no longer lists.
-  deviceplugin::MemoryLimitJanitor janitor(deviceplugin::StateDirsOf(setup->allocate.memory_limits));
+  deviceplugin::MemoryLimitJanitor janitor(
+      deviceplugin::StateDirsOf(setup->allocate.memory_limits));
   janitor.Start();
   Status run;
   {
-    Rescanner rescanner(watch, *rescan_interval, [&manager] { manager.RequestReload(); });
+    // A rescan that found other devices re-plans (the loader reads watch.Current()); a kick
+    // (SIGHUP) reloads the config too. Health follows the new devices, keyed by UUID.
+    node::Rescanner rescanner(
+        clock, {*rescan_interval, std::chrono::milliseconds(250)},
+        [&watch] { return watch.Rescan(); },
+        [&](node::RescanOutcome outcome, bool kicked) {
+          if (outcome == node::RescanOutcome::kChanged) health.Follow(watch.Current());
+          if (outcome == node::RescanOutcome::kChanged || kicked) manager.RequestReload();
+        });
     SignalThread st(
         signals,
         [&rescanner, companion] {
@@ -548,7 +316,7 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
   }
   if (companion != nullptr) companion->stop();
   mps_control.Stop();
-  watch.StopMonitor();
+  health.Stop();
   if (!run.ok()) return ReportError(run);
   spdlog::info("event=plugin_stopped");
   return 0;

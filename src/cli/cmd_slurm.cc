@@ -234,7 +234,7 @@ int RunHealth(const GlobalOptions& global, HealthFlags& f) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);  // before any thread starts: they inherit it
 
   gpu::HealthBoard board;
-  gpu::SteadyClock clock;
+  Clock& clock = RealClock();
   gpu::HealthMonitorOptions mo;
   mo.policy = *policy;
   mo.probe_interval = std::chrono::milliseconds(static_cast<long>(f.probe_s * 1000));

@@ -1,3 +1,5 @@
+// What every command that touches the node shares: opening the driver (real or simulated),
+// discovering the node, reporting errors, and flag durations.
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -5,6 +7,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "common/duration.h"
 #include "sim/simulation.h"
 
 namespace gpulet::cli {
@@ -51,23 +54,10 @@ Result<DiscoveredNode> DiscoverNode(const GlobalOptions& global) {
 }
 
 Result<std::chrono::milliseconds> ParseDuration(const std::string& name, const std::string& v) {
-  size_t pos = 0;
-  long long n = 0;
-  try {
-    n = std::stoll(v, &pos);
-  } catch (...) {
-    pos = 0;
-  }
-  std::string unit = v.substr(pos);
-  if (pos == 0 || n < 0 || (unit.empty() && n != 0)) {
-    return Status(ErrorCode::kUsage,
-                  name + ": invalid duration \"" + v + "\" (want e.g. 500ms, 30s, 5m, 0)");
-  }
-  if (unit.empty() || unit == "ms") return std::chrono::milliseconds(n);
-  if (unit == "s") return std::chrono::milliseconds(n * 1000);
-  if (unit == "m") return std::chrono::milliseconds(n * 60'000);
-  if (unit == "h") return std::chrono::milliseconds(n * 3'600'000);
-  return Status(ErrorCode::kUsage, name + ": invalid duration unit in \"" + v + "\"");
+  // The one grammar (common/duration.h); flag errors keep the "flag: …" usage shape.
+  Result<std::chrono::milliseconds> d = gpulet::ParseDuration(v);
+  if (!d.ok()) return Status(ErrorCode::kUsage, name + ": " + d.status().message());
+  return d;
 }
 
 }  // namespace gpulet::cli

@@ -215,7 +215,7 @@ void HealthTracker::OnProbe(const std::vector<ProbeResult>& results) {
 }
 
 HealthMonitor::HealthMonitor(std::shared_ptr<const Nvml> nvml, const Inventory& inventory,
-                             HealthMonitorOptions options, const Clock& clock, HealthBoard& board)
+                             HealthMonitorOptions options, Clock& clock, HealthBoard& board)
     : nvml_(std::move(nvml)),
       inventory_(inventory),
       options_(options),
@@ -257,10 +257,7 @@ Status HealthMonitor::Start() {
                    gpu.index, gpu.uuid, nvml_->ErrorText(rc));
     }
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = false;
-  }
+  stop_ = std::make_unique<StopSignal>();
   thread_ = std::thread([this] { Run(); });
   spdlog::info("event=health_monitor_started gpus={} quiet_period_ms={}", inventory_.gpus.size(),
                options_.policy.quiet_period.count());
@@ -268,11 +265,7 @@ Status HealthMonitor::Start() {
 }
 
 void HealthMonitor::Stop() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
+  if (stop_) stop_->Stop();
   if (thread_.joinable()) thread_.join();
   if (event_set_) {
     nvml_->fn().nvmlEventSetFree(static_cast<nvmlEventSet_t>(event_set_));
@@ -284,14 +277,9 @@ void HealthMonitor::Run() {
   const NvmlFunctions& fn = nvml_->fn();
   auto set = static_cast<nvmlEventSet_t>(event_set_);
   Clock::TimePoint next_probe = clock_.Now();
-  auto stopped = [this] {
-    std::lock_guard<std::mutex> lock(mu_);
-    return stop_;
-  };
-  auto pause = [this](std::chrono::milliseconds d) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, d, [this] { return stop_; });
-  };
+  StopSignal& stop = *stop_;
+  auto stopped = [&stop] { return stop.stopped(); };
+  auto pause = [this, &stop](std::chrono::milliseconds d) { clock_.SleepFor(d, stop); };
   while (!stopped()) {
     if (set) {
       nvmlEventData_t data{};

@@ -38,25 +38,13 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "gpu/inventory.h"
 
 namespace gpulet::gpu {
 
 class Nvml;
-
-// Time source, so tests drive the quiet period without sleeping.
-class Clock {
- public:
-  using TimePoint = std::chrono::steady_clock::time_point;
-  virtual ~Clock() = default;
-  virtual TimePoint Now() const = 0;
-};
-
-class SteadyClock : public Clock {
- public:
-  TimePoint Now() const override { return std::chrono::steady_clock::now(); }
-};
 
 struct DeviceHealth {
   bool healthy = true;
@@ -164,8 +152,9 @@ struct HealthMonitorOptions {
 // Runs the NVML event loop and the probe on one thread, feeding a HealthTracker.
 class HealthMonitor {
  public:
+  // Waits (between probes, after a failed event wait) through `clock`.
   HealthMonitor(std::shared_ptr<const Nvml> nvml, const Inventory& inventory,
-                HealthMonitorOptions options, const Clock& clock, HealthBoard& board);
+                HealthMonitorOptions options, Clock& clock, HealthBoard& board);
   ~HealthMonitor();  // Stop()s
   HealthMonitor(const HealthMonitor&) = delete;
   HealthMonitor& operator=(const HealthMonitor&) = delete;
@@ -181,13 +170,11 @@ class HealthMonitor {
   std::shared_ptr<const Nvml> nvml_;
   const Inventory& inventory_;
   HealthMonitorOptions options_;
-  const Clock& clock_;
+  Clock& clock_;
   HealthTracker tracker_;
-  void* event_set_ = nullptr;   // nvmlEventSet_t
-  std::vector<void*> handles_;  // nvmlDevice_t per GPU index (null when unavailable)
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
+  void* event_set_ = nullptr;         // nvmlEventSet_t
+  std::vector<void*> handles_;        // nvmlDevice_t per GPU index (null when unavailable)
+  std::unique_ptr<StopSignal> stop_;  // one per Start()
   std::thread thread_;
 };
 

@@ -13,15 +13,6 @@ using namespace std::chrono_literals;
 using Event = HealthTracker::EventKind;
 using Probe = HealthTracker::ProbeResult;
 
-class FakeClock : public Clock {
- public:
-  TimePoint Now() const override { return now_; }
-  void Advance(std::chrono::milliseconds d) { now_ += d; }
-
- private:
-  TimePoint now_{std::chrono::seconds(1000)};
-};
-
 Inventory TwoGpusOneMig() {
   Inventory inv;
   for (unsigned i = 0; i < 2; ++i) {

@@ -5,7 +5,7 @@
 #include <set>
 
 #include "gpu/inventory_json.h"
-#include "gpu/test_support.h"
+#include "sim/sim_node.h"
 
 namespace gpulet::gpu {
 namespace {

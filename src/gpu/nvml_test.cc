@@ -4,7 +4,7 @@
 
 #include <fstream>
 
-#include "gpu/test_support.h"
+#include "sim/sim_node.h"
 
 namespace gpulet::gpu {
 namespace {

@@ -9,9 +9,9 @@
 #include <sstream>
 
 #include "gpu/inventory.h"
-#include "gpu/test_support.h"
 #include "labels/labels.h"
 #include "sharing/plan.h"
+#include "sim/sim_node.h"
 
 namespace gpulet::labels {
 namespace {

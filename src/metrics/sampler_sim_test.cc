@@ -5,9 +5,9 @@
 #include <map>
 #include <memory>
 
-#include "gpu/test_support.h"
 #include "metrics/counters.h"
 #include "metrics/sampler.h"
+#include "sim/sim_node.h"
 
 namespace gpulet::metrics {
 namespace {

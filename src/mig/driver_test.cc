@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 
 #include "gpu/inventory.h"
-#include "gpu/test_support.h"
 #include "sim/control.h"
+#include "sim/sim_node.h"
 
 namespace gpulet::mig {
 namespace {

@@ -13,10 +13,10 @@
 #include <set>
 #include <sstream>
 
-#include "gpu/test_support.h"
 #include "mig/config.h"
 #include "mig/driver.h"
 #include "mig/plan.h"
+#include "sim/sim_node.h"
 
 namespace gpulet::mig {
 namespace {

@@ -1,4 +1,8 @@
 // Fault tests: kubelet restarts, a killed plugin, XIDs, ECC and lost GPUs on a simulated dgx-h100.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <fstream>
 #include <thread>
 
@@ -141,6 +145,67 @@ TEST_F(PluginFixture, XidUnhealthySurvivesAMigRelayoutOnAnotherGpu) {
     }
   }
   EXPECT_EQ(harness_->State(kGpu)->HealthyCount(), 4u);
+}
+
+// `gpulet mig apply` holds the MIG layout lock (<sim-state>/mig-layout.lock here) while it
+// changes GPU and compute instances; the plugin's rescan must not advertise what it sees then.
+// The test plays an apply in progress: it holds the lock and changes the layout underneath.
+TEST_F(PluginFixture, RescanDefersWhileTheMigLayoutLockIsHeld) {
+  fixture_ = "dgx-a100";
+  StartHarness();
+  plugin_ = std::make_unique<GpuletProcess>(
+      std::vector<std::string>{"--log-level", "debug", "--simulate", fixture_, "--sim-state",
+                               sim_state_, "plugin", "--device-plugin-path", plugin_dir_,
+                               "--mig-strategy", "mixed", "--rescan-interval", "200ms"},
+      tmp_.path() + "/plugin.log");
+  ASSERT_TRUE(plugin_->Start());
+  WaitForDevices(1, 1, 60s, "nvidia.com/mig-3g.20gb");
+  WaitForDevices(9, 9, 60s, "nvidia.com/mig-1g.5gb");
+
+  const int lock =
+      ::open((sim_state_ + "/mig-layout.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  ASSERT_GE(lock, 0);
+  ASSERT_EQ(::flock(lock, LOCK_EX), 0);
+  const std::string mig_file = tmp_.path() + "/mig.yaml";
+  std::ofstream(mig_file) << "version: v1\nmig-configs:\n  two-big:\n    - devices: [1]\n"
+                             "      mig-enabled: true\n      mig-devices: {\"3g.20gb\": 2}\n";
+  // The change itself goes around the lock (another lock file), as if made inside our apply.
+  RunResult apply = RunGpulet({"--simulate", fixture_, "--sim-state", sim_state_, "mig", "apply",
+                               "-f", mig_file, "-c", "two-big"},
+                              60s, {{"GPULET_MIG_LOCK_FILE", tmp_.path() + "/other.lock"}});
+  ASSERT_EQ(apply.exit_code, 0) << apply.output;
+  // Two rescans after the change, both deferred: nothing of the new layout is advertised.
+  const int deferred = plugin_->CountInLog("event=rescan_deferred");
+  ASSERT_TRUE(plugin_->WaitForLog("event=rescan_deferred", 30s, deferred + 2)) << plugin_->Log();
+  EXPECT_EQ(harness_->Devices("nvidia.com/mig-3g.20gb").size(), 1u);
+  EXPECT_EQ(harness_->Devices("nvidia.com/mig-1g.5gb").size(), 9u);
+
+  ::close(lock);  // the apply is done: the next rescan picks the new layout up
+  WaitForDevices(3, 3, 60s, "nvidia.com/mig-3g.20gb");
+  WaitForDevices(2, 2, 60s, "nvidia.com/mig-1g.5gb");
+  EXPECT_TRUE(plugin_->WaitForLog("event=rescan_resumed", 10s)) << plugin_->Log();
+}
+
+// `gpulet mig apply` itself waits for the lock (a rescan or another apply holding it), says so,
+// and applies once it is free.
+TEST_F(PluginFixture, MigApplyWaitsForTheLayoutLock) {
+  fixture_ = "dgx-a100";
+  const std::string lock_path = tmp_.path() + "/layout.lock";
+  const int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  ASSERT_GE(lock, 0);
+  ASSERT_EQ(::flock(lock, LOCK_SH), 0);  // a rescan in progress
+  const std::string mig_file = tmp_.path() + "/mig.yaml";
+  std::ofstream(mig_file) << "version: v1\nmig-configs:\n  two-big:\n    - devices: [1]\n"
+                             "      mig-enabled: true\n      mig-devices: {\"3g.20gb\": 2}\n";
+  GpuletProcess apply({"--simulate", fixture_, "--sim-state", sim_state_, "mig", "apply", "-f",
+                       mig_file, "-c", "two-big"},
+                      tmp_.path() + "/apply.log", {{"GPULET_MIG_LOCK_FILE", lock_path}});
+  ASSERT_TRUE(apply.Start());
+  ASSERT_TRUE(apply.WaitForLog("waiting for the MIG layout lock", 30s)) << apply.Log();
+  EXPECT_EQ(apply.CountInLog("applied"), 0);
+  ::close(lock);
+  ASSERT_TRUE(apply.WaitForLog("applied", 60s)) << apply.Log();
+  EXPECT_EQ(apply.Stop(SIGTERM, 30s), 0) << apply.Log();
 }
 
 TEST_F(PluginFixture, IgnoredXidChangesNothing) {
