@@ -1,50 +1,62 @@
 // gpulet exporter: DCGM-compatible Prometheus metrics straight from NVML (a drop-in for NVIDIA's
 // dcgm-exporter: same metric names, labels, port, counters file, flags and environment variables).
-#include <signal.h>
 #include <spdlog/spdlog.h>
 
-#include <cerrno>
 #include <cstdlib>
 #include <ctime>
 #include <memory>
 
 #include "cli/agents.h"
 #include "cli/commands.h"
+#include "common/clock.h"
+#include "common/signals.h"
 #include "metrics/exporter.h"
+#include "mig/layout_lock.h"
+#include "node/inventory_watch.h"
+#include "node/rescanner.h"
 
 namespace gpulet::cli {
 namespace {
 
-// Serves until SIGINT/SIGTERM; SIGHUP or a change of the counters file reloads it.
+// Serves until SIGINT/SIGTERM; SIGHUP or a change of the counters file reloads it. Re-discovers
+// the node every --rescan-interval (and on SIGHUP), as the plugin does: after a MIG re-layout the
+// exporter is replaced, so its series follow the new devices.
 int Serve(const GlobalOptions& global, const ExporterFlags& f) {
-  // Block the signals before any thread starts, so they all reach sigtimedwait below.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // Block the signals before any thread starts, so they all reach the waiter below.
+  const StopSignals signals = StopSignals::Block();
+  Result<std::chrono::milliseconds> rescan_interval =
+      ParseDuration("--rescan-interval", f.rescan_interval);
+  if (!rescan_interval.ok()) return ReportError(rescan_interval.status());
 
   Result<NodeContext> node = OpenNode(global);
   if (!node.ok()) return ReportError(node.status());
   Result<gpu::Inventory> inventory = gpu::Discover(*node->nvml, node->discover);
   if (!inventory.ok()) return ReportError(inventory.status());
 
-  auto exporter = StartExporter(node->nvml, std::move(inventory).value(), f);
-  if (!exporter.ok()) return ReportError(exporter.status());
-
-  for (;;) {
-    timespec tick{1, 0};
-    const int sig = sigtimedwait(&signals, nullptr, &tick);
-    if (sig == SIGINT || sig == SIGTERM) {
-      spdlog::info("event=exporter_stopping signal={}", sig);
-      break;
-    }
-    if (sig == SIGHUP || (sig < 0 && errno == EAGAIN && (*exporter)->CountersFileChanged())) {
-      (void)(*exporter)->ReloadCounters();  // logged; the previous counters stay on error
-    }
+  ExporterHost host(node->nvml, f, "standalone_exporter");
+  if (Status s = host.Start(*inventory); !s.ok()) return ReportError(s);
+  const NodeContext& opened = *node;
+  node::InventoryWatch watch(
+      std::make_shared<const gpu::Inventory>(std::move(inventory).value()),
+      [&opened] { return gpu::Discover(*opened.nvml, opened.discover); },
+      mig::LayoutLockPath(opened.sim_state_dir));
+  {
+    node::Rescanner rescanner(
+        RealClock(), {*rescan_interval, std::chrono::milliseconds(250)},
+        [&watch] { return watch.Rescan(); },
+        [&](node::RescanOutcome outcome, bool) {
+          if (outcome == node::RescanOutcome::kChanged) host.Replace(*watch.Current());
+        });
+    RunUntilStopped(
+        signals, std::chrono::seconds(1),
+        [&] {
+          rescanner.Kick();
+          host.ReloadCounters();
+        },
+        [&] { host.ReloadCounters(/*only_if_changed=*/true); });
   }
-  (*exporter)->Stop();
+  spdlog::info("event=exporter_stopping");
+  host.Stop();
   return 0;
 }
 
@@ -110,6 +122,7 @@ Result<std::unique_ptr<metrics::Exporter>> StartExporter(std::shared_ptr<gpu::Nv
     opts.hostname = node;
   }
   opts.no_hostname = f.no_hostname;
+  opts.xid_count_window = std::chrono::milliseconds(f.xid_count_window_ms);
   opts.slurm_node = f.slurm_node;
   opts.scontrol = f.scontrol;
   opts.slurm_refresh = std::chrono::milliseconds(f.slurm_refresh_ms);
@@ -174,9 +187,10 @@ void AddExporterOptions(CLI::App* cmd, ExporterFlags* f) {
       ->envname("DCGM_EXPORTER_DEVICES_STR")
       ->capture_default_str();
   cmd->add_option("-x,--xid-count-window-size", f->xid_count_window_ms,
-                  "Window of DCGM_EXP_XID_ERRORS_COUNT, in milliseconds (that row is skipped with "
-                  "a warning: gpulet publishes DCGM_FI_DEV_XID_ERRORS)")
+                  "Window of DCGM_EXP_XID_ERRORS_COUNT (XIDs per code, label xid), in "
+                  "milliseconds")
       ->envname("DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE")
+      ->check(CLI::Range(int64_t{1000}, int64_t{7} * 24 * 3600 * 1000))
       ->capture_default_str();
   cmd->add_flag("-o,--use-old-namespace", f->use_old_namespace,
                 "Accepted for dcgm-exporter; ignored with a warning")
@@ -184,7 +198,8 @@ void AddExporterOptions(CLI::App* cmd, ExporterFlags* f) {
   cmd->add_option("--web-config-file", f->web_config_file,
                   "Prometheus web config file (TLS and basic auth)")
       ->envname("DCGM_EXPORTER_WEB_CONFIG_FILE");
-  cmd->add_option("--http-threads", f->http_threads, "HTTP worker threads")
+  cmd->add_option("--http-threads", f->http_threads,
+                  "Password-check (bcrypt) workers for basic auth; serving is one event thread")
       ->envname("GPULET_EXPORTER_HTTP_THREADS")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
@@ -210,6 +225,11 @@ void RegisterExporter(CLI::App& app, GlobalOptions& global, int& exit_code) {
                                      "for dcgm-exporter, no DCGM needed)");
   auto f = std::make_shared<ExporterFlags>();
   AddExporterOptions(cmd, f.get());
+  cmd->add_option("--rescan-interval", f->rescan_interval,
+                  "Re-discover GPUs and MIG devices this often (and on SIGHUP); after a MIG "
+                  "re-layout the series follow the new devices. 0 disables the timer")
+      ->envname("GPULET_RESCAN_INTERVAL")
+      ->capture_default_str();
   cmd->callback([&global, &exit_code, f] { exit_code = Serve(global, *f); });
 }
 

@@ -170,6 +170,29 @@ TEST_F(ExporterProcess, InjectedXidShowsUp) {
   EXPECT_NE(text.find("device=\"nvidia2\",modelName"), std::string::npos);
 }
 
+// A standalone exporter re-discovers the node as the plugin does: after a MIG re-layout (GPU 1
+// of dgx-a100 from 7 x 1g.5gb to 2 x 3g.20gb) its series follow the new devices without a restart.
+TEST_F(ExporterProcess, FollowsAMigRelayoutWithoutRestart) {
+  StartExporter("dgx-a100", {"--rescan-interval", "200ms"});
+  const std::regex small("\nDCGM_FI_DEV_FB_USED\\{gpu=\"1\",[^\\n]*GPU_I_PROFILE=\"1g\\.5gb\"");
+  const std::regex big("\nDCGM_FI_DEV_FB_USED\\{gpu=\"1\",[^\\n]*GPU_I_PROFILE=\"3g\\.20gb\"");
+  auto count = [&](const std::regex& re) {
+    const std::string m = Metrics();
+    return std::distance(std::sregex_iterator(m.begin(), m.end(), re), std::sregex_iterator());
+  };
+  ASSERT_EQ(count(small), 7) << Metrics();
+  const std::string mig = dir_ + "/mig.yaml";
+  std::ofstream(mig) << "version: v1\nmig-configs:\n  two-big:\n    - devices: [1]\n"
+                        "      mig-enabled: true\n      mig-devices: {\"3g.20gb\": 2}\n";
+  std::string apply;
+  for (const std::string& a : Global("dgx-a100")) apply += a + " ";
+  std::string out;
+  ASSERT_EQ(RunShell(apply + "mig apply -f " + mig + " -c two-big", &out), 0) << out;
+  EXPECT_TRUE(WaitFor([&] { return count(big) == 2 && count(small) == 0; },
+                      std::chrono::seconds(60)))
+      << Metrics() << exporter_.log();
+}
+
 TEST_F(ExporterProcess, LostGpuIsMarkedOthersStayAndItComesBack) {
   StartExporter("dgx-h100");
   std::string out;
