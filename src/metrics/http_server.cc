@@ -1,42 +1,712 @@
 #include "metrics/http_server.h"
 
-#include <httplib.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
 #include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "common/listen_address.h"
 
 namespace gpulet::metrics {
+namespace {
 
-Result<std::pair<std::string, int>> ParseListenAddress(const std::string& address) {
-  std::string host;
-  std::string port_text;
-  if (!address.empty() && address.front() == '[') {
-    const size_t close = address.find(']');
-    if (close == std::string::npos || close + 1 >= address.size() || address[close + 1] != ':') {
-      return Status(ErrorCode::kUsage, "bad listen address \"" + address + "\" (want [host]:port)");
-    }
-    host = address.substr(1, close - 1);
-    port_text = address.substr(close + 2);
-  } else {
-    const size_t colon = address.rfind(':');
-    if (colon == std::string::npos) {
-      return Status(ErrorCode::kUsage, "bad listen address \"" + address + "\" (want [host]:port, e.g. :9400)");
-    }
-    host = address.substr(0, colon);
-    port_text = address.substr(colon + 1);
-  }
-  if (host.empty()) host = "0.0.0.0";
-  if (port_text.empty() || port_text.size() > 5 ||
-      !std::all_of(port_text.begin(), port_text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    return Status(ErrorCode::kUsage, "bad port in listen address \"" + address + "\"");
-  }
-  const int port = std::stoi(port_text);
-  if (port > 65535) return Status(ErrorCode::kUsage, "port out of range in \"" + address + "\"");
-  return std::make_pair(host, port);
+using Steady = std::chrono::steady_clock;
+
+struct Request {
+  std::string method;
+  std::string path;
+  bool http10 = false;
+  std::string authorization;
+  std::string accept;
+  std::string connection;
+  bool has_body = false;
+};
+
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
 }
+
+std::string Trim(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+// Parses the header block `head` (without the final blank line). False: not HTTP.
+bool ParseRequest(const std::string& head, Request* r) {
+  size_t eol = head.find("\r\n");
+  const std::string line = head.substr(0, eol);
+  const size_t sp1 = line.find(' ');
+  const size_t sp2 = line.rfind(' ');
+  if (sp1 == std::string::npos || sp2 == sp1) return false;
+  r->method = line.substr(0, sp1);
+  r->path = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  const std::string version = line.substr(sp2 + 1);
+  if (version.rfind("HTTP/1.", 0) != 0) return false;
+  r->http10 = version == "HTTP/1.0";
+  const size_t q = r->path.find('?');
+  if (q != std::string::npos) r->path.resize(q);
+  while (eol != std::string::npos) {
+    const size_t start = eol + 2;
+    eol = head.find("\r\n", start);
+    const std::string h =
+        head.substr(start, eol == std::string::npos ? std::string::npos : eol - start);
+    const size_t colon = h.find(':');
+    if (colon == std::string::npos) continue;
+    const std::string name = Lower(h.substr(0, colon));
+    const std::string value = Trim(h.substr(colon + 1));
+    if (name == "authorization") r->authorization = value;
+    if (name == "accept") r->accept = value;
+    if (name == "connection") r->connection = Lower(value);
+    if ((name == "content-length" && value != "0") || name == "transfer-encoding") {
+      r->has_body = true;
+    }
+  }
+  return true;
+}
+
+const char* Reason(int status) {
+  switch (status) {
+    case 200:
+      return "OK";
+    case 401:
+      return "Unauthorized";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 413:
+      return "Payload Too Large";
+    case 429:
+      return "Too Many Requests";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Bad Request";
+  }
+}
+
+// SHA-256 of an Authorization value: what the credential cache keys on.
+std::string Digest(const std::string& s) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(s.data(), s.size(), md, &len, EVP_sha256(), nullptr);
+  return std::string(reinterpret_cast<char*>(md), len);
+}
+
+constexpr size_t kAuthCacheSize = 4096;
+
+}  // namespace
+
+class MetricsServer::Loop {
+ public:
+  Loop(const Publisher& publisher, const HttpOptions& options, std::unique_ptr<BasicAuth> auth,
+       std::map<std::string, std::string> headers, SSL_CTX* ssl_ctx, int listen_fd)
+      : publisher_(publisher),
+        options_(options),
+        auth_(std::move(auth)),
+        headers_(std::move(headers)),
+        ssl_ctx_(ssl_ctx),
+        listen_fd_(listen_fd) {}
+
+  ~Loop() {
+    Stop();
+    for (auto& [fd, c] : conns_) Release(*c);
+    conns_.clear();
+    if (epoll_fd_ >= 0) ::close(epoll_fd_);
+    if (wake_fd_ >= 0) ::close(wake_fd_);
+    if (listen_fd_ >= 0) ::close(listen_fd_);
+    if (ssl_ctx_) SSL_CTX_free(ssl_ctx_);
+  }
+
+  Status Start() {
+    epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (epoll_fd_ < 0 || wake_fd_ < 0) {
+      return Status(ErrorCode::kInternal, std::string("epoll/eventfd: ") + std::strerror(errno));
+    }
+    Watch(listen_fd_, EPOLLIN, EPOLL_CTL_ADD);
+    Watch(wake_fd_, EPOLLIN, EPOLL_CTL_ADD);
+    const int workers = auth_->enabled() ? std::max(1, options_.threads) : 0;
+    for (int i = 0; i < workers; ++i) auth_threads_.emplace_back([this] { AuthWorker(); });
+    thread_ = std::thread([this] { Run(); });
+    return Status::Ok();
+  }
+
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> l(auth_mu_);
+      if (stopping_) return;
+      stopping_ = true;
+    }
+    auth_cv_.notify_all();
+    Wake();
+    if (thread_.joinable()) thread_.join();
+    for (std::thread& t : auth_threads_) t.join();
+    auth_threads_.clear();
+  }
+
+  HttpStats stats() const {
+    std::lock_guard<std::mutex> l(stats_mu_);
+    return stats_;
+  }
+
+ private:
+  enum class Phase { kHandshake, kReading, kAuthWait, kWriting };
+  struct Conn {
+    int fd = -1;
+    uint64_t id = 0;
+    SSL* ssl = nullptr;
+    Phase phase = Phase::kReading;
+    std::string in;
+    std::string head;
+    std::shared_ptr<const Rendered> keep;  // keeps `body` alive while it is written
+    const char* body = nullptr;
+    size_t body_len = 0;
+    size_t sent = 0;
+    bool close_after = false;
+    bool eof = false;  // the client shut down its side: answer what is buffered, then close
+    int requests = 0;
+    Request pending;  // waiting for a password check
+    Steady::time_point deadline;
+    Steady::time_point last_active;
+    uint32_t events = 0;
+  };
+  struct AuthJob {
+    uint64_t conn_id;
+    std::string key;
+    std::string authorization;
+  };
+  struct AuthDone {
+    uint64_t conn_id;
+    std::string key;
+    bool ok;
+  };
+
+  void Count(uint64_t HttpStats::*field, uint64_t n = 1) {
+    std::lock_guard<std::mutex> l(stats_mu_);
+    stats_.*field += n;
+  }
+
+  void Wake() {
+    uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof one);
+  }
+
+  void Watch(int fd, uint32_t events, int op) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.fd = fd;
+    ::epoll_ctl(epoll_fd_, op, fd, &ev);
+  }
+
+  void SetInterest(Conn& c, uint32_t events) {
+    if (c.events == events) return;
+    c.events = events;
+    Watch(c.fd, events, EPOLL_CTL_MOD);
+  }
+
+  void Release(Conn& c) {
+    if (c.ssl) SSL_free(c.ssl);
+    c.ssl = nullptr;
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
+    ::close(c.fd);
+  }
+
+  void Close(int fd) {
+    auto it = conns_.find(fd);
+    if (it == conns_.end()) return;
+    by_id_.erase(it->second->id);
+    Release(*it->second);
+    conns_.erase(it);
+  }
+
+  void Run() {
+    std::vector<epoll_event> events(256);
+    Steady::time_point next_sweep = Steady::now();
+    for (;;) {
+      const int n = ::epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), 100);
+      {
+        std::lock_guard<std::mutex> l(auth_mu_);
+        if (stopping_) return;
+      }
+      for (int i = 0; i < n; ++i) {
+        const int fd = events[i].data.fd;
+        if (fd == listen_fd_) {
+          AcceptAll();
+        } else if (fd == wake_fd_) {
+          uint64_t v;
+          [[maybe_unused]] ssize_t r = ::read(wake_fd_, &v, sizeof v);
+          AuthCompletions();
+        } else {
+          Handle(fd, events[i].events);
+        }
+      }
+      const Steady::time_point now = Steady::now();
+      if (now >= next_sweep) {
+        Sweep(now);
+        next_sweep = now + std::chrono::milliseconds(100);
+      }
+    }
+  }
+
+  void AcceptAll() {
+    // A bounded batch per wake-up, so requests on accepted connections are read in between
+    // (a flood of connects must not evict a client before its request is looked at).
+    for (int batch = 0; batch < 64; ++batch) {
+      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE) {
+          // Out of descriptors: shed the quietest connection so the next accept succeeds.
+          if (!EvictQuietest()) return;
+          continue;
+        }
+        return;  // EAGAIN, or an aborted connection
+      }
+      Count(&HttpStats::accepted);
+      if (conns_.size() >= options_.max_connections) EvictQuietest();
+      int yes = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof yes);
+      auto c = std::make_unique<Conn>();
+      c->fd = fd;
+      c->id = ++next_id_;
+      c->last_active = Steady::now();
+      c->deadline = c->last_active + options_.request_timeout;
+      if (ssl_ctx_) {
+        c->ssl = SSL_new(ssl_ctx_);
+        SSL_set_fd(c->ssl, fd);
+        c->phase = Phase::kHandshake;
+      }
+      c->events = EPOLLIN | EPOLLRDHUP;
+      Watch(fd, c->events, EPOLL_CTL_ADD);
+      by_id_[c->id] = fd;
+      conns_[fd] = std::move(c);
+    }
+  }
+
+  // Closes the connection that has been quiet the longest; false when there is none.
+  bool EvictQuietest() {
+    Conn* victim = nullptr;
+    for (auto& [fd, c] : conns_) {
+      if (!victim || c->last_active < victim->last_active) victim = c.get();
+    }
+    if (!victim) return false;
+    Count(&HttpStats::evicted);
+    Close(victim->fd);
+    return true;
+  }
+
+  void Sweep(Steady::time_point now) {
+    std::vector<int> expired;
+    for (auto& [fd, c] : conns_) {
+      if (now >= c->deadline) expired.push_back(fd);
+    }
+    if (!expired.empty()) Count(&HttpStats::timed_out, expired.size());
+    for (int fd : expired) Close(fd);
+  }
+
+  void Handle(int fd, uint32_t ev) {
+    auto it = conns_.find(fd);
+    if (it == conns_.end()) return;
+    Conn& c = *it->second;
+    if (ev & EPOLLERR) return Close(fd);
+    c.last_active = Steady::now();
+    switch (c.phase) {
+      case Phase::kHandshake:
+        return Handshake(c);
+      case Phase::kReading:
+        return ReadRequest(c);
+      case Phase::kWriting:
+        return WriteResponse(c);
+      case Phase::kAuthWait:
+        if (ev & (EPOLLHUP | EPOLLRDHUP)) Close(fd);
+        return;
+    }
+  }
+
+  void Handshake(Conn& c) {
+    const int r = SSL_accept(c.ssl);
+    if (r == 1) {
+      c.phase = Phase::kReading;
+      SetInterest(c, EPOLLIN | EPOLLRDHUP);
+      return ReadRequest(c);
+    }
+    const int err = SSL_get_error(c.ssl, r);
+    if (err == SSL_ERROR_WANT_READ) return SetInterest(c, EPOLLIN | EPOLLRDHUP);
+    if (err == SSL_ERROR_WANT_WRITE) return SetInterest(c, EPOLLOUT);
+    ERR_clear_error();
+    Close(c.fd);
+  }
+
+  // Reads what is there (up to the header limit); -1: the connection is gone.
+  int Receive(Conn& c) {
+    char buf[16384];
+    for (;;) {
+      const size_t room =
+          options_.max_header_bytes + 1 - std::min(c.in.size(), options_.max_header_bytes + 1);
+      if (room == 0) return 0;
+      const size_t want = std::min(room, sizeof buf);
+      ssize_t n;
+      if (c.ssl) {
+        n = SSL_read(c.ssl, buf, static_cast<int>(want));
+        if (n <= 0) {
+          const int err = SSL_get_error(c.ssl, static_cast<int>(n));
+          if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) return 0;
+          ERR_clear_error();
+          if (err == SSL_ERROR_ZERO_RETURN) {
+            c.eof = true;
+            return 0;
+          }
+          return -1;
+        }
+      } else {
+        n = ::recv(c.fd, buf, want, 0);
+        if (n == 0) {
+          c.eof = true;
+          return 0;
+        }
+        if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+      }
+      if (c.in.empty()) c.deadline = Steady::now() + options_.request_timeout;  // a new request
+      c.in.append(buf, static_cast<size_t>(n));
+    }
+  }
+
+  void ReadRequest(Conn& c) {
+    if (Receive(c) < 0) return Close(c.fd);
+    const int fd = c.fd;
+    const bool eof = c.eof;
+    ProcessBuffered(c);
+    // Nothing (complete) to answer from a client that is gone. `c` may be closed by now.
+    auto it = conns_.find(fd);
+    if (eof && it != conns_.end() && it->second->phase == Phase::kReading) Close(fd);
+  }
+
+  // Answers the request at the front of `in` if it is complete.
+  void ProcessBuffered(Conn& c) {
+    const size_t end = c.in.find("\r\n\r\n");
+    if (end == std::string::npos || end + 4 > options_.max_header_bytes) {
+      if (c.in.size() > options_.max_header_bytes) {
+        Count(&HttpStats::too_large);
+        return Respond(c, 431, "text/plain", "request headers too large\n", /*close=*/true);
+      }
+      return;  // wait for the rest, within the request timeout
+    }
+    Request req;
+    const bool parsed = ParseRequest(c.in.substr(0, end), &req);
+    c.in.erase(0, end + 4);
+    if (!parsed) return Respond(c, 400, "text/plain", "bad request\n", true);
+    if (req.has_body)
+      return Respond(c, 413, "text/plain", "request bodies are not accepted\n", true);
+    if (req.method != "GET" && req.method != "HEAD") {
+      return Respond(c, 405, "text/plain", "method not allowed\n", true);
+    }
+    if (!auth_->enabled()) return Route(c, req);
+    if (req.authorization.empty()) return Unauthorized(c, req);
+    const std::string key = Digest(req.authorization);
+    auto known = auth_cache_.find(key);
+    if (known != auth_cache_.end()) return known->second ? Route(c, req) : Unauthorized(c, req);
+    {
+      std::lock_guard<std::mutex> l(auth_mu_);
+      if (auth_queue_.size() >= options_.max_pending_auth) {
+        Count(&HttpStats::auth_throttled);
+        return Respond(c, 429, "text/plain", "too many password checks pending, retry\n", false,
+                       "Retry-After: 1\r\n", &req);
+      }
+      auth_queue_.push_back({c.id, key, req.authorization});
+    }
+    auth_cv_.notify_one();
+    c.pending = std::move(req);
+    c.phase = Phase::kAuthWait;
+    SetInterest(c, EPOLLRDHUP);
+  }
+
+  void Unauthorized(Conn& c, const Request& req) {
+    Respond(c, 401, "text/plain", "Unauthorized\n", false, "WWW-Authenticate: Basic\r\n", &req);
+  }
+
+  void AuthWorker() {
+    for (;;) {
+      AuthJob job;
+      {
+        std::unique_lock<std::mutex> l(auth_mu_);
+        auth_cv_.wait(l, [this] { return stopping_ || !auth_queue_.empty(); });
+        if (stopping_) return;
+        job = std::move(auth_queue_.front());
+        auth_queue_.pop_front();
+      }
+      const bool ok = auth_->Check(job.authorization);
+      Count(&HttpStats::auth_checks);
+      {
+        std::lock_guard<std::mutex> l(auth_mu_);
+        auth_done_.push_back({job.conn_id, job.key, ok});
+      }
+      Wake();
+    }
+  }
+
+  void AuthCompletions() {
+    std::vector<AuthDone> done;
+    {
+      std::lock_guard<std::mutex> l(auth_mu_);
+      done.swap(auth_done_);
+    }
+    for (AuthDone& d : done) {
+      if (auth_cache_.size() >= kAuthCacheSize) {
+        auth_cache_.erase(auth_order_.front());
+        auth_order_.pop_front();
+      }
+      if (auth_cache_.emplace(d.key, d.ok).second) auth_order_.push_back(d.key);
+      auto id = by_id_.find(d.conn_id);
+      if (id == by_id_.end()) continue;  // the client left meanwhile
+      Conn& c = *conns_.at(id->second);
+      if (c.phase != Phase::kAuthWait) continue;
+      Request req = std::move(c.pending);
+      if (d.ok) {
+        Route(c, req);
+      } else {
+        Unauthorized(c, req);
+      }
+    }
+  }
+
+  void Route(Conn& c, const Request& req) {
+    if (req.path == "/metrics") {
+      std::shared_ptr<const Rendered> r = publisher_.Current();
+      if (!r) return Respond(c, 503, "text/plain", "no collection yet\n", false, "", &req);
+      const bool om = req.accept.find("application/openmetrics-text") != std::string::npos;
+      const std::string* body = om ? &r->openmetrics : &r->text;
+      return Respond(c, 200, om ? kOpenMetricsContentType : kText004ContentType, "", false, "",
+                     &req, std::move(r), body);
+    }
+    if (req.path == "/health") {
+      std::shared_ptr<const Rendered> r = publisher_.Current();
+      if (!r) return Respond(c, 503, "text/plain", "KO: no collection yet\n", false, "", &req);
+      if (options_.stale_after.count() > 0) {
+        const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count();
+        if (now_ms - r->collected_at_ms > options_.stale_after.count()) {
+          return Respond(
+              c, 503, "text/plain",
+              "KO: last collection " + std::to_string(now_ms - r->collected_at_ms) + " ms ago\n",
+              false, "", &req);
+        }
+      }
+      return Respond(c, 200, "text/plain", "OK\n", false, "", &req);
+    }
+    if (req.path == "/") {
+      return Respond(c, 200, "text/html",
+                     "<html><head><title>gpulet exporter</title></head><body><h1>gpulet "
+                     "exporter</h1><p><a href=\"/metrics\">Metrics</a> <a "
+                     "href=\"/health\">Health</a></p></body></html>\n",
+                     false, "", &req);
+    }
+    Respond(c, 404, "text/plain", "not found\n", false, "", &req);
+  }
+
+  // Queues a response and starts writing it. `body` (kept alive by `keep`) is sent instead of
+  // `text` when given.
+  void Respond(Conn& c, int status, std::string_view type, const std::string& text, bool close,
+               const std::string& extra = "", const Request* req = nullptr,
+               std::shared_ptr<const Rendered> keep = nullptr, const std::string* body = nullptr) {
+    ++c.requests;
+    if (req && (req->http10 ? req->connection != "keep-alive" : req->connection == "close")) {
+      close = true;
+    }
+    if (c.requests >= options_.max_requests_per_connection || c.eof) close = true;
+    const bool head_only = req && req->method == "HEAD";
+    const size_t len = body ? body->size() : text.size();
+    std::string& h = c.head;
+    h.clear();
+    h += "HTTP/1.1 " + std::to_string(status) + " " + Reason(status) + "\r\n";
+    h += "Content-Type: ";
+    h += type;
+    h += "\r\nContent-Length: " + std::to_string(len) + "\r\n";
+    for (const auto& [k, v] : headers_) h += k + ": " + v + "\r\n";
+    h += extra;
+    h += close ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n";
+    if (!body && !head_only) h += text;
+    c.keep = std::move(keep);
+    c.body = body && !head_only ? body->data() : nullptr;
+    c.body_len = body && !head_only ? body->size() : 0;
+    c.sent = 0;
+    c.close_after = close;
+    c.phase = Phase::kWriting;
+    c.deadline = Steady::now() + std::chrono::seconds(options_.write_timeout_s);
+    Count(&HttpStats::responses);
+    WriteResponse(c);
+  }
+
+  void WriteResponse(Conn& c) {
+    const size_t total = c.head.size() + c.body_len;
+    while (c.sent < total) {
+      ssize_t n;
+      if (c.ssl) {
+        const char* p =
+            c.sent < c.head.size() ? c.head.data() + c.sent : c.body + (c.sent - c.head.size());
+        const size_t left = c.sent < c.head.size() ? c.head.size() - c.sent : total - c.sent;
+        n = SSL_write(c.ssl, p, static_cast<int>(std::min<size_t>(left, 1 << 20)));
+        if (n <= 0) {
+          const int err = SSL_get_error(c.ssl, static_cast<int>(n));
+          if (err == SSL_ERROR_WANT_WRITE) return SetInterest(c, EPOLLOUT);
+          if (err == SSL_ERROR_WANT_READ) return SetInterest(c, EPOLLIN);
+          ERR_clear_error();
+          return Close(c.fd);
+        }
+      } else {
+        iovec iov[2];
+        int cnt = 0;
+        if (c.sent < c.head.size()) {
+          iov[cnt++] = {const_cast<char*>(c.head.data() + c.sent), c.head.size() - c.sent};
+          if (c.body_len) iov[cnt++] = {const_cast<char*>(c.body), c.body_len};
+        } else {
+          const size_t off = c.sent - c.head.size();
+          iov[cnt++] = {const_cast<char*>(c.body + off), c.body_len - off};
+        }
+        msghdr msg{};
+        msg.msg_iov = iov;
+        msg.msg_iovlen = static_cast<size_t>(cnt);
+        n = ::sendmsg(c.fd, &msg, MSG_NOSIGNAL);
+        if (n < 0) {
+          if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+            return SetInterest(c, EPOLLOUT);
+          }
+          return Close(c.fd);
+        }
+      }
+      c.sent += static_cast<size_t>(n);
+    }
+    // Done: close, or wait for the next request on the kept-alive connection.
+    c.keep.reset();
+    c.body = nullptr;
+    c.body_len = 0;
+    if (c.close_after) {
+      if (c.ssl) SSL_shutdown(c.ssl);
+      return Close(c.fd);
+    }
+    c.phase = Phase::kReading;
+    c.deadline = Steady::now() + options_.idle_timeout;
+    SetInterest(c, EPOLLIN | EPOLLRDHUP);
+    if (!c.in.empty()) {
+      c.deadline = Steady::now() + options_.request_timeout;
+      ProcessBuffered(c);  // a pipelined request
+    }
+  }
+
+  const Publisher& publisher_;
+  const HttpOptions options_;
+  const std::unique_ptr<BasicAuth> auth_;
+  const std::map<std::string, std::string> headers_;
+  SSL_CTX* const ssl_ctx_;
+  const int listen_fd_;
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;
+  // Event thread only.
+  std::unordered_map<int, std::unique_ptr<Conn>> conns_;
+  std::unordered_map<uint64_t, int> by_id_;
+  uint64_t next_id_ = 0;
+  std::unordered_map<std::string, bool> auth_cache_;  // SHA-256 of Authorization → verdict
+  std::deque<std::string> auth_order_;                // oldest first, for eviction
+  // Shared with the password workers.
+  std::mutex auth_mu_;
+  std::condition_variable auth_cv_;
+  bool stopping_ = false;
+  std::deque<AuthJob> auth_queue_;
+  std::vector<AuthDone> auth_done_;
+  mutable std::mutex stats_mu_;
+  HttpStats stats_;
+  std::vector<std::thread> auth_threads_;
+  std::thread thread_;
+};
+
+namespace {
+
+Result<SSL_CTX*> MakeTlsContext(const WebConfig& web, const std::string& file) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+  auto fail = [&](const std::string& what) -> Result<SSL_CTX*> {
+    SSL_CTX_free(ctx);
+    ERR_clear_error();
+    return Status(ErrorCode::kInvalidInput, file + ": " + what);
+  };
+  if (!ctx) return fail("cannot create a TLS context");
+  if (SSL_CTX_use_certificate_chain_file(ctx, web.cert_file.c_str()) != 1 ||
+      SSL_CTX_use_PrivateKey_file(ctx, web.key_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
+      SSL_CTX_check_private_key(ctx) != 1) {
+    return fail("cannot load TLS certificate/key (" + web.cert_file + ", " + web.key_file + ")");
+  }
+  if (web.require_client_cert) {
+    if (SSL_CTX_load_verify_locations(ctx, web.client_ca_file.c_str(), nullptr) != 1) {
+      return fail("cannot load client CA file " + web.client_ca_file);
+    }
+    SSL_CTX_set_client_CA_list(ctx, SSL_load_client_CA_file(web.client_ca_file.c_str()));
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  }
+  if (web.min_tls_version != 0) {
+    const int v = web.min_tls_version == 10   ? TLS1_VERSION
+                  : web.min_tls_version == 11 ? TLS1_1_VERSION
+                  : web.min_tls_version == 12 ? TLS1_2_VERSION
+                                              : TLS1_3_VERSION;
+    SSL_CTX_set_min_proto_version(ctx, v);
+  }
+  SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  return ctx;
+}
+
+Result<int> Listen(const ListenAddress& addr, const std::string& text, int* port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(addr.port);
+  if (::getaddrinfo(addr.host.c_str(), service.c_str(), &hints, &res) != 0 || res == nullptr) {
+    return Status(ErrorCode::kUnavailable, "cannot listen on " + text + " (unknown host)");
+  }
+  const int fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int yes = 1;
+  // SO_REUSEADDR only (no SO_REUSEPORT): a second exporter must not share the port silently.
+  if (fd >= 0) ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  const bool ok =
+      fd >= 0 && ::bind(fd, res->ai_addr, res->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0;
+  const int err = errno;
+  ::freeaddrinfo(res);
+  if (!ok) {
+    if (fd >= 0) ::close(fd);
+    return Status(ErrorCode::kUnavailable,
+                  "cannot listen on " + text + " (" + std::strerror(err) + ")");
+  }
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+  *port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                         : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  return fd;
+}
+
+}  // namespace
 
 MetricsServer::MetricsServer(const Publisher& publisher, HttpOptions options)
     : publisher_(publisher), options_(std::move(options)) {}
@@ -44,7 +714,7 @@ MetricsServer::MetricsServer(const Publisher& publisher, HttpOptions options)
 MetricsServer::~MetricsServer() { Stop(); }
 
 Status MetricsServer::Start() {
-  auto addr = ParseListenAddress(options_.address);
+  Result<ListenAddress> addr = ParseListenAddress(options_.address);
   if (!addr.ok()) return addr.status();
   WebConfig web;
   if (!options_.web_config_file.empty()) {
@@ -52,128 +722,45 @@ Status MetricsServer::Start() {
     if (!loaded.ok()) return loaded.status();
     web = std::move(loaded).value();
   }
+  SSL_CTX* ctx = nullptr;
   if (web.tls()) {
-    auto ssl = std::make_unique<httplib::SSLServer>(
-        web.cert_file.c_str(), web.key_file.c_str(),
-        web.require_client_cert ? web.client_ca_file.c_str() : nullptr);
-    if (!ssl->is_valid()) {
-      return Status(ErrorCode::kInvalidInput, options_.web_config_file +
-                                                  ": cannot load TLS certificate/key (" +
-                                                  web.cert_file + ", " + web.key_file + ")");
-    }
-    if (web.min_tls_version != 0) {
-      const int v = web.min_tls_version == 10   ? TLS1_VERSION
-                    : web.min_tls_version == 11 ? TLS1_1_VERSION
-                    : web.min_tls_version == 12 ? TLS1_2_VERSION
-                                                : TLS1_3_VERSION;
-      SSL_CTX_set_min_proto_version(ssl->ssl_context(), v);
-    }
-    server_ = std::move(ssl);
+    Result<SSL_CTX*> made = MakeTlsContext(web, options_.web_config_file);
+    if (!made.ok()) return made.status();
+    ctx = *made;
     tls_ = true;
-  } else {
-    server_ = std::make_unique<httplib::Server>();
   }
-  auth_ = std::make_unique<BasicAuth>(web.users);
-
-  const int threads = std::max(1, options_.threads);
-  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  server_->set_read_timeout(5, 0);
-  server_->set_write_timeout(options_.write_timeout_s, 0);
-  server_->set_keep_alive_timeout(30);
-  server_->set_keep_alive_max_count(1000);
-  server_->set_payload_max_length(4096);
-  // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which would let a second
-  // exporter bind the same port and silently take half the scrapes.
-  server_->set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    // Inherited by accepted sockets: headers and body go out in separate writes, and without
-    // it Nagle + the client's delayed ACK add ~40 ms to a scrape.
-    setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof yes);
-  });
-  const auto headers = web.headers;
-  server_->set_pre_routing_handler(
-      [this, headers](const httplib::Request& req, httplib::Response& res) {
-        for (const auto& [k, v] : headers) res.set_header(k, v);
-        if (!auth_->enabled() || auth_->Check(req.get_header_value("Authorization"))) {
-          return httplib::Server::HandlerResponse::Unhandled;
-        }
-        res.status = 401;
-        res.set_header("WWW-Authenticate", "Basic");
-        res.set_content("Unauthorized\n", "text/plain");
-        return httplib::Server::HandlerResponse::Handled;
-      });
-
-  server_->Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
-    std::shared_ptr<const Rendered> r = publisher_.Current();
-    if (!r) {
-      res.status = 503;
-      res.set_content("no collection yet\n", "text/plain");
-      return;
-    }
-    const bool om = req.get_header_value("Accept").find("application/openmetrics-text") !=
-                    std::string::npos;
-    const std::string* body = om ? &r->openmetrics : &r->text;
-    // The provider keeps the rendering alive for as long as the response is being written.
-    res.set_content_provider(
-        body->size(), std::string(om ? kOpenMetricsContentType : kText004ContentType),
-        [r, body](size_t offset, size_t length, httplib::DataSink& sink) {
-          const size_t n = std::min(length, body->size() - offset);
-          return sink.write(body->data() + offset, n);
-        });
-  });
-  server_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    std::shared_ptr<const Rendered> r = publisher_.Current();
-    if (!r) {
-      res.status = 503;
-      res.set_content("KO: no collection yet\n", "text/plain");
-      return;
-    }
-    if (options_.stale_after.count() > 0) {
-      const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                              std::chrono::system_clock::now().time_since_epoch())
-                              .count();
-      if (now_ms - r->collected_at_ms > options_.stale_after.count()) {
-        res.status = 503;
-        res.set_content("KO: last collection " + std::to_string(now_ms - r->collected_at_ms) +
-                            " ms ago\n",
-                        "text/plain");
-        return;
-      }
-    }
-    res.set_content("OK\n", "text/plain");
-  });
-  server_->Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(
-        "<html><head><title>gpulet exporter</title></head><body><h1>gpulet exporter</h1>"
-        "<p><a href=\"/metrics\">Metrics</a> <a href=\"/health\">Health</a></p></body></html>\n",
-        "text/html");
-  });
-
-  const auto& [host, port] = *addr;
-  if (port == 0) {
-    port_ = server_->bind_to_any_port(host);
-    if (port_ <= 0) return Status(ErrorCode::kUnavailable, "cannot listen on " + options_.address);
-  } else {
-    if (!server_->bind_to_port(host, port)) {
-      return Status(ErrorCode::kUnavailable, "cannot listen on " + options_.address +
-                                                 " (address in use or not permitted)");
-    }
-    port_ = port;
+  Result<int> fd = Listen(*addr, options_.address, &port_);
+  if (!fd.ok()) {
+    if (ctx) SSL_CTX_free(ctx);
+    return fd.status();
   }
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
-  // stop() is a no-op until the loop runs; wait for it so an early Stop() cannot be lost.
-  for (int i = 0; i < 5000 && !server_->is_running(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto auth = std::make_unique<BasicAuth>(web.users);
+  const bool basic_auth = auth->enabled();
+  loop_ = std::make_unique<Loop>(publisher_, options_, std::move(auth), web.headers, ctx, *fd);
+  if (Status s = loop_->Start(); !s.ok()) {
+    loop_.reset();
+    return s;
   }
-  spdlog::info("event=listening address={} port={} tls={} basic_auth={} threads={}",
-               options_.address, port_, tls_, auth_->enabled(), threads);
+  spdlog::info(
+      "event=listening address={} port={} tls={} basic_auth={} max_connections={} "
+      "max_header_bytes={} idle_timeout_ms={}",
+      options_.address, port_, tls_, basic_auth, options_.max_connections,
+      options_.max_header_bytes, options_.idle_timeout.count());
   return Status::Ok();
 }
 
 void MetricsServer::Stop() {
-  if (server_) server_->stop();
-  if (thread_.joinable()) thread_.join();
+  if (!loop_) return;
+  loop_->Stop();
+  const HttpStats s = loop_->stats();
+  spdlog::info(
+      "event=http_stopped accepted={} responses={} evicted={} timed_out={} too_large={} "
+      "auth_checks={} auth_throttled={}",
+      s.accepted, s.responses, s.evicted, s.timed_out, s.too_large, s.auth_checks,
+      s.auth_throttled);
+  loop_.reset();
 }
+
+HttpStats MetricsServer::stats() const { return loop_ ? loop_->stats() : HttpStats{}; }
 
 }  // namespace gpulet::metrics

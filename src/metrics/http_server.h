@@ -1,11 +1,24 @@
 // The exporter's HTTP endpoint: /metrics (text 0.0.4, or OpenMetrics when the Accept header asks
 // for application/openmetrics-text), /health, and a small index page at /.
 //
-// Bounded: a fixed pool of worker threads, read/write timeouts so a slow client holds a worker for
-// at most the write timeout, request bodies refused, and response bodies shared — every scrape
-// writes the same immutable rendering (no per-scrape copy or rendering).
+// Bounded under abuse (a scrape port is reachable by every pod on the node):
+// - One event thread (epoll) holds every connection, so an idle keep-alive client or a slow
+//   sender costs a file descriptor, never a worker: /health and /metrics stay answerable.
+// - At most `max_connections` are open; a new connection beyond that closes the one that has
+//   been quiet the longest (a flood of idle connections cannot lock scrapers out).
+// - A request's headers must arrive within `request_timeout` and fit in `max_header_bytes`
+//   (else 408/431 and close); a keep-alive connection is closed after `idle_timeout`; a response
+//   that the client does not read within `write_timeout` is abandoned. Request bodies are refused.
+// - Responses are the collector's immutable renderings, written as they are (no per-scrape copy).
+// - Basic auth: a checked Authorization value (good or bad) is remembered, so neither Prometheus
+//   nor a client retrying a wrong password pays a bcrypt each time. Unknown values are checked on
+//   `threads` worker(s), at most `max_pending_auth` queued; beyond that the answer is 429 at once.
+// - TLS (web config) is OpenSSL on the same non-blocking sockets, handshake inside the request
+//   timeout.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
@@ -14,23 +27,33 @@
 #include "metrics/collector.h"
 #include "metrics/web_config.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace gpulet::metrics {
 
 struct HttpOptions {
   std::string address = ":9400";  // [host]:port; ":9400" = every interface; port 0 = any free port
   std::string web_config_file;    // optional, see web_config.h
-  int threads = 4;
+  int threads = 4;                // password-check workers (bcrypt); serving is one event thread
   int write_timeout_s = 10;
   // /health fails when the last collection is older than this (0 = never).
   std::chrono::milliseconds stale_after{0};
+  size_t max_connections = 512;
+  size_t max_header_bytes = 8192;
+  std::chrono::milliseconds request_timeout{5000};  // accept (or last response) → full headers
+  std::chrono::milliseconds idle_timeout{5000};     // keep-alive with no request
+  int max_requests_per_connection = 1000;
+  size_t max_pending_auth = 64;
 };
 
-// "host:port" → (host, port). ":9400" → ("0.0.0.0", 9400); "[::1]:9400" → ("::1", 9400).
-Result<std::pair<std::string, int>> ParseListenAddress(const std::string& address);
+// Counters, for tests and the log line at Stop().
+struct HttpStats {
+  uint64_t accepted = 0;
+  uint64_t evicted = 0;    // closed to make room for a new connection
+  uint64_t timed_out = 0;  // request, idle or write timeout
+  uint64_t too_large = 0;  // headers over max_header_bytes
+  uint64_t responses = 0;
+  uint64_t auth_checks = 0;     // passwords actually checked (bcrypt)
+  uint64_t auth_throttled = 0;  // 429: too many unknown credentials waiting
+};
 
 class MetricsServer {
  public:
@@ -45,13 +68,14 @@ class MetricsServer {
   void Stop();
   int port() const { return port_; }
   bool tls() const { return tls_; }
+  HttpStats stats() const;
+
+  class Loop;  // the event loop (http_server.cc)
 
  private:
   const Publisher& publisher_;
   HttpOptions options_;
-  std::unique_ptr<BasicAuth> auth_;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
+  std::unique_ptr<Loop> loop_;
   int port_ = 0;
   bool tls_ = false;
 };

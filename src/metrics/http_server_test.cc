@@ -2,20 +2,28 @@
 
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 namespace gpulet::metrics {
 namespace {
 
-constexpr char kHash[] = "$2y$04$MiDM8uS.jofjwf1Go9KEoeCzCbjf0ak.3PVmsjmmOOk8OYgDL7V8O";  // "s3cret"
+constexpr char kHash[] =
+    "$2y$04$MiDM8uS.jofjwf1Go9KEoeCzCbjf0ak.3PVmsjmmOOk8OYgDL7V8O";  // "s3cret"
 
 std::shared_ptr<const Snapshot> OneGpu() {
   auto s = std::make_shared<Snapshot>();
-  auto set = ParseCounters("DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n"
-                           "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, counter, Energy (in mJ).\n", "t.csv");
+  auto set = ParseCounters(
+      "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n"
+      "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, counter, Energy (in mJ).\n",
+      "t.csv");
   s->counters = std::make_shared<const CounterSet>(std::move(set).value());
   EntitySample e;
   e.gpu = {0, "GPU-0", "00000000:10:00.0", "H100"};
@@ -25,13 +33,76 @@ std::shared_ptr<const Snapshot> OneGpu() {
   return s;
 }
 
-TEST(ListenAddress, Parses) {
-  EXPECT_EQ(*ParseListenAddress(":9400"), std::make_pair(std::string("0.0.0.0"), 9400));
-  EXPECT_EQ(*ParseListenAddress("127.0.0.1:0"), std::make_pair(std::string("127.0.0.1"), 0));
-  EXPECT_EQ(*ParseListenAddress("[::1]:9400"), std::make_pair(std::string("::1"), 9400));
-  EXPECT_EQ(ParseListenAddress("9400").status().code(), ErrorCode::kUsage);
-  EXPECT_EQ(ParseListenAddress(":http").status().code(), ErrorCode::kUsage);
-  EXPECT_EQ(ParseListenAddress(":70000").status().code(), ErrorCode::kUsage);
+// Raw sockets, to behave as abusive clients do.
+int Dial(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  timeval tv{20, 0};  // a hung server fails the read instead of the whole run
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+void Send(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    const ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return;  // the server may close on us: the reply (or EOF) says why
+    off += static_cast<size_t>(n);
+  }
+}
+
+// Reads one response's headers and Content-Length body ("" when the server closed instead).
+std::string ReadResponse(int fd) {
+  std::string in;
+  char buf[4096];
+  for (;;) {
+    const size_t end = in.find("\r\n\r\n");
+    if (end != std::string::npos) {
+      const size_t cl = in.find("Content-Length: ");
+      const size_t len = cl == std::string::npos ? 0 : std::stoul(in.substr(cl + 16));
+      if (in.size() >= end + 4 + len) return in.substr(0, end + 4 + len);
+    }
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) return in;
+    in.append(buf, static_cast<size_t>(n));
+  }
+}
+
+std::string Request(int fd, const std::string& path, const std::string& extra = "") {
+  Send(fd, "GET " + path + " HTTP/1.1\r\nHost: x\r\n" + extra + "\r\n");
+  return ReadResponse(fd);
+}
+
+// True when the server closed the connection (EOF, not a timeout).
+bool ClosedByServer(int fd) {
+  char c;
+  return ::recv(fd, &c, 1, 0) == 0;
+}
+
+// Defect: four workers and a 30 s keep-alive; four idle keep-alive clients held every worker and
+// /health (the liveness probe) went unanswered.
+TEST(MetricsServer, IdleKeepAliveClientsDoNotBlockHealth) {
+  Publisher pub;
+  pub.SetSnapshot(OneGpu());
+  HttpOptions opts;
+  opts.address = "127.0.0.1:0";
+  MetricsServer server(pub, opts);
+  ASSERT_TRUE(server.Start().ok());
+  std::vector<int> idle;
+  for (int i = 0; i < 16; ++i) {
+    idle.push_back(Dial(server.port()));
+    ASSERT_NE(Request(idle.back(), "/health").find("200 OK"), std::string::npos);
+  }
+  const int probe = Dial(server.port());
+  const std::string r = Request(probe, "/health");
+  EXPECT_NE(r.find("HTTP/1.1 200 OK"), std::string::npos) << r;
+  EXPECT_NE(r.find("\r\n\r\nOK\n"), std::string::npos) << r;
+  ::close(probe);
+  for (int fd : idle) ::close(fd);
 }
 
 TEST(MetricsServer, ServesTextOpenMetricsAndHealth) {
@@ -51,11 +122,13 @@ TEST(MetricsServer, ServesTextOpenMetricsAndHealth) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->get_header_value("Content-Type"), kText004ContentType);
-  EXPECT_NE(r->body.find("# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n"), std::string::npos);
+  EXPECT_NE(r->body.find("# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n"),
+            std::string::npos);
   EXPECT_NE(r->body.find("DCGM_FI_DEV_GPU_TEMP{gpu=\"0\",UUID=\"GPU-0\""), std::string::npos);
   EXPECT_EQ(r->body, pub.Current()->text);
 
-  r = cli.Get("/metrics", {{"Accept", "application/openmetrics-text;version=1.0.0,text/plain;q=0.5"}});
+  r = cli.Get("/metrics",
+              {{"Accept", "application/openmetrics-text;version=1.0.0,text/plain;q=0.5"}});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->get_header_value("Content-Type"), kOpenMetricsContentType);
   EXPECT_EQ(r->body, pub.Current()->openmetrics);
@@ -66,6 +139,90 @@ TEST(MetricsServer, ServesTextOpenMetricsAndHealth) {
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(pub.Current()->series, 3u);  // two DCGM series + gpulet_gpu_up
   server.Stop();
+}
+
+TEST(MetricsServer, HugeHeadersAreRefusedAndTheConnectionClosed) {
+  Publisher pub;
+  pub.SetSnapshot(OneGpu());
+  HttpOptions opts;
+  opts.address = "127.0.0.1:0";
+  MetricsServer server(pub, opts);
+  ASSERT_TRUE(server.Start().ok());
+  const int fd = Dial(server.port());
+  std::string huge = "GET /metrics HTTP/1.1\r\nHost: x\r\n";
+  while (huge.size() < (1u << 20)) huge += "X-Filler: " + std::string(100, 'f') + "\r\n";
+  Send(fd, huge + "\r\n");
+  const std::string r = ReadResponse(fd);
+  EXPECT_NE(r.find("HTTP/1.1 431 "), std::string::npos) << r.substr(0, 200);
+  ::close(fd);
+  EXPECT_EQ(server.stats().too_large, 1u);
+  // Served as before.
+  const int ok = Dial(server.port());
+  EXPECT_NE(Request(ok, "/health").find("200 OK"), std::string::npos);
+  ::close(ok);
+}
+
+TEST(MetricsServer, SlowHeadersAreCutAtTheRequestTimeout) {
+  Publisher pub;
+  pub.SetSnapshot(OneGpu());
+  HttpOptions opts;
+  opts.address = "127.0.0.1:0";
+  opts.request_timeout = std::chrono::milliseconds(300);
+  MetricsServer server(pub, opts);
+  ASSERT_TRUE(server.Start().ok());
+  const int slow = Dial(server.port());
+  Send(slow, "GET /metrics HTTP/1.1\r\nX-Slow: a");
+  // Whatever it sends later, the headers never complete: the server hangs up.
+  EXPECT_TRUE(ClosedByServer(slow));
+  ::close(slow);
+  EXPECT_GE(server.stats().timed_out, 1u);
+}
+
+TEST(MetricsServer, ConnectionsBeyondTheLimitEvictTheQuietest) {
+  Publisher pub;
+  pub.SetSnapshot(OneGpu());
+  HttpOptions opts;
+  opts.address = "127.0.0.1:0";
+  opts.max_connections = 4;
+  MetricsServer server(pub, opts);
+  ASSERT_TRUE(server.Start().ok());
+  std::vector<int> idle;
+  for (int i = 0; i < 4; ++i) {
+    idle.push_back(Dial(server.port()));
+    ASSERT_NE(Request(idle.back(), "/health").find("200 OK"), std::string::npos);
+  }
+  const int fresh = Dial(server.port());
+  EXPECT_NE(Request(fresh, "/metrics").find("200 OK"), std::string::npos);
+  EXPECT_TRUE(ClosedByServer(idle.front()));  // the one quiet the longest made room
+  EXPECT_EQ(server.stats().evicted, 1u);
+  ::close(fresh);
+  for (int fd : idle) ::close(fd);
+}
+
+TEST(MetricsServer, BodiesAndOtherMethodsAreRefused) {
+  Publisher pub;
+  pub.SetSnapshot(OneGpu());
+  MetricsServer server(pub, {"127.0.0.1:0"});
+  ASSERT_TRUE(server.Start().ok());
+  int fd = Dial(server.port());
+  Send(fd, "POST /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello");
+  EXPECT_NE(ReadResponse(fd).find(" 413 "), std::string::npos);
+  ::close(fd);
+  fd = Dial(server.port());
+  EXPECT_NE(Request(fd, "/nope").find(" 404 "), std::string::npos);
+  // Pipelined requests on one connection are answered in order.
+  Send(fd, "GET /health HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n");
+  std::string both;
+  char buf[4096];
+  while (both.find("</html>") == std::string::npos) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    both.append(buf, static_cast<size_t>(n));
+  }
+  const size_t ok = both.find("\r\n\r\nOK\n");
+  EXPECT_NE(ok, std::string::npos) << both;
+  EXPECT_GT(both.find("gpulet exporter"), ok) << both;
+  ::close(fd);
 }
 
 TEST(MetricsServer, BusyPortIsUnavailable) {
@@ -108,8 +265,10 @@ TEST_F(TlsAuthTest, BasicAuthOverPlainHttp) {
 }
 
 TEST_F(TlsAuthTest, TlsWithSelfSignedCertificate) {
-  const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
-                          "-keyout " + dir_ + "/s.key -out " + dir_ + "/s.crt >/dev/null 2>&1";
+  const std::string cmd =
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
+      "-keyout " +
+      dir_ + "/s.key -out " + dir_ + "/s.crt >/dev/null 2>&1";
   // openssl is one of the packages `make test` installs: its absence is a broken setup, not a skip.
   ASSERT_EQ(std::system(cmd.c_str()), 0) << "openssl CLI failed: " << cmd;
   std::ofstream(dir_ + "/web.yml") << "tls_server_config:\n  cert_file: s.crt\n  key_file: s.key\n"
@@ -133,10 +292,27 @@ TEST_F(TlsAuthTest, TlsWithSelfSignedCertificate) {
 }
 
 TEST_F(TlsAuthTest, BadCertificateIsInvalidInput) {
-  std::ofstream(dir_ + "/web.yml") << "tls_server_config:\n  cert_file: none.crt\n  key_file: none.key\n";
+  std::ofstream(dir_ + "/web.yml")
+      << "tls_server_config:\n  cert_file: none.crt\n  key_file: none.key\n";
   Publisher pub;
   MetricsServer server(pub, {"127.0.0.1:0", dir_ + "/web.yml"});
   EXPECT_EQ(server.Start().code(), ErrorCode::kInvalidInput);
+}
+
+// A wrong password is checked (bcrypt) once; retrying it is answered from the cache.
+TEST_F(TlsAuthTest, FailedPasswordsAreCheckedOnce) {
+  std::ofstream(dir_ + "/web.yml") << "basic_auth_users:\n  alice: " << kHash << "\n";
+  Publisher pub;
+  pub.SetSnapshot(OneGpu());
+  MetricsServer server(pub, {"127.0.0.1:0", dir_ + "/web.yml"});
+  ASSERT_TRUE(server.Start().ok());
+  httplib::Client cli("127.0.0.1", server.port());
+  cli.set_basic_auth("alice", "wrong");
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(cli.Get("/metrics")->status, 401);
+  EXPECT_EQ(server.stats().auth_checks, 1u);
+  cli.set_basic_auth("alice", "s3cret");
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(cli.Get("/health")->status, 200);
+  EXPECT_EQ(server.stats().auth_checks, 2u);
 }
 
 }  // namespace
