@@ -2,9 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
+
+#include "metrics/exposition.h"
+#include "metrics/sampler.h"
 
 namespace gpulet::metrics {
 namespace {
@@ -83,7 +88,7 @@ TEST(Counters, UncollectedRowsAreSkippedWithOneWarningEach) {
       "DCGM_FI_PROF_NVLINK_L0_TX_BYTES, histogram, h\n"
       "DCGM_FI_DEV_POWER_USAGE, summary, s\n"
       "DCGM_FI_DEV_SOMETHING_NEW, gauge, n\n"
-      "DCGM_EXP_XID_ERRORS_COUNT, gauge, x\n",
+      "DCGM_EXP_P2P_STATUS, gauge, x\n",
       "c.csv");
   ASSERT_TRUE(set.ok()) << set.status().message();
   ASSERT_EQ(set->metrics.size(), 1u);
@@ -144,6 +149,57 @@ TEST(Fields, EverySupportedFieldHasAUniqueName) {
     EXPECT_TRUE(names.insert(f.name).second) << f.name;
     EXPECT_FALSE(IsKnownUnsupportedField(f.name)) << f.name << " is in both lists";
   }
+}
+
+// dcgm-exporter's DCGM_EXP_XID_ERRORS_COUNT: XIDs per code within --xid-count-window-size, one
+// series per code (label xid); nothing when none arrived in the window.
+TEST(XidCount, CountsPerCodeWithinTheWindow) {
+  XidLog log;
+  log.SetCountWindow(std::chrono::minutes(5));
+  const XidLog::TimePoint t0{};
+  log.Record(3, 79, t0 + std::chrono::minutes(1));
+  log.Record(3, 13, t0 + std::chrono::minutes(2));
+  log.Record(3, 13, t0 + std::chrono::minutes(3));
+  log.Record(1, 48, t0 + std::chrono::minutes(3));
+  EXPECT_EQ(log.CountsInWindow(3, t0 + std::chrono::minutes(4)),
+            (std::map<uint64_t, int64_t>{{13, 2}, {79, 1}}));
+  // Six minutes after the first: it has left the window.
+  EXPECT_EQ(log.CountsInWindow(3, t0 + std::chrono::minutes(6) + std::chrono::seconds(1)),
+            (std::map<uint64_t, int64_t>{{13, 2}}));
+  EXPECT_TRUE(log.CountsInWindow(3, t0 + std::chrono::minutes(20)).empty());
+  EXPECT_TRUE(log.CountsInWindow(0, t0 + std::chrono::minutes(4)).empty());
+  EXPECT_EQ(log.Last(3), 13u);
+}
+
+TEST(XidCount, OneSeriesPerCodeWithTheXidLabel) {
+  auto set = ParseCounters("DCGM_EXP_XID_ERRORS_COUNT, gauge, reported XIDs during last window\n",
+                           "c.csv");
+  ASSERT_TRUE(set.ok()) << set.status().message();
+  ASSERT_EQ(set->metrics.size(), 1u);
+  EXPECT_TRUE(set->skipped.empty());
+  Snapshot s;
+  s.counters = std::make_shared<const CounterSet>(std::move(set).value());
+  s.hostname = "n1";
+  for (unsigned i = 0; i < 2; ++i) {
+    EntitySample e;
+    e.key = {i, -1};
+    e.gpu = {i, "GPU-" + std::to_string(i), "00000000:1" + std::to_string(i) + ":00.0", "H100"};
+    if (i == 1) {
+      e.xid_counts = {{13, 2}, {79, 1}};
+      e.values = {Value::Int(3)};
+    } else {
+      e.values = {std::nullopt};  // none in the window: no series
+    }
+    s.entities.push_back(e);
+  }
+  const std::string got = Render(s, {}, {});
+  EXPECT_NE(
+      got.find("DCGM_EXP_XID_ERRORS_COUNT{gpu=\"1\",UUID=\"GPU-1\",pci_bus_id=\"00000000:11:00.0\","
+               "device=\"nvidia1\",modelName=\"H100\",Hostname=\"n1\",xid=\"13\"} 2\n"),
+      std::string::npos)
+      << got;
+  EXPECT_NE(got.find(",xid=\"79\"} 1\n"), std::string::npos) << got;
+  EXPECT_EQ(got.find("gpu=\"0\""), std::string::npos) << got;
 }
 
 }  // namespace

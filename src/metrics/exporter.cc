@@ -48,6 +48,7 @@ Result<std::unique_ptr<Exporter>> Exporter::Create(std::shared_ptr<const gpu::Nv
   auto counters = e->Load();
   if (!counters.ok()) return counters.status();
   e->counters_ = std::move(counters).value();
+  e->xids_.SetCountWindow(e->options_.xid_count_window);
   if (e->options_.no_hostname) {
     e->options_.hostname.clear();
   } else if (e->options_.hostname.empty()) {

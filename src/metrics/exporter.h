@@ -30,6 +30,8 @@ struct ExporterOptions {
   bool series_per_pod = true;
   std::string hostname;  // empty: gethostname()
   bool no_hostname = false;  // dcgm-exporter's --no-hostname: no Hostname label at all
+  // dcgm-exporter's --xid-count-window-size: the window of DCGM_EXP_XID_ERRORS_COUNT.
+  std::chrono::milliseconds xid_count_window{std::chrono::minutes(5)};
   // Slurm: with a node name, `scontrol show job -d -o` is polled and series get `hpc_job`.
   std::string slurm_node;
   std::string scontrol = "scontrol";

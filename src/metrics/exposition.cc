@@ -173,6 +173,7 @@ std::string Render(const Snapshot& snapshot, const PodMap& pods, const RenderOpt
     const Counter& c = cs.metrics[m];
     bool header = false;
     const bool is_xid = c.info != nullptr && c.info->source == Source::kXid;
+    const bool is_xid_count = c.info != nullptr && c.info->source == Source::kXidCount;
     for (size_t e = 0; e < snapshot.entities.size(); ++e) {
       const EntitySample& ent = snapshot.entities[e];
       if (m >= ent.values.size() || !ent.values[m]) continue;
@@ -188,41 +189,52 @@ std::string Render(const Snapshot& snapshot, const PodMap& pods, const RenderOpt
         out += (c.type == PromType::kCounter) ? (om ? "unknown" : "counter") : "gauge";
         out += '\n';
       }
-      const std::string value = FormatValue(*ent.values[m]);
+      // DCGM_EXP_XID_ERRORS_COUNT: one series per XID code (label xid), its count as value.
+      std::vector<std::pair<std::string, std::string>> variants;  // (xid label, value)
+      if (is_xid_count) {
+        for (const auto& [code, n] : ent.xid_counts) {
+          variants.emplace_back(std::to_string(code), std::to_string(n));
+        }
+      } else {
+        variants.emplace_back("", FormatValue(*ent.values[m]));
+      }
       // One series per pod holding the entity (or one series with joined pods, or no pods).
       size_t n_series = 1;
       const std::vector<PodRef>* holders = entity_pods[e];
       if (holders != nullptr && options.series_per_pod) n_series = holders->size();
-      for (size_t s = 0; s < n_series; ++s) {
-        attrs.clear();
-        if (is_xid) {
-          const int64_t code = ent.values[m]->i;
-          attrs.emplace_back("err_code", std::to_string(code));
-          attrs.emplace_back("err_msg", std::string(XidMessage(code)));
-        }
-        if (entity_job[e] != nullptr) attrs.emplace_back("hpc_job", *entity_job[e]);
-        if (holders != nullptr) {
-          if (options.series_per_pod) {
-            const PodRef& p = (*holders)[s];
-            attrs.emplace_back("container", p.container);
-            attrs.emplace_back("namespace", p.namespace_);
-            attrs.emplace_back("pod", p.pod);
-          } else {
-            attrs.emplace_back("container", Join(*holders, &PodRef::container));
-            attrs.emplace_back("namespace", Join(*holders, &PodRef::namespace_));
-            attrs.emplace_back("pod", Join(*holders, &PodRef::pod));
+      for (const auto& [xid_label, value] : variants) {
+        for (size_t s = 0; s < n_series; ++s) {
+          attrs.clear();
+          if (is_xid_count) attrs.emplace_back("xid", xid_label);
+          if (is_xid) {
+            const int64_t code = ent.values[m]->i;
+            attrs.emplace_back("err_code", std::to_string(code));
+            attrs.emplace_back("err_msg", std::string(XidMessage(code)));
           }
+          if (entity_job[e] != nullptr) attrs.emplace_back("hpc_job", *entity_job[e]);
+          if (holders != nullptr) {
+            if (options.series_per_pod) {
+              const PodRef& p = (*holders)[s];
+              attrs.emplace_back("container", p.container);
+              attrs.emplace_back("namespace", p.namespace_);
+              attrs.emplace_back("pod", p.pod);
+            } else {
+              attrs.emplace_back("container", Join(*holders, &PodRef::container));
+              attrs.emplace_back("namespace", Join(*holders, &PodRef::namespace_));
+              attrs.emplace_back("pod", Join(*holders, &PodRef::pod));
+            }
+          }
+          std::sort(attrs.begin(), attrs.end(),
+                    [](const auto& a, const auto& b) { return a.first < b.first; });
+          out += c.field;
+          out += '{';
+          out += bases[e];
+          bool first = bases[e].empty();
+          for (const auto& [k, v] : attrs) AppendLabel(out, k, v, first);
+          out += "} ";
+          out += value;
+          out += '\n';
         }
-        std::sort(attrs.begin(), attrs.end(),
-                  [](const auto& a, const auto& b) { return a.first < b.first; });
-        out += c.field;
-        out += '{';
-        out += bases[e];
-        bool first = bases[e].empty();
-        for (const auto& [k, v] : attrs) AppendLabel(out, k, v, first);
-        out += "} ";
-        out += value;
-        out += '\n';
       }
     }
   }

@@ -26,6 +26,7 @@ const std::vector<FieldInfo>& Table() {
       {"DCGM_FI_DEV_ENC_UTIL", Source::kEncUtil, false, false, "%", N},
       {"DCGM_FI_DEV_DEC_UTIL", Source::kDecUtil, false, false, "%", N},
       {"DCGM_FI_DEV_XID_ERRORS", Source::kXid, false, false, "", P},
+      {"DCGM_EXP_XID_ERRORS_COUNT", Source::kXidCount, false, false, "", P},
       {"DCGM_FI_DEV_FB_FREE", Source::kFbFree, false, false, "MiB", I},
       {"DCGM_FI_DEV_FB_USED", Source::kFbUsed, false, false, "MiB", I},
       {"DCGM_FI_DEV_FB_TOTAL", Source::kFbTotal, false, false, "MiB", I},
@@ -65,7 +66,7 @@ const std::vector<FieldInfo>& Table() {
 
 // Real DCGM fields without an NVML reading gpulet binds today (DCGM_EXP_* are computed by
 // dcgm-exporter itself; the rest have NVML sources gpulet does not read yet).
-constexpr std::array<std::string_view, 78> kKnownUnsupported = {
+constexpr std::array<std::string_view, 77> kKnownUnsupported = {
     "DCGM_FI_DEV_FB_USED_PERCENT",
     "DCGM_FI_DEV_NVLINK_BANDWIDTH_L0",
     "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
@@ -134,7 +135,6 @@ constexpr std::array<std::string_view, 78> kKnownUnsupported = {
     "DCGM_FI_DEV_CPU_TEMP_CURRENT",
     "DCGM_FI_DEV_CPU_POWER_UTIL_CURRENT",
     "DCGM_EXP_CLOCK_EVENTS_COUNT",
-    "DCGM_EXP_XID_ERRORS_COUNT",
     "DCGM_EXP_GPU_HEALTH_STATUS",
     "DCGM_EXP_P2P_STATUS",
     "DCGM_FI_DEV_XID_ERRORS_TOTAL",

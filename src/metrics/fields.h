@@ -29,6 +29,7 @@ enum class Source {
   kEncUtil,             // nvmlDeviceGetEncoderUtilization, %
   kDecUtil,             // nvmlDeviceGetDecoderUtilization, %
   kXid,                 // last XID seen through the NVML event API (0 = none yet)
+  kXidCount,            // XIDs per code within --xid-count-window-size (DCGM_EXP_XID_ERRORS_COUNT)
   kFbFree,              // nvmlDeviceGetMemoryInfo().free, MiB
   kFbUsed,              // nvmlDeviceGetMemoryInfo().used, MiB
   kFbTotal,             // nvmlDeviceGetMemoryInfo().total, MiB

@@ -11,8 +11,35 @@
 namespace gpulet::metrics {
 
 void XidLog::Record(unsigned gpu, uint64_t xid) {
+  Record(gpu, xid, std::chrono::steady_clock::now());
+}
+
+void XidLog::Record(unsigned gpu, uint64_t xid, TimePoint at) {
   std::lock_guard lock(mu_);
   last_[gpu] = xid;
+  auto& events = events_[gpu];
+  events.emplace_back(at, xid);
+  while (events.size() > kMaxEventsPerGpu) events.pop_front();
+}
+
+void XidLog::SetCountWindow(std::chrono::milliseconds window) {
+  std::lock_guard lock(mu_);
+  window_ = window;
+}
+
+std::map<uint64_t, int64_t> XidLog::CountsInWindow(unsigned gpu) const {
+  return CountsInWindow(gpu, std::chrono::steady_clock::now());
+}
+
+std::map<uint64_t, int64_t> XidLog::CountsInWindow(unsigned gpu, TimePoint now) const {
+  std::lock_guard lock(mu_);
+  std::map<uint64_t, int64_t> out;
+  auto it = events_.find(gpu);
+  if (it == events_.end()) return out;
+  for (const auto& [at, xid] : it->second) {
+    if (at > now - window_ && at <= now) ++out[xid];
+  }
+  return out;
 }
 
 uint64_t XidLog::Last(unsigned gpu) const {
@@ -144,6 +171,8 @@ class EntityReader {
       }
       case Source::kXid:
         return {Value::Int(static_cast<int64_t>(last_xid)), NVML_SUCCESS};
+      case Source::kXidCount:  // filled by Sample() from the XidLog
+        return {std::nullopt, NVML_SUCCESS};
       case Source::kFbFree:
       case Source::kFbUsed:
       case Source::kFbTotal: {
@@ -491,6 +520,15 @@ Snapshot Sampler::Sample(std::shared_ptr<const CounterSet> counters) {
             if (!instance) continue;
             reader = &*instance;
           }
+        }
+        if (f.source == Source::kXidCount) {
+          // One series per XID code seen in the window (whole GPUs only, as DCGM counts them).
+          if (xids_ == nullptr || !e.sample.mig_profile.empty()) continue;
+          e.sample.xid_counts = xids_->CountsInWindow(g.index);
+          int64_t total = 0;
+          for (const auto& [code, n] : e.sample.xid_counts) total += n;
+          if (total > 0) e.sample.values[m] = Value::Int(total);
+          continue;
         }
         Reading r =
             IsGpmSource(f.source) ? GpmReading(gpm, f.source) : reader->Read(f.source, last_xid);

@@ -7,7 +7,9 @@
 // next time), and a field the driver does not support on a device is logged once and left out.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,15 +23,28 @@
 
 namespace gpulet::metrics {
 
-// The last XID seen per physical GPU, written by the event thread, read by the sampler.
+// The XIDs seen per physical GPU, written by the event thread, read by the sampler: the last one
+// (DCGM_FI_DEV_XID_ERRORS) and how many of each code arrived within the count window
+// (dcgm-exporter's DCGM_EXP_XID_ERRORS_COUNT, --xid-count-window-size). Thread-safe.
 class XidLog {
  public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+
   void Record(unsigned gpu, uint64_t xid);
+  void Record(unsigned gpu, uint64_t xid, TimePoint at);
   uint64_t Last(unsigned gpu) const;  // 0 when none seen
 
+  void SetCountWindow(std::chrono::milliseconds window);
+  // XID code → how many arrived in (now - window, now]; empty when none.
+  std::map<uint64_t, int64_t> CountsInWindow(unsigned gpu) const;
+  std::map<uint64_t, int64_t> CountsInWindow(unsigned gpu, TimePoint now) const;
+
  private:
+  static constexpr size_t kMaxEventsPerGpu = 4096;  // oldest dropped beyond this
   mutable std::mutex mu_;
   std::map<unsigned, uint64_t> last_;
+  std::map<unsigned, std::deque<std::pair<TimePoint, uint64_t>>> events_;
+  std::chrono::milliseconds window_{std::chrono::minutes(5)};
 };
 
 // GPM readings of one entity for one collection (see Sampler::ReadGpm).

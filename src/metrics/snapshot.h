@@ -46,6 +46,8 @@ struct EntitySample {
   std::vector<std::optional<Value>> values;
   // Parallel to counters->labels.
   std::vector<std::string> labels;
+  // DCGM_EXP_XID_ERRORS_COUNT: XID code → count in the window (one series each, label xid).
+  std::map<uint64_t, int64_t> xid_counts;
 };
 
 struct GpuHealth {
