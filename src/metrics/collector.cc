@@ -49,10 +49,11 @@ void Publisher::RenderLocked() {
 }
 
 Collector::Collector(Sampler& sampler, std::shared_ptr<const CounterSet> counters,
-                     std::chrono::milliseconds interval, Publisher& publisher)
+                     std::chrono::milliseconds interval, Publisher& publisher, Clock& clock)
     : sampler_(sampler),
       interval_(std::max(interval, std::chrono::milliseconds(1))),
       publisher_(publisher),
+      clock_(clock),
       counters_(std::move(counters)) {}
 
 Collector::~Collector() { Stop(); }
@@ -66,26 +67,22 @@ void Collector::Stop() {
   {
     std::lock_guard lock(mu_);
     stop_ = true;
+    if (sleep_) sleep_->Stop();
   }
-  cv_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
 
 void Collector::SetCounters(std::shared_ptr<const CounterSet> counters) {
-  {
-    std::lock_guard lock(mu_);
-    counters_ = std::move(counters);
-    wake_ = true;
-  }
-  cv_.notify_all();
+  std::lock_guard lock(mu_);
+  counters_ = std::move(counters);
+  wake_ = true;
+  if (sleep_) sleep_->Stop();
 }
 
 void Collector::Wake() {
-  {
-    std::lock_guard lock(mu_);
-    wake_ = true;
-  }
-  cv_.notify_all();
+  std::lock_guard lock(mu_);
+  wake_ = true;
+  if (sleep_) sleep_->Stop();
 }
 
 void Collector::CollectOnce() {
@@ -101,24 +98,31 @@ void Collector::CollectOnce() {
 }
 
 void Collector::Run() {
-  auto next = std::chrono::steady_clock::now() + interval_;
+  auto next = clock_.Now() + interval_;
   for (;;) {
+    std::shared_ptr<StopSignal> sleep;
     {
-      std::unique_lock lock(mu_);
-      cv_.wait_until(lock, next, [this] { return stop_ || wake_; });
+      std::lock_guard lock(mu_);
+      if (stop_) return;
+      if (!wake_) sleep = sleep_ = std::make_shared<StopSignal>();
+    }
+    if (sleep) clock_.SleepUntil(next, *sleep);  // ends early on Wake/SetCounters/Stop
+    {
+      std::lock_guard lock(mu_);
+      sleep_.reset();
       if (stop_) return;
       wake_ = false;
     }
     CollectOnce();
     // Fixed-rate ticks; after a stall, start again from now rather than bursting.
     next += interval_;
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = clock_.Now();
     if (next < now) next = now + interval_;
   }
 }
 
-XidWatcher::XidWatcher(const gpu::NvmlFunctions& fn, std::vector<nvmlDevice_t> handles,
-                       XidLog& log, std::function<void()> on_xid)
+XidWatcher::XidWatcher(const gpu::NvmlFunctions& fn, std::vector<nvmlDevice_t> handles, XidLog& log,
+                       std::function<void()> on_xid)
     : fn_(fn), handles_(std::move(handles)), log_(log), on_xid_(std::move(on_xid)) {}
 
 XidWatcher::~XidWatcher() { Stop(); }

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "metrics/exposition.h"
 #include "metrics/sampler.h"
 
@@ -60,8 +61,9 @@ class Publisher {
 
 class Collector {
  public:
+  // Ticks on `clock` (a test passes a FakeClock and advances it).
   Collector(Sampler& sampler, std::shared_ptr<const CounterSet> counters,
-            std::chrono::milliseconds interval, Publisher& publisher);
+            std::chrono::milliseconds interval, Publisher& publisher, Clock& clock = RealClock());
   ~Collector();  // Stop()s
   Collector(const Collector&) = delete;
   Collector& operator=(const Collector&) = delete;
@@ -85,11 +87,12 @@ class Collector {
   Sampler& sampler_;
   const std::chrono::milliseconds interval_;
   Publisher& publisher_;
+  Clock& clock_;
   std::mutex mu_;
-  std::condition_variable cv_;
   std::shared_ptr<const CounterSet> counters_;  // guarded by mu_
-  bool wake_ = false;
-  bool stop_ = false;
+  bool wake_ = false;                           // guarded by mu_
+  bool stop_ = false;                           // guarded by mu_
+  std::shared_ptr<StopSignal> sleep_;           // the current wait; Wake/Stop end it
   std::atomic<uint64_t> collections_{0};
   std::function<void()> before_publish_;
   std::thread thread_;
