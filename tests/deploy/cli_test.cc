@@ -238,9 +238,10 @@ TEST(ConfigMapPlans, EveryNamedConfigPlansOnItsNode) {
        "dgx-h100",
        {"nvidia.com/gpu.sharing-strategy=time-slicing", "nvidia.com/gpu.replicas=4",
         "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3-SHARED"}},
+      // Renamed: GFD still reports the entry's replicas, without -SHARED in the product.
       {"time-slicing-split",
        "dgx-h100",
-       {"nvidia.com/gpu.sharing-strategy=time-slicing", "nvidia.com/gpu.replicas=1",
+       {"nvidia.com/gpu.sharing-strategy=time-slicing", "nvidia.com/gpu.replicas=4",
         "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3"}},
       {"mig-mixed",
        "dgx-a100",
