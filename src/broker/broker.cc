@@ -59,13 +59,14 @@ void BrokerMetrics::Record(const Decision& d, const Journal& j, bool acted_ok, b
   for (const auto& [name, e] : j.nodes) {
     nodes[name] = {{"owner", OwnerName(e.owner)}, {"step", e.step}, {"since", e.since}};
   }
-  last_json_ = nlohmann::json{{"action", ActionName(d.action)},
-                              {"node", d.node},
-                              {"code", d.code},
-                              {"reason", d.reason},
-                              {"dryRun", dry_run},
-                              {"nodes", nodes}}
-                   .dump();
+  last_json_ = nlohmann::json{
+      {"action", ActionName(d.action)},
+      {"node", d.node},
+      {"code", d.code},
+      {"reason", d.reason},
+      {"dryRun", dry_run},
+      {"nodes",
+       nodes}}.dump();
 }
 
 void BrokerMetrics::CountError(const std::string& side) {
@@ -83,7 +84,8 @@ std::string BrokerMetrics::Prometheus() const {
   std::ostringstream o;
   o << "# HELP gpulet_broker_nodes Nodes the broker holds outside Slurm, by owner.\n"
        "# TYPE gpulet_broker_nodes gauge\n";
-  for (const auto& [pool, n] : pools_) o << "gpulet_broker_nodes{owner=\"" << pool << "\"} " << n << "\n";
+  for (const auto& [pool, n] : pools_)
+    o << "gpulet_broker_nodes{owner=\"" << pool << "\"} " << n << "\n";
   o << "# HELP gpulet_broker_decisions_total Evaluations by action and reason code.\n"
        "# TYPE gpulet_broker_decisions_total counter\n";
   for (const auto& [k, n] : decisions_) {
@@ -97,7 +99,8 @@ std::string BrokerMetrics::Prometheus() const {
   }
   o << "# HELP gpulet_broker_errors_total Failed reads or actions, by side.\n"
        "# TYPE gpulet_broker_errors_total counter\n";
-  for (const auto& [k, n] : errors_) o << "gpulet_broker_errors_total{side=\"" << k << "\"} " << n << "\n";
+  for (const auto& [k, n] : errors_)
+    o << "gpulet_broker_errors_total{side=\"" << k << "\"} " << n << "\n";
   o << "# HELP gpulet_broker_leader 1 while this broker holds the lease.\n"
        "# TYPE gpulet_broker_leader gauge\n"
     << "gpulet_broker_leader " << (leader_ ? 1 : 0) << "\n";
@@ -110,13 +113,29 @@ std::string BrokerMetrics::StatusJson() const {
 }
 
 Broker::Broker(const BrokerConfig& config, const SlurmSide& slurm, const KubeSide& kube,
-               BrokerOptions options)
-    : config_(config), slurm_(slurm), kube_(kube), options_(std::move(options)) {
+               BrokerOptions options, Clock& clock)
+    : config_(config), slurm_(slurm), kube_(kube), options_(std::move(options)), clock_(clock) {
   if (options_.identity.empty()) {
     char host[256] = {0};
     gethostname(host, sizeof host - 1);
     options_.identity = std::string(host) + "-" + std::to_string(getpid());
   }
+  if (!config_.lease_name.empty()) {
+    lease_ = std::make_unique<LeaseElector>(kube_.client(), config_, options_.identity, clock_);
+  }
+}
+
+Decision Broker::Idle(const std::string& code, const std::string& reason,
+                      const std::string& error_side) {
+  Decision d;
+  d.code = code;
+  d.reason = reason;
+  d.journal = journal_;
+  if (!error_side.empty()) metrics_.CountError(error_side);
+  spdlog::info("event=broker_decision action=none node= reason_code={} reason=\"{}\"", d.code,
+               Escape(d.reason));
+  metrics_.Record(d, journal_, true, options_.dry_run);
+  return d;
 }
 
 Status Broker::Start() {
@@ -125,28 +144,29 @@ Status Broker::Start() {
   journal_ = *j;
   for (const auto& [name, e] : journal_.nodes) {
     if (e.owner == Owner::kLending || e.owner == Owner::kReturning) {
-      spdlog::info("event=broker_resume node={} owner={} step={}", name, OwnerName(e.owner), e.step);
+      spdlog::info("event=broker_resume node={} owner={} step={}", name, OwnerName(e.owner),
+                   e.step);
     }
   }
   return {};
 }
 
 Decision Broker::Tick(TimeMs now) {
-  if (!config_.lease_name.empty()) {
-    Result<bool> leader = kube_.AcquireLease(options_.identity, now);
+  const std::string lease_name = config_.lease_namespace + "/" + config_.lease_name;
+  if (lease_) {
+    Result<bool> leader = lease_->TryAcquireOrRenew();
     metrics_.SetLeader(leader.ok() && *leader);
-    if (!leader.ok() || !*leader) {
-      Decision d;
-      d.code = leader.ok() ? "not_leader" : "lease_error";
-      d.reason = leader.ok() ? "another broker holds lease " + config_.lease_namespace + "/" +
-                                   config_.lease_name
-                             : "lease: " + leader.status().message();
-      d.journal = journal_;
-      if (!leader.ok()) metrics_.CountError("kubernetes");
-      spdlog::info("event=broker_decision action=none node= reason_code={} reason=\"{}\"", d.code,
-                   d.reason);
-      metrics_.Record(d, journal_, true, options_.dry_run);
-      return d;
+    if (!leader.ok())
+      return Idle("lease_error", "lease: " + leader.status().message(), "kubernetes");
+    if (!*leader) return Idle("not_leader", "another broker holds lease " + lease_name, "");
+    if (lease_->terms() != term_) {
+      // A new term: the previous leader may have moved nodes since this replica read the journal.
+      Result<Journal> fresh = LoadJournal(config_.journal_path);
+      if (!fresh.ok()) return Idle("journal_error", fresh.status().message(), "journal");
+      journal_ = *fresh;
+      term_ = lease_->terms();
+      spdlog::info("event=broker_journal_reloaded term={} nodes={} in_transit={}", term_,
+                   journal_.nodes.size(), journal_.InTransit());
     }
   }
   SlurmView slurm = slurm_.Observe(now);
@@ -156,14 +176,24 @@ Decision Broker::Tick(TimeMs now) {
   Decision d = Evaluate(slurm, kube, journal_, config_, now);
   bool ok = true;
   std::string error;
+  if (lease_ && !options_.dry_run &&
+      !lease_->HeldFor(std::chrono::milliseconds(config_.lease_duration / 2))) {
+    // Observing took half the lease: renew before writing or acting, or stand down.
+    Result<bool> still = lease_->TryAcquireOrRenew();
+    if (!still.ok() || !*still || lease_->terms() != term_) {
+      metrics_.SetLeader(false);
+      return Idle("lease_lost", "lease " + lease_name + " not renewed before acting", "");
+    }
+  }
   if (!options_.dry_run) {
     if (!(d.journal == journal_)) {
       Status saved = SaveJournal(config_.journal_path, d.journal);
       if (!saved.ok()) {
         metrics_.CountError("journal");
-        spdlog::error("event=broker_decision action=none node={} reason_code=journal_error "
-                      "reason=\"{}\"",
-                      d.node, saved.message());
+        spdlog::error(
+            "event=broker_decision action=none node={} reason_code=journal_error "
+            "reason=\"{}\"",
+            d.node, saved.message());
         return d;
       }
     }
@@ -201,7 +231,8 @@ Status Broker::Act(const Decision& d) {
     case Action::kResume: {
       Result<bool> r = slurm_.ResumeIfOurs(d.node);
       if (!r.ok()) return r.status();
-      if (!*r) spdlog::info("event=broker_resume_skipped node={} why=\"not drained by us\"", d.node);
+      if (!*r)
+        spdlog::info("event=broker_resume_skipped node={} why=\"not drained by us\"", d.node);
       return {};
     }
     case Action::kAdmit:
@@ -222,13 +253,11 @@ Status Broker::Act(const Decision& d) {
   return {};
 }
 
-void Broker::Run(const std::atomic<bool>& stop) {
-  while (!stop.load()) {
-    Tick(NowMs());
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.interval);
-    while (!stop.load() && std::chrono::steady_clock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+void Broker::Run(StopSignal& stop) {
+  while (!stop.stopped()) {
+    const Clock::TimePoint next = clock_.Now() + std::chrono::milliseconds(config_.interval);
+    Tick(clock_.WallMillis());
+    if (!clock_.SleepUntil(next, stop)) break;
   }
 }
 
@@ -246,7 +275,8 @@ Status BrokerHttp::Start(const std::string& address) {
   }
   std::string host = address.substr(0, colon);
   if (host.empty()) host = "0.0.0.0";
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   int port = 0;
   try {
     port = std::stoi(address.substr(colon + 1));
@@ -285,8 +315,8 @@ std::string FormatStatus(const Journal& j, const BrokerConfig& c, TimeMs now) {
   }
   o << "pools: slurm=" << slurm << " kubernetes=" << k8s << " in-transit=" << j.InTransit()
     << " (managed " << c.nodes.size() << ", cap " << c.k8s_max_nodes << ")\n";
-  o << "demand: " << j.demand_streak << " consecutive evaluations (lend at "
-    << c.demand_evaluations << ")\n";
+  o << "demand: " << j.demand_streak << " consecutive evaluations (lend at " << c.demand_evaluations
+    << ")\n";
   if (j.last_transition > 0) o << "last transition: " << Age(now - j.last_transition) << " ago\n";
   o << "NODE\tOWNER\tSTEP\tAGE\n";
   for (const std::string& n : c.nodes) {
@@ -300,7 +330,9 @@ std::string FormatStatus(const Journal& j, const BrokerConfig& c, TimeMs now) {
       << Age(now - e.since) << "\n";
   }
   for (const auto& [n, e] : j.nodes) {
-    if (!c.Manages(n)) o << n << "\t" << OwnerName(e.owner) << "\t" << e.step << "\t" << Age(now - e.since) << " (not in config)\n";
+    if (!c.Manages(n))
+      o << n << "\t" << OwnerName(e.owner) << "\t" << e.step << "\t" << Age(now - e.since)
+        << " (not in config)\n";
   }
   return o.str();
 }

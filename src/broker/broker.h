@@ -1,10 +1,14 @@
 // The broker's loop: observe both sides, evaluate, persist the journal (intent first), act, log
 // one structured line per decision, count it in the metrics. One Tick is one evaluation; Run
-// ticks every `rules.interval` until stopped.
+// starts one every `rules.interval` (on the injected clock) until stopped.
 //
-// Lease: when the config names one, a Tick that does not hold it observes nothing and acts on
-// nothing ("not_leader"). Dry run: decisions are logged and counted, nothing is drained, patched,
-// evicted or written to the journal file.
+// Lease (lease.h): when the config names one, a Tick that does not hold it observes nothing and
+// acts on nothing ("not_leader"). A Tick that starts a new term (this replica just took the lease)
+// first reads the journal file again: the previous leader wrote it since this replica last did,
+// and acting on the old copy would undo its transitions. Before it writes or acts, a Tick that
+// has used up half the lease on observing renews it again, so the leader always acts well inside
+// its lease. Dry run: decisions are logged and counted, nothing is drained, patched, evicted or
+// written to the journal file.
 #pragma once
 
 #include <atomic>
@@ -18,7 +22,9 @@
 #include "broker/config.h"
 #include "broker/engine.h"
 #include "broker/k8s_side.h"
+#include "broker/lease.h"
 #include "broker/slurm_side.h"
+#include "common/clock.h"
 
 namespace httplib {
 class Server;
@@ -45,7 +51,7 @@ class BrokerMetrics {
   std::map<std::pair<std::string, std::string>, uint64_t> decisions_;  // (action, code)
   std::map<std::string, uint64_t> transitions_;                        // action
   std::map<std::string, uint64_t> errors_;                             // side
-  std::map<std::string, int> pools_;                                  // owner → nodes
+  std::map<std::string, int> pools_;                                   // owner → nodes
   bool leader_ = false;
   std::string last_json_;
 };
@@ -53,24 +59,29 @@ class BrokerMetrics {
 class Broker {
  public:
   Broker(const BrokerConfig& config, const SlurmSide& slurm, const KubeSide& kube,
-         BrokerOptions options);
+         BrokerOptions options, Clock& clock = RealClock());
 
   // Loads the journal (a corrupt one is an error: the broker must not forget a transition).
   Status Start();
   Decision Tick(TimeMs now);
-  // Ticks every interval until *stop (checked at least every 100 ms).
-  void Run(const std::atomic<bool>& stop);
+  // Ticks every interval (measured from the start of each tick) until `stop`.
+  void Run(StopSignal& stop);
 
   const Journal& journal() const { return journal_; }
   const BrokerMetrics& metrics() const { return metrics_; }
 
  private:
   Status Act(const Decision& d);
+  // A decision that acts on nothing, logged and counted.
+  Decision Idle(const std::string& code, const std::string& reason, const std::string& error_side);
 
   const BrokerConfig& config_;
   const SlurmSide& slurm_;
   const KubeSide& kube_;
   BrokerOptions options_;
+  Clock& clock_;
+  std::unique_ptr<LeaseElector> lease_;  // null without a lease
+  uint64_t term_ = 0;                    // the lease term the journal was last read in
   Journal journal_;
   BrokerMetrics metrics_;
 };

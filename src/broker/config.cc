@@ -4,9 +4,10 @@
 
 #include <algorithm>
 #include <charconv>
-#include <fstream>
 #include <set>
-#include <sstream>
+
+#include "common/duration.h"
+#include "common/files.h"
 
 namespace gpulet::broker {
 namespace {
@@ -62,12 +63,15 @@ class Reader {
 
   TimeMs Duration(const YAML::Node& n, const std::string& field, TimeMs min) const {
     if (!n.IsScalar()) Fail(n, field, "must be a duration such as 30s, 10m or 2h");
-    TimeMs v = 0;
-    if (!ParseDuration(n.Scalar(), &v)) {
+    // Bare numbers are seconds (documented since the first release).
+    Result<std::chrono::milliseconds> v = ParseDuration(n.Scalar(), std::chrono::seconds(1));
+    if (!v.ok()) {
       Fail(n, field, "must be a duration such as 30s, 10m or 2h, got \"" + n.Scalar() + "\"");
     }
-    if (v < min) Fail(n, field, "must be at least " + std::to_string(min) + "ms");
-    return v;
+    if (v->count() < min) {
+      Fail(n, field, "must be at least " + FormatDuration(std::chrono::milliseconds(min)));
+    }
+    return v->count();
   }
 
   std::vector<std::string> Names(const YAML::Node& n, const std::string& field) const {
@@ -188,11 +192,21 @@ void Parse(const YAML::Node& root, const Reader& r, BrokerConfig& c) {
   }
   if (const YAML::Node lease = root["lease"]) {
     r.CheckKeys(lease, "lease", {"namespace", "name", "duration"});
-    c.lease_namespace = lease["namespace"] ? r.String(lease["namespace"], "lease.namespace")
-                                           : "kube-system";
+    c.lease_namespace =
+        lease["namespace"] ? r.String(lease["namespace"], "lease.namespace") : "kube-system";
     if (!lease["name"]) r.Fail(lease, "lease.name", "required");
     c.lease_name = r.String(lease["name"], "lease.name");
+    // Three intervals by default: the leader renews every interval, so it renews at least twice
+    // before the lease could lapse, and a standby takes over within about three intervals.
+    c.lease_duration = 3 * c.interval;
     if (lease["duration"]) c.lease_duration = r.Duration(lease["duration"], "lease.duration", 1000);
+    if (c.lease_duration <= 2 * c.interval) {
+      r.Fail(lease["duration"] ? lease["duration"] : lease, "lease.duration",
+             "must be more than twice rules.interval (" +
+                 FormatDuration(std::chrono::milliseconds(c.interval)) + "), got " +
+                 FormatDuration(std::chrono::milliseconds(c.lease_duration)) +
+                 ": the lease would lapse between renewals and replicas would take turns");
+    }
   }
   if (const YAML::Node m = root["metrics"]) {
     r.CheckKeys(m, "metrics", {"address"});
@@ -204,31 +218,6 @@ void Parse(const YAML::Node& root, const Reader& r, BrokerConfig& c) {
 
 bool BrokerConfig::Manages(const std::string& node) const {
   return std::find(nodes.begin(), nodes.end(), node) != nodes.end();
-}
-
-bool ParseDuration(const std::string& text, TimeMs* out) {
-  if (text.empty()) return false;
-  size_t digits = 0;
-  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
-  if (digits == 0 || digits > 12) return false;
-  const TimeMs n = std::stoll(text.substr(0, digits));
-  const std::string unit = text.substr(digits);
-  TimeMs scale = 0;
-  if (unit.empty() || unit == "s") {
-    scale = 1000;
-  } else if (unit == "ms") {
-    scale = 1;
-  } else if (unit == "m") {
-    scale = 60 * 1000;
-  } else if (unit == "h") {
-    scale = 3600 * 1000;
-  } else if (unit == "d") {
-    scale = 24 * 3600 * 1000;
-  } else {
-    return false;
-  }
-  *out = n * scale;
-  return true;
 }
 
 Result<BrokerConfig> ParseBrokerConfig(const std::string& text, const std::string& source) {
@@ -246,11 +235,14 @@ Result<BrokerConfig> ParseBrokerConfig(const std::string& text, const std::strin
 }
 
 Result<BrokerConfig> LoadBrokerConfig(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Status(ErrorCode::kNotFound, path + ": cannot read the broker config");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParseBrokerConfig(ss.str(), path);
+  Result<std::string> text = ReadFileBounded(path, 1u << 20);
+  if (!text.ok()) {
+    if (text.status().code() == ErrorCode::kNotFound) {
+      return Status(ErrorCode::kNotFound, path + ": cannot read the broker config");
+    }
+    return text.status();
+  }
+  return ParseBrokerConfig(*text, path);
 }
 
 }  // namespace gpulet::broker

@@ -1,6 +1,6 @@
 // The broker's configuration: one YAML file (pools, namespaces, thresholds). Every bad value is
-// an error naming FILE:LINE: field.path: problem. Durations are strings with a unit ("90s",
-// "10m", "2h", "500ms") or a plain number of seconds.
+// an error naming FILE:LINE: field.path: problem. Durations use the one grammar of
+// common/duration.h ("90s", "10m", "1h30m", "500ms", "1d"); a plain number means seconds.
 //
 //   slurm:
 //     nodes: [gpua, gpub]      # the nodes the broker may lend (required, Slurm names = K8s names)
@@ -27,7 +27,8 @@
 //     evictionTimeout: 10m     # evictions blocked (PDB) this long abort the return
 //     interval: 30s            # between evaluations
 //   journal: /var/lib/gpulet/broker-journal.json
-//   lease: {namespace: kube-system, name: gpulet-broker, duration: 30s}   # optional
+//   lease: {namespace: kube-system, name: gpulet-broker, duration: 90s}   # optional; duration
+//                              # must exceed 2 x rules.interval (default 3 x rules.interval)
 //   metrics: {address: ":9402"}
 #pragma once
 
@@ -65,7 +66,7 @@ struct BrokerConfig {
   // files and endpoints
   std::string journal_path = "/var/lib/gpulet/broker-journal.json";
   std::string lease_namespace, lease_name;  // empty name: no lease (single replica)
-  TimeMs lease_duration = 30 * 1000;
+  TimeMs lease_duration = 3 * 30 * 1000;    // 3 x interval unless set
   std::string metrics_address = ":9402";
 
   bool Manages(const std::string& node) const;
@@ -75,8 +76,5 @@ struct BrokerConfig {
 Result<BrokerConfig> ParseBrokerConfig(const std::string& text, const std::string& source);
 // Reads and parses FILE (kNotFound when missing).
 Result<BrokerConfig> LoadBrokerConfig(const std::string& path);
-
-// "90s", "10m", "2h", "500ms", "1d" or a plain number of seconds → milliseconds; false otherwise.
-bool ParseDuration(const std::string& text, TimeMs* out);
 
 }  // namespace gpulet::broker

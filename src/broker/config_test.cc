@@ -78,8 +78,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadCase{"idleTime: 90s", "idleTime: soon", "b.yaml:4: slurm.idleTime: must be a duration"},
         BadCase{"maxNodes: 2", "maxNodes: -1", "b.yaml:8: kubernetes.maxNodes: must be between"},
-        BadCase{"maxNodes: 2", "maxNodes: two", "b.yaml:8: kubernetes.maxNodes: must be an integer"},
-        BadCase{"[gpua, gpub]", "[gpua, gpua]", "b.yaml:2: slurm.nodes[1]: \"gpua\" is listed twice"},
+        BadCase{"maxNodes: 2", "maxNodes: two",
+                "b.yaml:8: kubernetes.maxNodes: must be an integer"},
+        BadCase{"[gpua, gpub]", "[gpua, gpua]",
+                "b.yaml:2: slurm.nodes[1]: \"gpua\" is listed twice"},
         BadCase{"[gpua, gpub]", "[]", "b.yaml:2: slurm.nodes: must name at least one node"},
         BadCase{"minNodes: 1", "minNodes: 3", "b.yaml:3: slurm.minNodes: must not exceed"},
         BadCase{"taint: pool=slurm:NoSchedule", "taint: pool=slurm:Never",
@@ -92,7 +94,14 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"namespaces: [inference, serving]", "namespaces: inference",
                 "b.yaml:7: kubernetes.namespaces: must be a list"},
         BadCase{"lease: {name: gpulet-broker}", "lease: {namespace: x}", "lease.name: required"},
-        BadCase{"journal: /tmp/j.json", "journal: [", "b.yaml:"}));
+        BadCase{"journal: /tmp/j.json", "journal: [", "b.yaml:"},
+        // A lease no longer than two intervals lapses between renewals: replicas would flap.
+        BadCase{"lease: {name: gpulet-broker}", "lease: {name: gpulet-broker, duration: 60s}",
+                "b.yaml:19: lease.duration: must be more than twice rules.interval (30s), got 1m"},
+        BadCase{"lease: {name: gpulet-broker}", "lease: {name: gpulet-broker, duration: 30s}",
+                "b.yaml:19: lease.duration: must be more than twice rules.interval"},
+        BadCase{"interval: 30", "interval: 30 s",
+                "b.yaml:17: rules.interval: must be a duration"}));
 
 TEST(BrokerConfig, MissingSectionsAndFile) {
   Result<BrokerConfig> c = ParseBrokerConfig("kubernetes: {namespaces: [a]}\n", "x.yaml");
@@ -101,16 +110,36 @@ TEST(BrokerConfig, MissingSectionsAndFile) {
   EXPECT_EQ(LoadBrokerConfig("/nonexistent/broker.yaml").status().code(), ErrorCode::kNotFound);
 }
 
+// The lease outlives two intervals by default, so the leader renews at least twice before it
+// could lapse (it used to default to 30s, equal to the default interval).
+TEST(BrokerConfig, DefaultLeaseOutlivesTwoIntervals) {
+  Result<BrokerConfig> c = ParseBrokerConfig(kGood, "b.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_GT(c->lease_duration, 2 * c->interval);
+  EXPECT_EQ(c->lease_duration, 3 * c->interval);
+  BrokerConfig defaults;
+  EXPECT_GT(defaults.lease_duration, 2 * defaults.interval);
+}
+
+// The one duration grammar (common/duration.h), with bare numbers meaning seconds here.
 TEST(BrokerConfig, Durations) {
-  TimeMs v = 0;
-  EXPECT_TRUE(ParseDuration("45", &v));
-  EXPECT_EQ(v, 45'000);
-  EXPECT_TRUE(ParseDuration("3m", &v));
-  EXPECT_EQ(v, 180'000);
-  EXPECT_FALSE(ParseDuration("3 m", &v));
-  EXPECT_FALSE(ParseDuration("m", &v));
-  EXPECT_FALSE(ParseDuration("-3s", &v));
-  EXPECT_FALSE(ParseDuration("99999999999999s", &v));
+  auto with = [](const std::string& from, const std::string& to) {
+    std::string text = kGood;
+    text.replace(text.find(from), from.size(), to);
+    return ParseBrokerConfig(text, "b.yaml");
+  };
+  Result<BrokerConfig> c = with("idleTime: 90s", "idleTime: 45");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->idle_time, 45'000);
+  c = with("idleTime: 90s", "idleTime: 1h30m");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->idle_time, 5'400'000);
+  c = with("idleTime: 90s", "idleTime: 1.5s");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->idle_time, 1'500);
+  for (const char* bad : {"3 m", "m", "-3s", "99999999999999h"}) {
+    EXPECT_FALSE(with("idleTime: 90s", std::string("idleTime: ") + bad).ok()) << bad;
+  }
 }
 
 }  // namespace

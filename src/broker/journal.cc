@@ -15,9 +15,9 @@ namespace gpulet::broker {
 std::string JournalToJson(const Journal& j) {
   nlohmann::json nodes = nlohmann::json::object();
   for (const auto& [name, e] : j.nodes) {
-    nodes[name] = {{"owner", OwnerName(e.owner)},   {"step", e.step},
-                   {"since", e.since},              {"stepSince", e.step_since},
-                   {"gpus", e.gpus},                {"lastPodSeen", e.last_pod_seen}};
+    nodes[name] = {
+        {"owner", OwnerName(e.owner)}, {"step", e.step}, {"since", e.since},
+        {"stepSince", e.step_since},   {"gpus", e.gpus}, {"lastPodSeen", e.last_pod_seen}};
   }
   nlohmann::json returned = nlohmann::json::object();
   for (const auto& [name, t] : j.returned_at) returned[name] = t;

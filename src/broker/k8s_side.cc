@@ -1,7 +1,7 @@
 #include "broker/k8s_side.h"
 
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 
 namespace gpulet::broker {
 namespace {
@@ -79,9 +79,9 @@ KubeView KubeSide::Observe() const {
       }
     }
     for (const std::string& name : config_.nodes) {
-      Result<json> node = client_.Get("/api/v1/nodes/" + name);
+      k8s::ApiResult<json> node = client_.Get("/api/v1/nodes/" + name);
       if (!node.ok()) {
-        if (node.status().code() == ErrorCode::kNotFound) continue;
+        if (node.http_status() == 404) continue;
         return fail(node.status());
       }
       KubeNode k;
@@ -89,7 +89,8 @@ KubeView KubeSide::Observe() const {
       const json& spec = (*node).value("spec", json::object());
       k.unschedulable = spec.value("unschedulable", false);
       for (const json& t : spec.value("taints", json::array())) {
-        if (t.value("key", "") == config_.taint_key && t.value("effect", "") == config_.taint_effect) {
+        if (t.value("key", "") == config_.taint_key &&
+            t.value("effect", "") == config_.taint_effect) {
           k.slurm_taint = true;
         }
       }
@@ -137,8 +138,9 @@ Status KubeSide::StartReturn(const std::string& name) const {
   for (const json& t : (*node)["spec"].value("taints", json::array())) {
     if (t.value("key", "") != config_.taint_key) taints.push_back(t);
   }
-  taints.push_back(
-      {{"key", config_.taint_key}, {"value", config_.taint_value}, {"effect", config_.taint_effect}});
+  taints.push_back({{"key", config_.taint_key},
+                    {"value", config_.taint_value},
+                    {"effect", config_.taint_effect}});
   json patch = {{"spec", {{"unschedulable", true}, {"taints", taints}}},
                 {"metadata", {{"labels", {{config_.pool_label_key, nullptr}}}}}};
   return client_.Patch(path, patch, k8s::PatchType::kMerge).status();
@@ -153,10 +155,11 @@ Result<EvictionResult> KubeSide::Evict(const std::vector<std::string>& pods) con
     json body = {{"apiVersion", "policy/v1"},
                  {"kind", "Eviction"},
                  {"metadata", {{"name", name}, {"namespace", ns}}}};
-    Result<json> r = client_.Post("/api/v1/namespaces/" + ns + "/pods/" + name + "/eviction", body);
-    if (r.ok() || r.status().code() == ErrorCode::kNotFound) {
+    k8s::ApiResult<json> r =
+        client_.Post("/api/v1/namespaces/" + ns + "/pods/" + name + "/eviction", body);
+    if (r.ok() || r.http_status() == 404) {
       ++out.evicted;
-    } else if (k8s::HttpStatusOf(r.status()) == 429) {
+    } else if (r.http_status() == 429) {
       ++out.blocked;
     } else {
       return r.status();
@@ -186,42 +189,6 @@ bool ParseMicroTime(const std::string& text, TimeMs* out) {
   tm.tm_mon -= 1;
   *out = static_cast<TimeMs>(timegm(&tm)) * 1000 + micros / 1000;
   return true;
-}
-
-Result<bool> KubeSide::AcquireLease(const std::string& identity, TimeMs now) const {
-  const std::string base =
-      "/apis/coordination.k8s.io/v1/namespaces/" + config_.lease_namespace + "/leases";
-  const std::string path = base + "/" + config_.lease_name;
-  const int duration_s = static_cast<int>((config_.lease_duration + 999) / 1000);
-  json spec = {{"holderIdentity", identity},
-               {"leaseDurationSeconds", duration_s},
-               {"renewTime", FormatMicroTime(now)}};
-  Result<json> lease = client_.Get(path);
-  if (!lease.ok()) {
-    if (lease.status().code() != ErrorCode::kNotFound) return lease.status();
-    spec["acquireTime"] = FormatMicroTime(now);
-    json obj = {{"apiVersion", "coordination.k8s.io/v1"},
-                {"kind", "Lease"},
-                {"metadata", {{"name", config_.lease_name}, {"namespace", config_.lease_namespace}}},
-                {"spec", spec}};
-    Result<json> created = client_.Post(base, obj);
-    if (created.ok()) return true;
-    if (k8s::HttpStatusOf(created.status()) == 409) return false;  // someone else was faster
-    return created.status();
-  }
-  const json s = (*lease).value("spec", json::object());
-  const std::string holder = s.value("holderIdentity", "");
-  TimeMs renewed = 0;
-  ParseMicroTime(s.value("renewTime", ""), &renewed);
-  const TimeMs held_for = static_cast<TimeMs>(s.value("leaseDurationSeconds", 0)) * 1000;
-  if (!holder.empty() && holder != identity && renewed + held_for > now) return false;
-  if (holder != identity) spec["acquireTime"] = FormatMicroTime(now);
-  json patch = {{"metadata", {{"resourceVersion", (*lease)["metadata"].value("resourceVersion", "")}}},
-                {"spec", spec}};
-  Result<json> r = client_.Patch(path, patch, k8s::PatchType::kMerge);
-  if (r.ok()) return true;
-  if (k8s::HttpStatusOf(r.status()) == 409) return false;
-  return r.status();
 }
 
 }  // namespace gpulet::broker

@@ -10,8 +10,7 @@
 // Evict posts an Eviction for each pod: the API server refuses one that a PodDisruptionBudget
 // protects (HTTP 429) and the broker simply tries again next evaluation.
 //
-// Lease: coordination.k8s.io/v1 Lease for leader election; updates carry the resourceVersion
-// read, so two brokers racing for it cannot both win.
+// Leader election is lease.h, on the same client.
 #pragma once
 
 #include <string>
@@ -38,8 +37,7 @@ class KubeSide {
   Status StartReturn(const std::string& node) const;
   Result<EvictionResult> Evict(const std::vector<std::string>& pods) const;
 
-  // Takes or renews the lease for `identity`. true: this broker leads until now + duration.
-  Result<bool> AcquireLease(const std::string& identity, TimeMs now) const;
+  const k8s::Client& client() const { return client_; }
 
  private:
   const k8s::Client& client_;

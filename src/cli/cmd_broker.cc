@@ -2,16 +2,16 @@
 //   gpulet broker run --config FILE [--dry-run] [--once]
 //   gpulet broker status --config FILE
 // See docs/broker.md for the pools, the rules and running it next to cluster-autoscaler.
-#include <signal.h>
 #include <spdlog/spdlog.h>
 
-#include <atomic>
 #include <cstdio>
 #include <thread>
 
 #include "broker/broker.h"
 #include "broker/journal.h"
 #include "cli/commands.h"
+#include "common/clock.h"
+#include "common/signals.h"
 #include "k8s/access.h"
 #include "slurm/command.h"
 
@@ -27,6 +27,8 @@ struct BrokerFlags {
 };
 
 int RunBroker(const BrokerFlags& f) {
+  // Before any thread starts, so the signals reach only the waiter below.
+  const StopSignals signals = StopSignals::Block();
   Result<broker::BrokerConfig> config = broker::LoadBrokerConfig(f.config);
   if (!config.ok()) return ReportError(config.status());
   if (!f.journal.empty()) config->journal_path = f.journal;
@@ -43,31 +45,19 @@ int RunBroker(const BrokerFlags& f) {
   if (Status s = b.Start(); !s.ok()) return ReportError(s);
   if (f.once) {
     broker::Decision d = b.Tick(broker::NowMs());
-    std::printf("%s %s %s: %s\n", broker::ActionName(d.action), d.node.empty() ? "-" : d.node.c_str(),
-                d.code.c_str(), d.reason.c_str());
+    std::printf("%s %s %s: %s\n", broker::ActionName(d.action),
+                d.node.empty() ? "-" : d.node.c_str(), d.code.c_str(), d.reason.c_str());
     return 0;
   }
-  // Block the stop signals before any thread starts, so sigtimedwait below receives them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   broker::BrokerHttp http(b.metrics());
   if (Status s = http.Start(config->metrics_address); !s.ok()) return ReportError(s);
   spdlog::info("event=broker_started config={} journal={} metrics_port={} dry_run={}", f.config,
                config->journal_path, http.port(), f.dry_run);
-  std::atomic<bool> stop{false};
+  StopSignal stop;
   std::thread loop([&] { b.Run(stop); });
-  for (;;) {
-    timespec tick{0, 200 * 1000 * 1000};
-    const int sig = sigtimedwait(&signals, nullptr, &tick);
-    if (sig == SIGINT || sig == SIGTERM) {
-      spdlog::info("event=broker_stopping signal={}", sig);
-      break;
-    }
-  }
-  stop = true;
+  const int sig = RunUntilStopped(signals, std::chrono::seconds(1), nullptr, nullptr);
+  spdlog::info("event=broker_stopping signal={}", sig);
+  stop.Stop();
   loop.join();
   return 0;
 }

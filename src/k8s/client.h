@@ -2,9 +2,11 @@
 // gpulet needs (its Node's labels, its ConfigMap). One Client may be used by several threads at
 // once: every request uses its own curl handle.
 //
-// Errors: an HTTP error becomes a Status naming the method, path, HTTP code and the API server's
-// message: 404 → kNotFound, 401/403 → kUnavailable ("forbidden: check RBAC"), anything else and
-// connection/TLS failures → kUnavailable.
+// Errors: an HTTP error becomes an ApiResult whose Status names the method, path, HTTP code and
+// the API server's message (404 → kNotFound, 401/403 → kUnavailable "check RBAC", anything else
+// and connection/TLS failures → kUnavailable) and whose http_status() carries the code itself:
+// callers branch on the number (429: a PodDisruptionBudget refused an eviction; 409: a conflict),
+// never on the message text.
 #pragma once
 
 #include <atomic>
@@ -18,6 +20,21 @@
 namespace gpulet::k8s {
 
 enum class PatchType { kMerge, kStrategicMerge, kJsonPatch };
+
+// A Result that also carries the HTTP status of a failed call: 0 when no HTTP answer came (the
+// connection or TLS failed, or a 2xx body was not JSON). On success http_status() is 0 too.
+// Converts to Result<T> (the status travels in the Status's code and message only).
+template <typename T>
+class ApiResult : public Result<T> {
+ public:
+  ApiResult(T value) : Result<T>(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  ApiResult(Status status, long http_status = 0)       // NOLINT(google-explicit-constructor)
+      : Result<T>(std::move(status)), http_status_(http_status) {}
+  long http_status() const { return http_status_; }
+
+ private:
+  long http_status_ = 0;
+};
 
 struct WatchEvent {
   std::string type;  // ADDED, MODIFIED, DELETED, BOOKMARK, ERROR
@@ -44,17 +61,16 @@ class Client {
   explicit Client(ClusterAccess access);
 
   // GET `path` (e.g. "/api/v1/nodes/n1"): the decoded body.
-  Result<nlohmann::json> Get(const std::string& path) const;
+  ApiResult<nlohmann::json> Get(const std::string& path) const;
 
   // PATCH `path` with `patch` as merge-patch+json, strategic-merge-patch+json or json-patch+json:
   // the object the server returns.
-  Result<nlohmann::json> Patch(const std::string& path, const nlohmann::json& patch,
-                               PatchType type) const;
+  ApiResult<nlohmann::json> Patch(const std::string& path, const nlohmann::json& patch,
+                                  PatchType type) const;
 
   // POST `body` (application/json) to `path`: the object the server returns. Used to create objects
-  // and for subresources such as a pod's eviction. A refused eviction (PDB) is HTTP 429: see
-  // HttpStatusOf.
-  Result<nlohmann::json> Post(const std::string& path, const nlohmann::json& body) const;
+  // and for subresources such as a pod's eviction. A refused eviction (PDB) is http_status() 429.
+  ApiResult<nlohmann::json> Post(const std::string& path, const nlohmann::json& body) const;
 
   // Streams a watch (`path` includes the query, with watch=1) and calls on_event for each JSON
   // line until the stream ends, on_event returns false, or *stop becomes true (checked at least
@@ -67,9 +83,6 @@ class Client {
  private:
   ClusterAccess access_;
 };
-
-// The HTTP status an error from this client carries ("… HTTP 429: …" → 429); 0 when none.
-long HttpStatusOf(const Status& status);
 
 // Percent-encodes a query value (fieldSelector=metadata.name%3Dnode-1).
 std::string EscapeQueryValue(const std::string& value);

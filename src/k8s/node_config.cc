@@ -93,11 +93,11 @@ NodeConfigSync::NodeConfigSync(const Client& client, NodeConfigOptions options,
 }
 
 Result<ConfigChoice> NodeConfigSync::SyncOnce() {
-  Result<nlohmann::json> node = client_.Get(NodeRef(options_.node_name).ObjectPath());
-  if (!node.ok() && node.status().code() != ErrorCode::kNotFound) return node.status();
-  Result<nlohmann::json> cm =
+  ApiResult<nlohmann::json> node = client_.Get(NodeRef(options_.node_name).ObjectPath());
+  if (!node.ok() && node.http_status() != 404) return node.status();
+  ApiResult<nlohmann::json> cm =
       client_.Get(ConfigMapRef(options_.configmap_namespace, options_.configmap_name).ObjectPath());
-  if (!cm.ok() && cm.status().code() != ErrorCode::kNotFound) return cm.status();
+  if (!cm.ok() && cm.http_status() != 404) return cm.status();
   Result<ConfigChoice> choice = SelectConfig(node.ok() ? std::optional(*node) : std::nullopt,
                                              cm.ok() ? std::optional(*cm) : std::nullopt, options_);
   if (!choice.ok()) return choice;

@@ -70,11 +70,11 @@ void ObjectWatcher::Run(StopSignal& stop, const OnChange& on_change) {
   while (!stop.stopped()) {
     if (need_list) {
       ++stats_.lists;
-      Result<nlohmann::json> got = client_.Get(ref_.ObjectPath());
+      ApiResult<nlohmann::json> got = client_.Get(ref_.ObjectPath());
       if (got.ok()) {
         set_rv(VersionOf(*got));
         on_change(*got);
-      } else if (got.status().code() == ErrorCode::kNotFound) {
+      } else if (got.http_status() == 404) {
         // Absent: watch from "now"; its creation arrives as ADDED.
         set_rv("");
         on_change(std::nullopt);

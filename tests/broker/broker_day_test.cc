@@ -73,8 +73,8 @@ TEST(BrokerDay, DecisionsFollowTheRules) {
 
     Decision d = b.Tick(now);
     const Journal& j = b.journal();
-    SCOPED_TRACE("minute " + std::to_string(m) + ": " + ActionName(d.action) + " " + d.node +
-                 " (" + d.reason + ")");
+    SCOPED_TRACE("minute " + std::to_string(m) + ": " + ActionName(d.action) + " " + d.node + " (" +
+                 d.reason + ")");
     EXPECT_LE(j.InTransit(), 1);
     EXPECT_LE(j.Lent(), w.config_.k8s_max_nodes);
     EXPECT_NE(d.code, "unknown_slurm");

@@ -41,34 +41,95 @@ class BrokerApi : public ::testing::Test {
 };
 
 TEST_F(BrokerApi, OneLeaseHolderAtATime) {
-  KubeSide side(*client_, config_);
-  const TimeMs t0 = NowMs();
-  Result<bool> a = side.AcquireLease("broker-a", t0);
-  ASSERT_TRUE(a.ok()) << a.status().message();
-  EXPECT_TRUE(*a);  // created
-  EXPECT_FALSE(*side.AcquireLease("broker-b", t0 + 1000));  // fresh: b waits
-  EXPECT_TRUE(*side.AcquireLease("broker-a", t0 + 2000));   // a renews
-  EXPECT_FALSE(*side.AcquireLease("broker-b", t0 + 20000));
-  // a stops renewing: after the lease duration b takes over, and a is out.
-  EXPECT_TRUE(*side.AcquireLease("broker-b", t0 + 2000 + 31000));
-  EXPECT_FALSE(*side.AcquireLease("broker-a", t0 + 2000 + 32000));
-  auto lease = api_->Object(
-      "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/gpulet-broker");
+  FakeClock clock_a, clock_b;
+  LeaseElector a(*client_, config_, "broker-a", clock_a);
+  LeaseElector b(*client_, config_, "broker-b", clock_b);
+  Result<bool> got = a.TryAcquireOrRenew();
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_TRUE(*got);  // created
+  EXPECT_EQ(a.terms(), 1u);
+  EXPECT_TRUE(a.HeldFor(std::chrono::seconds(29)));
+  EXPECT_FALSE(*b.TryAcquireOrRenew());  // fresh: b waits
+  clock_a.Advance(std::chrono::seconds(2));
+  EXPECT_TRUE(*a.TryAcquireOrRenew());  // a renews
+  clock_b.Advance(std::chrono::seconds(20));
+  EXPECT_FALSE(*b.TryAcquireOrRenew());  // a renewed since b last looked: b's wait restarts
+  clock_b.Advance(std::chrono::seconds(29));
+  EXPECT_FALSE(*b.TryAcquireOrRenew());
+  // a stops renewing: once b has seen the same record for the lease duration, b takes over.
+  clock_b.Advance(std::chrono::seconds(2));
+  EXPECT_TRUE(*b.TryAcquireOrRenew());
+  EXPECT_EQ(b.terms(), 1u);
+  EXPECT_FALSE(*a.TryAcquireOrRenew());
+  EXPECT_FALSE(a.HeldFor(std::chrono::seconds(0)));
+  auto lease =
+      api_->Object("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/gpulet-broker");
   ASSERT_TRUE(lease.has_value());
   EXPECT_EQ((*lease)["spec"]["holderIdentity"], "broker-b");
   EXPECT_EQ((*lease)["spec"]["leaseDurationSeconds"], 30);
+  EXPECT_EQ((*lease)["spec"]["leaseTransitions"], 1);
+}
+
+// The holder's renewTime is another host's wall clock: a standby whose clock runs ahead (or a
+// holder whose clock lags) must not take the lease early. Only the standby's own clock counts.
+TEST_F(BrokerApi, RenewTimeFromAnotherHostsClockIsNotComparedWithOurs) {
+  const std::string path =
+      "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/gpulet-broker";
+  // A live holder whose clock is an hour behind ours.
+  api_->Put(path, json{{"apiVersion", "coordination.k8s.io/v1"},
+                       {"kind", "Lease"},
+                       {"metadata", {{"name", "gpulet-broker"}, {"namespace", "kube-system"}}},
+                       {"spec",
+                        {{"holderIdentity", "broker-a"},
+                         {"leaseDurationSeconds", 30},
+                         {"renewTime", FormatMicroTime(NowMs() - 3600 * 1000)}}}});
+  FakeClock clock;
+  LeaseElector b(*client_, config_, "broker-b", clock);
+  EXPECT_FALSE(*b.TryAcquireOrRenew());
+  clock.Advance(std::chrono::seconds(29));
+  EXPECT_FALSE(*b.TryAcquireOrRenew());
+  clock.Advance(std::chrono::seconds(1));
+  EXPECT_TRUE(*b.TryAcquireOrRenew());  // unchanged for 30 s on b's clock
 }
 
 TEST_F(BrokerApi, StaleLeaseUpdateIsAConflict) {
-  KubeSide side(*client_, config_);
-  ASSERT_TRUE(*side.AcquireLease("broker-a", NowMs()));
-  const std::string path = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/gpulet-broker";
-  Result<json> stale = client_->Patch(
+  LeaseElector a(*client_, config_, "broker-a", RealClock());
+  ASSERT_TRUE(*a.TryAcquireOrRenew());
+  const std::string path =
+      "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/gpulet-broker";
+  k8s::ApiResult<json> stale = client_->Patch(
       path, json{{"metadata", {{"resourceVersion", "1"}}}, {"spec", {{"holderIdentity", "x"}}}},
       k8s::PatchType::kMerge);
   ASSERT_FALSE(stale.ok());
-  EXPECT_EQ(k8s::HttpStatusOf(stale.status()), 409);
+  EXPECT_EQ(stale.http_status(), 409);
   EXPECT_EQ((*api_->Object(path))["spec"]["holderIdentity"], "broker-a");
+}
+
+// The HTTP status travels in the error value, not in its message text.
+TEST_F(BrokerApi, ApiErrorsCarryTheirHttpStatus) {
+  k8s::ApiResult<json> missing = client_->Get("/api/v1/nodes/nope");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.http_status(), 404);
+  EXPECT_EQ(missing.status().code(), ErrorCode::kNotFound);
+  api_->Put("/api/v1/nodes/gpua", Node("gpua"));
+  k8s::ApiResult<json> found = client_->Get("/api/v1/nodes/gpua");
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(found.http_status(), 0);
+  // A PodDisruptionBudget's refusal (429) counts as blocked, whatever the message says.
+  api_->Put("/api/v1/namespaces/inference/pods/serve", RunningPod("inference", "serve", "gpua"));
+  api_->Put("/apis/policy/v1/namespaces/inference/poddisruptionbudgets/pdb",
+            Pdb("inference", "pdb", "serve", 0));
+  KubeSide side(*client_, config_);
+  Result<EvictionResult> evicted = side.Evict({"inference/serve"});
+  ASSERT_TRUE(evicted.ok()) << evicted.status().message();
+  EXPECT_EQ(evicted->blocked, 1);
+  EXPECT_EQ(evicted->evicted, 0);
+  // No HTTP answer at all: 0.
+  k8s::ClusterAccess nowhere;
+  nowhere.server = "https://127.0.0.1:1";
+  k8s::ApiResult<json> refused = k8s::Client(nowhere).Get("/api/v1/nodes/gpua");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.http_status(), 0);
 }
 
 TEST_F(BrokerApi, ObserveCountsDemandAndPodsPerNode) {
@@ -80,7 +141,8 @@ TEST_F(BrokerApi, ObserveCountsDemandAndPodsPerNode) {
   api_->Put("/api/v1/namespaces/other/pods/elsewhere", PendingGpuPod("other", "elsewhere"));
   api_->Put("/api/v1/namespaces/inference/pods/serve", RunningPod("inference", "serve", "gpua"));
   api_->Put("/api/v1/namespaces/batch/pods/b", RunningPod("batch", "b", "gpua"));
-  api_->Put("/api/v1/namespaces/kube-system/pods/ds", RunningPod("kube-system", "ds", "gpua", true));
+  api_->Put("/api/v1/namespaces/kube-system/pods/ds",
+            RunningPod("kube-system", "ds", "gpua", true));
   json done = RunningPod("batch", "done", "gpua");
   done["status"]["phase"] = "Succeeded";
   api_->Put("/api/v1/namespaces/batch/pods/done", done);
@@ -173,8 +235,8 @@ TEST_F(BrokerApi, DryRunDecidesWithoutActing) {
   // The HTTP endpoint serves the same.
   BrokerHttp http(real.metrics());
   ASSERT_TRUE(http.Start("127.0.0.1:0").ok());
-  CommandResult got = RunCommand("curl -s http://127.0.0.1:" + std::to_string(http.port()) +
-                                 "/metrics");
+  CommandResult got =
+      RunCommand("curl -s http://127.0.0.1:" + std::to_string(http.port()) + "/metrics");
   EXPECT_THAT(got.output, ::testing::HasSubstr("gpulet_broker_nodes{owner=\"lending\"} 1"));
 }
 

@@ -66,7 +66,8 @@ TEST_F(BrokerScenario, NoLendWhileTheOnlyCandidateRunsAJobOrIsPlannedForOne) {
     }
   }
   w_.cluster_.Sh("scancel " + job);
-  ASSERT_TRUE(WaitFor([&] { return w_.SlurmLine("gpua").find("State=IDLE ") != std::string::npos; }));
+  ASSERT_TRUE(
+      WaitFor([&] { return w_.SlurmLine("gpua").find("State=IDLE ") != std::string::npos; }));
   // A pending job that names gpua (held back by its begin time) plans the node.
   std::string planned =
       w_.cluster_.Submit("-w gpua --begin=now+3600 --gres=gpu:h100:1", "true", &err);
@@ -271,19 +272,20 @@ TEST_F(BrokerScenario, BrokerKilledMidTransitionResumesFromTheJournal) {
   w_.api_->Put("/apis/policy/v1/namespaces/batch/poddisruptionbudgets/cache",
                Pdb("batch", "cache", "cache", 0));
   const std::string dir = w_.dir_.path();
-  std::ofstream(dir + "/kubeconfig") << "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n"
-                                        "  cluster:\n    server: "
-                                     << w_.api_->url() << "\n    certificate-authority: "
-                                     << w_.pki_.ca_cert
-                                     << "\nusers:\n- name: u\n  user:\n    token: test-token\n"
-                                        "contexts:\n- name: x\n  context: {cluster: c, user: u}\n"
-                                        "current-context: x\n";
+  std::ofstream(dir + "/kubeconfig")
+      << "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n"
+         "  cluster:\n    server: "
+      << w_.api_->url() << "\n    certificate-authority: " << w_.pki_.ca_cert
+      << "\nusers:\n- name: u\n  user:\n    token: test-token\n"
+         "contexts:\n- name: x\n  context: {cluster: c, user: u}\n"
+         "current-context: x\n";
   std::ofstream(dir + "/broker.yaml")
       << "slurm:\n  nodes: [gpub]\n  idleTime: 0s\nkubernetes:\n  namespaces: [inference]\n"
          "  maxNodes: 1\n  kubeconfig: "
-      << dir << "/kubeconfig\nrules:\n  demandEvaluations: 2\n  minResidence: 0s\n"
-                "  cooldown: 0s\n  returnAfterIdle: 0s\n  evictionTimeout: 1h\n  interval: 200ms\n"
-                "journal: "
+      << dir
+      << "/kubeconfig\nrules:\n  demandEvaluations: 2\n  minResidence: 0s\n"
+         "  cooldown: 0s\n  returnAfterIdle: 0s\n  evictionTimeout: 1h\n  interval: 200ms\n"
+         "journal: "
       << w_.config_.journal_path << "\nmetrics: {address: \"127.0.0.1:0\"}\n";
   auto start = [&] {
     return RunCommand("export SLURM_CONF=" + w_.cluster_.conf() + "; " + GpuletBinary() +
@@ -292,18 +294,21 @@ TEST_F(BrokerScenario, BrokerKilledMidTransitionResumesFromTheJournal) {
         .output;
   };
   std::string pid = start();
-  ASSERT_TRUE(WaitFor([&] {
-    auto j = w_.DiskJournal();
-    return j.OwnerOf("gpub") == Owner::kReturning && j.nodes.at("gpub").step == kStepEvicting;
-  }, std::chrono::seconds(30))) << slurm_testing::ReadFile(dir + "/broker.log");
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto j = w_.DiskJournal();
+        return j.OwnerOf("gpub") == Owner::kReturning && j.nodes.at("gpub").step == kStepEvicting;
+      },
+      std::chrono::seconds(30)))
+      << slurm_testing::ReadFile(dir + "/broker.log");
   const TimeMs evicting_since = w_.DiskJournal().nodes.at("gpub").step_since;
   ASSERT_EQ(kill(std::stoi(pid), SIGKILL), 0);
   EXPECT_TRUE(w_.SlurmDrainedByBroker("gpub"));
   EXPECT_TRUE(w_.CordonedAndTainted("gpub"));
   // Restarted: it carries on with the same return (same eviction clock) and finishes it.
   pid = start();
-  CommandResult status = RunCommand(GpuletBinary() + " broker status --config " + dir +
-                                    "/broker.yaml");
+  CommandResult status =
+      RunCommand(GpuletBinary() + " broker status --config " + dir + "/broker.yaml");
   EXPECT_EQ(status.exit_code, 0) << status.output;
   EXPECT_THAT(status.output, HasSubstr("gpub\treturning\tevicting"));
   std::this_thread::sleep_for(std::chrono::milliseconds(600));
