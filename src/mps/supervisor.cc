@@ -15,9 +15,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <sstream>
+
+#include "common/files.h"
+#include "common/process.h"
 
 namespace gpulet::mps {
 
@@ -182,6 +186,57 @@ std::string Join(const std::vector<std::string>& v, const std::string& sep) {
   return out;
 }
 
+// The value of `name` in the environment of process `pid` ("" when unreadable or unset).
+std::string EnvironOf(int pid, const std::string& name) {
+  const std::string text = ReadFile("/proc/" + std::to_string(pid) + "/environ");
+  const std::string want = name + "=";
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\0', start);
+    if (end == std::string::npos) end = text.size();
+    if (text.compare(start, want.size(), want) == 0) {
+      return text.substr(start + want.size(), end - start - want.size());
+    }
+    start = end + 1;
+  }
+  return "";
+}
+
+bool SameSpec(const DaemonSpec& a, const DaemonSpec& b) {
+  return a.resource_name == b.resource_name && a.gpu_uuids == b.gpu_uuids &&
+         a.gpu_indices == b.gpu_indices && a.memory_bytes == b.memory_bytes &&
+         a.replicas == b.replicas;
+}
+
+Status ValidateSpecs(const std::vector<DaemonSpec>& specs) {
+  std::set<std::string> names;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const DaemonSpec& s = specs[i];
+    const std::string where = "mps: specs[" + std::to_string(i) + "] (" + s.resource_name + ")";
+    if (s.resource_name.empty()) {
+      return Status(ErrorCode::kInvalidInput, where + ": resource_name: must not be empty");
+    }
+    if (!names.insert(s.resource_name).second) {
+      return Status(ErrorCode::kInvalidInput, where + ": resource_name: duplicate");
+    }
+    if (s.gpu_uuids.empty()) {
+      return Status(ErrorCode::kInvalidInput, where + ": gpu_uuids: must not be empty");
+    }
+    if (s.gpu_indices.size() != s.gpu_uuids.size() || s.memory_bytes.size() != s.gpu_uuids.size()) {
+      return Status(ErrorCode::kInvalidInput,
+                    where + ": gpu_indices and memory_bytes must have one entry per gpu_uuids (" +
+                        std::to_string(s.gpu_uuids.size()) + "), got " +
+                        std::to_string(s.gpu_indices.size()) + " and " +
+                        std::to_string(s.memory_bytes.size()));
+    }
+    if (s.replicas < 1) {
+      return Status(ErrorCode::kInvalidInput,
+                    where + ": replicas: must be >= 1, got " + std::to_string(s.replicas));
+    }
+  }
+  return Status::Ok();
+}
+
 std::string OneLine(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   std::replace(s.begin(), s.end(), '\n', ' ');
@@ -208,6 +263,12 @@ std::string PinnedMemLimit(uint64_t memory_bytes, int replicas) {
 
 std::string PidFilePath(const DaemonPaths& paths) {
   return paths.pipe_dir + "/nvidia-cuda-mps-control.pid";
+}
+
+std::string ComputeModesPath(const std::string& root) {
+  std::string base = root;
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  return base + (base == "/" ? "" : "/") + "compute-modes.json";
 }
 
 Supervisor::Supervisor(SupervisorOptions options, std::shared_ptr<gpu::Nvml> nvml)
@@ -316,6 +377,21 @@ Result<ControlOutput> Supervisor::Control(const std::string& resource_name,
   return Status(ErrorCode::kNotFound, "mps: no daemon for resource " + resource_name);
 }
 
+Status Supervisor::SaveModes() {
+  const std::string path = ComputeModesPath(options_.root);
+  if (saved_modes_.empty()) {
+    if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return Status(ErrorCode::kInternal, "mps: " + path + ": " + Errno(errno));
+    }
+    return Status::Ok();
+  }
+  nlohmann::json modes = nlohmann::json::object();
+  for (const auto& [uuid, saved] : saved_modes_) {
+    modes[uuid] = {{"index", saved.first}, {"mode", saved.second}};
+  }
+  return WriteFileAtomic(path, nlohmann::json{{"version", 1}, {"modes", modes}}.dump(2) + "\n");
+}
+
 Status Supervisor::SetExclusive(Daemon& d) {
   if (!nvml_) return Status::Ok();
   const gpu::NvmlFunctions& fn = nvml_->fn();
@@ -324,7 +400,9 @@ Status Supervisor::SetExclusive(Daemon& d) {
                   "mps: " + d.spec.resource_name +
                       ": the NVML library has no nvmlDeviceGet/SetComputeMode; cannot run MPS");
   }
-  for (unsigned index : d.spec.gpu_indices) {
+  for (size_t i = 0; i < d.spec.gpu_indices.size(); ++i) {
+    const unsigned index = d.spec.gpu_indices[i];
+    const std::string& uuid = d.spec.gpu_uuids[i];
     const std::string where = "mps: " + d.spec.resource_name + ": GPU " + std::to_string(index);
     nvmlDevice_t dev = nullptr;
     nvmlReturn_t rc = fn.nvmlDeviceGetHandleByIndex_v2(index, &dev);
@@ -332,14 +410,24 @@ Status Supervisor::SetExclusive(Daemon& d) {
       return Status(ErrorCode::kNvmlError,
                     where + ": nvmlDeviceGetHandleByIndex: " + nvml_->ErrorText(rc));
     }
-    if (!saved_modes_.count(index)) {
+    auto saved = saved_modes_.find(uuid);
+    if (saved == saved_modes_.end()) {
       nvmlComputeMode_t mode{};
       rc = fn.nvmlDeviceGetComputeMode(dev, &mode);
       if (rc != NVML_SUCCESS) {
         return Status(ErrorCode::kNvmlError,
                       where + ": nvmlDeviceGetComputeMode: " + nvml_->ErrorText(rc));
       }
-      saved_modes_[index] = static_cast<int>(mode);
+      // The original goes to disk before the mode changes: after a crash from here on, the next
+      // start reads the truth instead of the EXCLUSIVE_PROCESS it finds.
+      saved_modes_[uuid] = {index, static_cast<int>(mode)};
+      if (Status st = SaveModes(); !st.ok()) {
+        saved_modes_.erase(uuid);
+        return Status(st.code(), where + ": cannot keep its compute mode: " + st.message());
+      }
+    } else if (saved->second.first != index) {
+      saved->second.first = index;  // renumbered (a driver reload): restore by the new index
+      if (Status st = SaveModes(); !st.ok()) return st;
     }
     rc = fn.nvmlDeviceSetComputeMode(dev, NVML_COMPUTEMODE_EXCLUSIVE_PROCESS);
     if (rc != NVML_SUCCESS) {
@@ -351,20 +439,28 @@ Status Supervisor::SetExclusive(Daemon& d) {
   return Status::Ok();
 }
 
-void Supervisor::RestoreComputeModes() {
+void Supervisor::RestoreComputeModes(const std::set<std::string>& keep) {
   if (!nvml_) return;
   const gpu::NvmlFunctions& fn = nvml_->fn();
-  for (const auto& [index, mode] : saved_modes_) {
+  for (auto it = saved_modes_.begin(); it != saved_modes_.end();) {
+    if (keep.count(it->first)) {
+      ++it;
+      continue;
+    }
+    const auto [index, mode] = it->second;
     nvmlDevice_t dev = nullptr;
     nvmlReturn_t rc = fn.nvmlDeviceGetHandleByIndex_v2(index, &dev);
     if (rc == NVML_SUCCESS)
       rc = fn.nvmlDeviceSetComputeMode(dev, static_cast<nvmlComputeMode_t>(mode));
     if (rc != NVML_SUCCESS) {
-      spdlog::error("event=mps_compute_mode_restore_failed gpu={} mode={} error=\"{}\"", index,
-                    mode, nvml_->ErrorText(rc));
+      spdlog::error("event=mps_compute_mode_restore_failed gpu={} uuid={} mode={} error=\"{}\"",
+                    index, it->first, mode, nvml_->ErrorText(rc));
     }
+    it = saved_modes_.erase(it);
   }
-  saved_modes_.clear();
+  if (Status st = SaveModes(); !st.ok()) {
+    spdlog::error("event=mps_compute_modes_save_failed error=\"{}\"", st.message());
+  }
 }
 
 Status Supervisor::StartDaemon(Daemon& d) {
@@ -391,6 +487,14 @@ Status Supervisor::StartDaemon(Daemon& d) {
     std::lock_guard<std::mutex> lock(mu_);
     d.pid = pid;
   }
+  if (Status st = ApplyDefaults(d); !st.ok()) return st;
+  spdlog::info("event=mps_daemon_started resource={} pid={} gpus={} thread_percentage={}",
+               d.spec.resource_name, pid, Join(d.spec.gpu_uuids, ","),
+               ActiveThreadPercentage(d.spec.replicas));
+  return Status::Ok();
+}
+
+Status Supervisor::ApplyDefaults(Daemon& d) {
   std::vector<std::string> defaults{"set_default_active_thread_percentage " +
                                     std::to_string(ActiveThreadPercentage(d.spec.replicas))};
   for (size_t i = 0; i < d.spec.memory_bytes.size(); ++i) {
@@ -405,10 +509,41 @@ Status Supervisor::StartDaemon(Daemon& d) {
                   "mps: " + d.spec.resource_name + ": setting defaults failed (exit " +
                       std::to_string(set->exit_code) + "): " + OneLine(set->out));
   }
-  spdlog::info("event=mps_daemon_started resource={} pid={} gpus={} thread_percentage={}",
-               d.spec.resource_name, pid, Join(d.spec.gpu_uuids, ","),
-               ActiveThreadPercentage(d.spec.replicas));
   return Status::Ok();
+}
+
+bool Supervisor::AdoptDaemon(Daemon& d) {
+  const int pid = ReadPidFile(PidFilePath(d.paths));
+  if (!DaemonAlive(pid, d.paths.pipe_dir)) return false;
+  const std::string visible = EnvironOf(pid, "CUDA_VISIBLE_DEVICES");
+  if (visible != Join(d.spec.gpu_uuids, ",")) {
+    spdlog::info("event=mps_daemon_replaced resource={} pid={} why=\"serves other GPUs ({})\"",
+                 d.spec.resource_name, pid, visible);
+    return false;
+  }
+  if (!CheckDaemon(d)) return false;
+  // No record of the originals but the GPUs are exclusive already: an earlier gpulet set them.
+  if (nvml_) {
+    for (size_t i = 0; i < d.spec.gpu_uuids.size(); ++i) {
+      nvmlDevice_t dev = nullptr;
+      nvmlComputeMode_t mode{};
+      if (saved_modes_.count(d.spec.gpu_uuids[i]) == 0 &&
+          nvml_->fn().nvmlDeviceGetHandleByIndex_v2(d.spec.gpu_indices[i], &dev) == NVML_SUCCESS &&
+          nvml_->fn().nvmlDeviceGetComputeMode(dev, &mode) == NVML_SUCCESS &&
+          mode == NVML_COMPUTEMODE_EXCLUSIVE_PROCESS) {
+        spdlog::warn("event=mps_compute_mode_unknown uuid={} assumed=DEFAULT", d.spec.gpu_uuids[i]);
+        saved_modes_[d.spec.gpu_uuids[i]] = {d.spec.gpu_indices[i], NVML_COMPUTEMODE_DEFAULT};
+      }
+    }
+  }
+  if (!SetExclusive(d).ok() || !ApplyDefaults(d).ok()) return false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    d.pid = pid;
+  }
+  spdlog::info("event=mps_daemon_adopted resource={} pid={} gpus={}", d.spec.resource_name, pid,
+               visible);
+  return true;
 }
 
 bool Supervisor::CheckDaemon(const Daemon& d) const {
@@ -436,8 +571,9 @@ void Supervisor::KillDaemon(Daemon& d) {
     d.pid = -1;
   }
   if (DaemonAlive(pid, d.paths.pipe_dir)) {
-    kill(pid, SIGKILL);
-    if (!WaitUntilGone([&] { return DaemonAlive(pid, d.paths.pipe_dir); }, options_.stop_timeout)) {
+    // SIGTERM first (the daemon tells its servers to finish), SIGKILL after term_grace.
+    if (!StopProcess(pid, options_.term_grace) ||
+        !WaitUntilGone([&] { return DaemonAlive(pid, d.paths.pipe_dir); }, options_.stop_timeout)) {
       spdlog::error("event=mps_daemon_kill_failed resource={} pid={}", d.spec.resource_name, pid);
     }
   }
@@ -459,57 +595,54 @@ void Supervisor::QuitDaemon(Daemon& d) {
   KillDaemon(d);
 }
 
+Result<std::unique_ptr<Supervisor::Daemon>> Supervisor::MakeDaemon(DaemonSpec spec) const {
+  auto d = std::make_unique<Daemon>();
+  d->paths = PathsFor(options_.root, spec.resource_name);
+  for (const std::string& dir : {d->paths.pipe_dir, d->paths.log_dir, d->paths.shm_dir}) {
+    if (Status st = MakeDirs(dir, 0755); !st.ok()) {
+      return Status(st.code(), "mps: root " + options_.root + ": " + st.message());
+    }
+  }
+  const std::string bin_dir = binary_.substr(0, binary_.rfind('/'));
+  d->env = {"CUDA_VISIBLE_DEVICES=" + Join(spec.gpu_uuids, ","),
+            "CUDA_MPS_PIPE_DIRECTORY=" + d->paths.pipe_dir,
+            "CUDA_MPS_LOG_DIRECTORY=" + d->paths.log_dir,
+            "PATH=" + bin_dir + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"};
+  d->spec = std::move(spec);
+  return d;
+}
+
 Status Supervisor::Start(std::vector<DaemonSpec> specs, HealthListener listener) {
   std::lock_guard<std::mutex> stop_lock(stop_mu_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (started_) return Status(ErrorCode::kInternal, "mps: Supervisor::Start called twice");
   }
-  std::set<std::string> names;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const DaemonSpec& s = specs[i];
-    const std::string where = "mps: specs[" + std::to_string(i) + "] (" + s.resource_name + ")";
-    if (s.resource_name.empty()) {
-      return Status(ErrorCode::kInvalidInput, where + ": resource_name: must not be empty");
-    }
-    if (!names.insert(s.resource_name).second) {
-      return Status(ErrorCode::kInvalidInput, where + ": resource_name: duplicate");
-    }
-    if (s.gpu_uuids.empty()) {
-      return Status(ErrorCode::kInvalidInput, where + ": gpu_uuids: must not be empty");
-    }
-    if (s.gpu_indices.size() != s.gpu_uuids.size() || s.memory_bytes.size() != s.gpu_uuids.size()) {
-      return Status(ErrorCode::kInvalidInput,
-                    where + ": gpu_indices and memory_bytes must have one entry per gpu_uuids (" +
-                        std::to_string(s.gpu_uuids.size()) + "), got " +
-                        std::to_string(s.gpu_indices.size()) + " and " +
-                        std::to_string(s.memory_bytes.size()));
-    }
-    if (s.replicas < 1) {
-      return Status(ErrorCode::kInvalidInput,
-                    where + ": replicas: must be >= 1, got " + std::to_string(s.replicas));
-    }
-  }
+  if (Status s = ValidateSpecs(specs); !s.ok()) return s;
   Result<std::string> binary = ResolveBinary(options_.control_binary);
   if (!binary.ok()) return binary.status();
   binary_ = *binary;
-  const std::string bin_dir = binary_.substr(0, binary_.rfind('/'));
 
   std::vector<std::unique_ptr<Daemon>> daemons;
   for (DaemonSpec& s : specs) {
-    auto d = std::make_unique<Daemon>();
-    d->paths = PathsFor(options_.root, s.resource_name);
-    for (const std::string& dir : {d->paths.pipe_dir, d->paths.log_dir, d->paths.shm_dir}) {
-      if (Status st = MakeDirs(dir, 0755); !st.ok()) {
-        return Status(st.code(), "mps: root " + options_.root + ": " + st.message());
+    Result<std::unique_ptr<Daemon>> d = MakeDaemon(std::move(s));
+    if (!d.ok()) return d.status();
+    daemons.push_back(std::move(*d));
+  }
+  // The originals an earlier gpulet recorded (it may have crashed with the GPUs exclusive).
+  const std::string modes_path = ComputeModesPath(options_.root);
+  Result<std::string> modes_text = ReadFileBounded(modes_path, 1u << 20);
+  if (modes_text.ok()) {
+    nlohmann::json j = nlohmann::json::parse(*modes_text, nullptr, false);
+    if (j.is_object() && j.contains("modes") && j["modes"].is_object()) {
+      for (const auto& [uuid, m] : j["modes"].items()) {
+        if (m.is_object() && m.value("index", -1) >= 0 && m.contains("mode")) {
+          saved_modes_[uuid] = {m.value("index", 0u), m.value("mode", 0)};
+        }
       }
+    } else {
+      spdlog::error("event=mps_compute_modes_unreadable file={}", modes_path);
     }
-    d->env = {"CUDA_VISIBLE_DEVICES=" + Join(s.gpu_uuids, ","),
-              "CUDA_MPS_PIPE_DIRECTORY=" + d->paths.pipe_dir,
-              "CUDA_MPS_LOG_DIRECTORY=" + d->paths.log_dir,
-              "PATH=" + bin_dir + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"};
-    d->spec = std::move(s);
-    daemons.push_back(std::move(d));
   }
 
   {
@@ -517,7 +650,9 @@ Status Supervisor::Start(std::vector<DaemonSpec> specs, HealthListener listener)
     daemons_ = std::move(daemons);
   }
   for (auto& d : daemons_) {
-    // A daemon left by an earlier run on this pipe directory would make `-d` refuse to start.
+    // A healthy daemon for the same GPUs serves running pods: keep it. Anything else on this
+    // pipe directory would make `-d` refuse to start.
+    if (AdoptDaemon(*d)) continue;
     QuitDaemon(*d);
     Status s = StartDaemon(*d);
     if (!s.ok()) {
@@ -538,28 +673,109 @@ Status Supervisor::Start(std::vector<DaemonSpec> specs, HealthListener listener)
     listener_ = std::move(listener);
     started_ = true;
     stopping_ = false;
+    loop_stop_ = false;
   }
   thread_ = std::thread([this] { Loop(); });
   return Status::Ok();
 }
 
+void Supervisor::StopLoop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    loop_stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  loop_stop_ = false;
+}
+
+Status Supervisor::Update(std::vector<DaemonSpec> specs) {
+  std::lock_guard<std::mutex> stop_lock(stop_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_ || stopping_) return Status(ErrorCode::kInternal, "mps: Update before Start");
+  }
+  if (Status s = ValidateSpecs(specs); !s.ok()) return s;
+  StopLoop();  // the daemons are ours alone until the loop runs again
+
+  std::vector<std::unique_ptr<Daemon>> old;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    old = std::move(daemons_);
+    daemons_.clear();
+  }
+  std::vector<std::unique_ptr<Daemon>> next;
+  std::vector<Daemon*> fresh;
+  Status first_error;
+  std::set<std::string> used;
+  for (DaemonSpec& spec : specs) {
+    used.insert(spec.gpu_uuids.begin(), spec.gpu_uuids.end());
+    auto same = std::find_if(old.begin(), old.end(), [&](const std::unique_ptr<Daemon>& d) {
+      return d && SameSpec(d->spec, spec);
+    });
+    if (same != old.end()) {
+      next.push_back(std::move(*same));  // unchanged: its pods keep their server
+      continue;
+    }
+    Result<std::unique_ptr<Daemon>> d = MakeDaemon(std::move(spec));
+    if (!d.ok()) {
+      if (first_error.ok()) first_error = d.status();
+      continue;
+    }
+    fresh.push_back(d->get());
+    next.push_back(std::move(*d));
+  }
+  for (auto& d : old) {
+    if (!d) continue;
+    spdlog::info("event=mps_daemon_retired resource={}", d->spec.resource_name);
+    QuitDaemon(*d);
+  }
+  RestoreComputeModes(used);
+  std::vector<std::string> failed;
+  for (Daemon* d : fresh) {
+    Status s = StartDaemon(*d);
+    const auto now = Clock::now();
+    std::lock_guard<std::mutex> lock(mu_);
+    d->healthy = s.ok();
+    d->down = !s.ok();
+    d->failures = s.ok() ? 0 : 1;
+    d->next = now + (s.ok() ? options_.health_interval : options_.min_backoff);
+    if (!s.ok()) {
+      failed.push_back(d->spec.resource_name);
+      if (first_error.ok()) first_error = s;
+    }
+  }
+  HealthListener listener;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    daemons_ = std::move(next);
+    listener = listener_;
+  }
+  for (const std::string& name : failed) {
+    if (listener) listener(name, false);
+  }
+  thread_ = std::thread([this] { Loop(); });
+  return first_error;
+}
+
 void Supervisor::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
-  while (!stopping_) {
+  while (!loop_stop_) {
     Clock::time_point wake = Clock::time_point::max();
     for (const auto& d : daemons_) wake = std::min(wake, d->next);
     if (daemons_.empty()) {
-      cv_.wait(lock, [&] { return stopping_; });  // wait_until(max) would overflow
+      cv_.wait(lock, [&] { return loop_stop_; });  // wait_until(max) would overflow
     } else {
-      cv_.wait_until(lock, wake, [&] { return stopping_; });
+      cv_.wait_until(lock, wake, [&] { return loop_stop_; });
     }
-    if (stopping_) break;
+    if (loop_stop_) break;
     lock.unlock();
     for (auto& dp : daemons_) {
       Daemon& d = *dp;
       {
         std::lock_guard<std::mutex> l(mu_);
-        if (stopping_) break;
+        if (loop_stop_) break;
       }
       if (Clock::now() < d.next) continue;
       std::optional<bool> change;
@@ -620,8 +836,7 @@ void Supervisor::Stop() {
     if (!started_ || stopping_) return;
     stopping_ = true;
   }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  StopLoop();
   for (auto& d : daemons_) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -631,6 +846,21 @@ void Supervisor::Stop() {
     spdlog::info("event=mps_daemon_stopped resource={}", d->spec.resource_name);
   }
   RestoreComputeModes();
+}
+
+void Supervisor::Detach() {
+  std::lock_guard<std::mutex> stop_lock(stop_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_ || stopping_) return;
+    stopping_ = true;
+  }
+  StopLoop();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& d : daemons_) {
+    d->healthy = false;
+    spdlog::info("event=mps_daemon_detached resource={} pid={}", d->spec.resource_name, d->pid);
+  }
 }
 
 bool Supervisor::Healthy(const std::string& resource_name) const {

@@ -11,11 +11,20 @@
 //    `set_default_device_pinned_mem_limit i PinnedMemLimit(memory_bytes[i], replicas)`;
 //  - every health_interval each daemon is checked: its process is alive AND its control pipe
 //    answers a query within command_timeout. A failed check calls listener(resource, false),
-//    kills what is left of the daemon and restarts it with exponential backoff
-//    (min_backoff, doubling, at most max_backoff); once it is back, with compute mode and
-//    defaults re-applied, listener(resource, true).
-// Stop() quits every daemon (`quit`, then SIGKILL after stop_timeout), restores each GPU's
-// compute mode as found before Start, and reaps every process it started.
+//    stops what is left of the daemon (SIGTERM, then SIGKILL after term_grace) and restarts it
+//    with exponential backoff (min_backoff, doubling, at most max_backoff); once it is back, with
+//    compute mode and defaults re-applied, listener(resource, true).
+//  - a daemon already running on a spec's pipe directory for exactly the spec's GPUs (left by an
+//    earlier gpulet: an upgrade, a crash) that answers its control pipe is ADOPTED, not quit: the
+//    MPS servers of running pods stay up. Its defaults are applied again.
+//  - each GPU's compute mode as found before gpulet first set EXCLUSIVE_PROCESS is kept on disk
+//    (<root>/compute-modes.json, replaced atomically before the mode changes), so a gpulet that
+//    crashed and starts again restores the true original, never its own EXCLUSIVE_PROCESS.
+// Update() changes the set of daemons: only those whose spec changed (GPUs, memory, replicas) or
+// that are gone are quit; the others keep running untouched.
+// Stop() quits every daemon (`quit`, then SIGTERM and SIGKILL), restores each GPU's original
+// compute mode, and reaps every process it started. Detach() stops supervising and leaves the
+// daemons and compute modes as they are, for the next gpulet to adopt (a restart or upgrade).
 //
 // Processes: started with posix_spawn (no shell), descriptors above stderr closed in the child.
 // Only the pids it started are waited for; no signal handlers are installed (SIGCHLD stays the
@@ -30,6 +39,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -73,7 +83,12 @@ struct SupervisorOptions {
   // it is killed and counts as failed, and how long Stop waits for `quit` before SIGKILL.
   std::chrono::milliseconds command_timeout{5000};
   std::chrono::milliseconds stop_timeout{5000};
+  // After SIGTERM, how long a daemon has to exit before SIGKILL.
+  std::chrono::milliseconds term_grace{2000};
 };
+
+// Where the GPUs' original compute modes are kept: <root>/compute-modes.json.
+std::string ComputeModesPath(const std::string& root);
 
 // The result of running the control program once.
 struct ControlOutput {
@@ -95,7 +110,8 @@ class Supervisor {
   // then health-checks continuously on its own thread, restarting a dead daemon with backoff.
   // `listener` is called (from the supervisor thread, never with a lock held) on every health
   // change; not for the initial healthy state. It must not call Stop() (Stop joins that thread). A
-  // daemon left running on the same pipe directory (by an earlier gpulet) is quit first. Errors
+  // healthy daemon left running for the same GPUs (by an earlier gpulet) is adopted; one for
+  // other GPUs, or one that does not answer, is stopped and replaced. Errors
   // (nothing is left running and compute modes are restored): kInvalidInput for a bad spec (names
   // the resource and field) or a root where the directories cannot be made (names the path);
   // kNotFound when the control binary does not exist (names it); kUnavailable when a daemon does
@@ -103,8 +119,18 @@ class Supervisor {
   // Start may be called once (kInternal afterwards).
   Status Start(std::vector<DaemonSpec> specs, HealthListener listener);
 
+  // Changes the daemons to `specs` (validated as for Start): quits the daemons of resources
+  // that are gone or whose spec changed and starts their replacements; the others are left
+  // running, untouched. Compute modes of GPUs no spec uses any more are restored. kInternal when
+  // not started. On error the failed resource is left down (the loop retries it with backoff).
+  Status Update(std::vector<DaemonSpec> specs);
+
   // Quits every daemon, restores the previous compute modes. Idempotent; thread-safe.
   void Stop();
+
+  // Stops supervising without touching the daemons or the compute modes (they are the next
+  // gpulet's to adopt). Stop() afterwards does nothing. Idempotent; thread-safe.
+  void Detach();
 
   // Whether the resource's daemon passed its last check. False for unknown resources and
   // after Stop.
@@ -123,6 +149,8 @@ class Supervisor {
   struct Daemon;
 
   Status StartDaemon(Daemon& d);  // compute mode, launch, defaults
+  Status ApplyDefaults(Daemon& d);
+  bool AdoptDaemon(Daemon& d);  // a healthy daemon for the same GPUs already runs: keep it
   bool CheckDaemon(const Daemon& d) const;
   void KillDaemon(Daemon& d);
   void QuitDaemon(Daemon& d);
@@ -130,19 +158,25 @@ class Supervisor {
   Result<ControlOutput> RunControl(const Daemon& d, const std::vector<std::string>& args,
                                    const std::vector<std::string>& commands) const;
   Status SetExclusive(Daemon& d);
-  void RestoreComputeModes();
+  // Restores the original modes of the GPUs in `uuids` (all when empty) and forgets them.
+  void RestoreComputeModes(const std::set<std::string>& keep = {});
+  Status SaveModes();
+  Result<std::unique_ptr<Daemon>> MakeDaemon(DaemonSpec spec) const;
+  void StopLoop();  // joins the health thread (mu_ must not be held)
 
   SupervisorOptions options_;
   std::shared_ptr<gpu::Nvml> nvml_;
   std::string binary_;  // resolved absolute path
   HealthListener listener_;
   std::vector<std::unique_ptr<Daemon>> daemons_;
-  std::map<unsigned, int> saved_modes_;  // NVML index → compute mode before Start
+  // GPU UUID → (NVML index, compute mode before gpulet first changed it); mirrored on disk.
+  std::map<std::string, std::pair<unsigned, int>> saved_modes_;
 
   mutable std::mutex mu_;  // guards the fields below and each Daemon's `healthy`
   std::condition_variable cv_;
   bool started_ = false;
   bool stopping_ = false;
+  bool loop_stop_ = false;  // the health thread should return (Stop, Detach, or an Update)
   std::thread thread_;
   std::mutex stop_mu_;  // serialises Stop()
 };

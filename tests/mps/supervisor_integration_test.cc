@@ -444,3 +444,112 @@ TEST_F(MpsSupervisorTest, ConcurrentClientsAreAllAnswered) {
 
 }  // namespace
 }  // namespace gpulet::mps
+
+namespace gpulet::mps {
+namespace {
+
+// A gpulet that dies without Stop (crash, SIGKILL, OOM): a child process starts a supervisor
+// and exits at once, leaving its daemons running and the GPUs EXCLUSIVE_PROCESS.
+void StartThenCrash(const SupervisorOptions& options, const std::shared_ptr<gpu::Nvml>& nvml,
+                    const std::vector<DaemonSpec>& specs) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto* sup = new Supervisor(options, nvml);  // never destroyed: no Stop, as in a crash
+    _exit(sup->Start(specs, nullptr).ok() ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the first gpulet did not start";
+}
+
+TEST_F(MpsSupervisorTest, AfterACrashTheTrueOriginalComputeModeIsRestored) {
+  ASSERT_EQ(nvml_->fn().nvmlDeviceSetComputeMode(Handle(3), NVML_COMPUTEMODE_PROHIBITED),
+            NVML_SUCCESS);
+  StartThenCrash(options_, nvml_, {Spec(kShared, {2, 3}, 2)});
+  ASSERT_EQ(ComputeMode(3), NVML_COMPUTEMODE_EXCLUSIVE_PROCESS);  // left as the crash left it
+  Supervisor sup(options_, nvml_);
+  ASSERT_TRUE(sup.Start({Spec(kShared, {2, 3}, 2)}, nullptr).ok());
+  sup.Stop();
+  EXPECT_EQ(ComputeMode(2), NVML_COMPUTEMODE_DEFAULT);
+  EXPECT_EQ(ComputeMode(3), NVML_COMPUTEMODE_PROHIBITED);  // not the EXCLUSIVE_PROCESS it found
+  EXPECT_EQ(access(ComputeModesPath(options_.root).c_str(), F_OK), -1);  // nothing left to restore
+}
+
+TEST_F(MpsSupervisorTest, ARestartedGpuletAdoptsTheHealthyDaemonOfRunningPods) {
+  StartThenCrash(options_, nvml_, {Spec(kShared, {0}, 2), Spec(kOther, {1}, 2)});
+  const DaemonPaths paths = Paths(kShared);
+  const int before = ReadPid(paths);
+  ASSERT_GT(before, 0);
+  Supervisor sup(options_, nvml_);
+  // kOther now wants other GPUs: its daemon is replaced; kShared's is kept.
+  ASSERT_TRUE(sup.Start({Spec(kShared, {0}, 2), Spec(kOther, {4}, 2)}, nullptr).ok());
+  EXPECT_EQ(ReadPid(paths), before);
+  EXPECT_EQ(sup.DaemonPid(kShared), before);
+  EXPECT_EQ(ProcessesServing(paths.pipe_dir), std::vector<int>{before});
+  for (const std::string& line : ControlLog(paths)) EXPECT_NE(line, "CMD quit");
+  EXPECT_NE(ReadPid(Paths(kOther)), -1);
+  EXPECT_EQ(ComputeMode(1), NVML_COMPUTEMODE_EXCLUSIVE_PROCESS);  // the crash's, not restored yet
+  sup.Stop();
+  EXPECT_EQ(ProcessesServing(paths.pipe_dir), std::vector<int>{});
+}
+
+TEST_F(MpsSupervisorTest, UpdateRestartsOnlyTheDaemonWhoseResourceChanged) {
+  Supervisor sup(options_, nvml_);
+  ASSERT_TRUE(sup.Start({Spec(kShared, {0}, 2), Spec(kOther, {1}, 2)}, events_.Listener()).ok());
+  const int shared = ReadPid(Paths(kShared));
+  const int other = ReadPid(Paths(kOther));
+  Status s = sup.Update({Spec(kShared, {0}, 2), Spec(kOther, {1}, 4)});
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(ReadPid(Paths(kShared)), shared);  // untouched
+  EXPECT_NE(ReadPid(Paths(kOther)), other);    // replicas changed: restarted
+  EXPECT_TRUE(sup.Healthy(kShared));
+  EXPECT_TRUE(sup.Healthy(kOther));
+  // A resource that goes away is quit and its GPU gets its mode back.
+  ASSERT_TRUE(sup.Update({Spec(kShared, {0}, 2)}).ok());
+  EXPECT_EQ(ReadPid(Paths(kShared)), shared);
+  EXPECT_EQ(ProcessesServing(Paths(kOther).pipe_dir), std::vector<int>{});
+  EXPECT_EQ(ComputeMode(1), NVML_COMPUTEMODE_DEFAULT);
+  EXPECT_FALSE(sup.Healthy(kOther));
+  EXPECT_TRUE(events_.All().empty());
+  sup.Stop();
+}
+
+TEST_F(MpsSupervisorTest, AnUnresponsiveDaemonIsAskedToTerminateBeforeItIsKilled) {
+  options_.command_timeout = 2s;
+  Supervisor sup(options_, nvml_);
+  ASSERT_TRUE(sup.Start({Spec(kShared, {0}, 2)}, events_.Listener()).ok());
+  const DaemonPaths paths = Paths(kShared);
+  const int hung = ReadPid(paths);
+  EXPECT_FALSE(sup.Control(kShared, {"debug_hang"}).ok());  // alive, answering nothing
+  ASSERT_TRUE(events_.WaitFor(kShared, false));
+  ASSERT_TRUE(events_.WaitFor(kShared, true));
+  EXPECT_NE(ReadPid(paths), hung);
+  std::vector<std::string> log = ControlLog(paths);
+  auto hang = std::find(log.begin(), log.end(), "CMD debug_hang");
+  ASSERT_NE(hang, log.end());
+  EXPECT_NE(std::find(hang, log.end(), "TERM"), log.end()) << "killed without a SIGTERM first";
+  sup.Stop();
+}
+
+// Detach leaves the daemons and modes for the next gpulet (an upgrade); it adopts them.
+TEST_F(MpsSupervisorTest, DetachLeavesTheDaemonsForTheNextGpulet) {
+  const DaemonPaths paths = Paths(kShared);
+  int pid = -1;
+  {
+    Supervisor first(options_, nvml_);
+    ASSERT_TRUE(first.Start({Spec(kShared, {0}, 2)}, nullptr).ok());
+    pid = ReadPid(paths);
+    first.Detach();
+  }  // destroyed: Stop after Detach does nothing
+  EXPECT_EQ(ProcessesServing(paths.pipe_dir), std::vector<int>{pid});
+  EXPECT_EQ(ComputeMode(0), NVML_COMPUTEMODE_EXCLUSIVE_PROCESS);
+  Supervisor next(options_, nvml_);
+  ASSERT_TRUE(next.Start({Spec(kShared, {0}, 2)}, nullptr).ok());
+  EXPECT_EQ(ReadPid(paths), pid);
+  next.Stop();
+  EXPECT_EQ(ComputeMode(0), NVML_COMPUTEMODE_DEFAULT);
+}
+
+}  // namespace
+}  // namespace gpulet::mps
