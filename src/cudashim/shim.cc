@@ -51,7 +51,7 @@ using DlsymFn = void* (*)(void*, const char*) noexcept;
 
 // Runs before the sanitizer runtimes are ready when a sanitizer's own start-up asks dlsym for
 // RTLD_NEXT (it finds ours first): no instrumentation on this path.
-#define GPULET_NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
+#define GPULET_NO_SANITIZE __attribute__((no_sanitize("address", "undefined", "thread")))
 
 GPULET_NO_SANITIZE DlsymFn ResolveRealDlsym() {
   // dlvsym is not interposed: asking it for libc's dlsym cannot recurse into ours.
