@@ -284,7 +284,7 @@ class Parser {
     ForEachKey(
         root, "",
         {"name", "driver_version", "cuda_version", "seed", "init_error", "numa_nodes",
-         "mig_profiles", "defaults", "count", "gpus", "nvlink"},
+         "cpu_topology", "mig_profiles", "defaults", "count", "gpus", "nvlink"},
         [&](const std::string& key, const YAML::Node& v) {
           if (key == "name") {
             f.name = String(v, key);
@@ -303,6 +303,26 @@ class Parser {
               Fail(v, key, "unknown NVML error name \"" + v.Scalar() + "\"");
             }
             f.init_error = *rc;
+          } else if (key == "cpu_topology") {
+            Fixture::CpuTopology t;
+            ForEachKey(v, key, {"sockets", "cores_per_socket", "threads_per_core", "numbering"},
+                       [&](const std::string& k, const YAML::Node& c) {
+                         const std::string tf = key + "." + k;
+                         if (k == "numbering") {
+                           const std::string n = String(c, tf);
+                           if (n != "sequential" && n != "alternating") {
+                             Fail(c, tf, "expected sequential or alternating");
+                           }
+                           t.alternating = n == "alternating";
+                         } else {
+                           const unsigned u = Uint32(c, tf, 4096);
+                           if (u == 0) Fail(c, tf, "must be >= 1");
+                           (k == "sockets"            ? t.sockets
+                            : k == "cores_per_socket" ? t.cores_per_socket
+                                                      : t.threads_per_core) = u;
+                         }
+                       });
+            f.cpu_topology = t;
           } else if (key == "numa_nodes") {
             RequireSeq(v, key);
             for (size_t i = 0; i < v.size(); ++i) {

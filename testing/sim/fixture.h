@@ -90,6 +90,15 @@ struct Fixture {
   uint64_t seed = 0;
   std::optional<int> init_error;       // an nvmlReturn_t
   std::vector<std::string> numa_cpus;  // index: NUMA node id
+  // Optional CPU topology written to the fake sysfs (devices/system/cpu): `cpu_topology:
+  // {sockets, cores_per_socket, threads_per_core, numbering: sequential|alternating}`.
+  // Alternating: cpu0 on socket 0, cpu1 on socket 1, … (then the hyperthreads), as many BIOSes
+  // number them; sequential: socket by socket. Absent: no CPU files (as before).
+  struct CpuTopology {
+    unsigned sockets = 1, cores_per_socket = 1, threads_per_core = 1;
+    bool alternating = false;
+  };
+  std::optional<CpuTopology> cpu_topology;
   std::map<std::string, MigProfile> mig_profiles;
   std::vector<GpuSpec> gpus;
   // nvlinks[a][b]: NVLinks between GPUs a and b (symmetric). With NVSwitches this is the

@@ -126,7 +126,43 @@ std::string DefaultStateDir(const std::string& fixture_path) {
   return "/tmp/gpulet-sim/" + fs::path(fixture_path).stem().string();
 }
 
+// devices/system/cpu: online, and per CPU its socket, core and hyperthread siblings.
+static Status WriteCpuTopology(const Fixture::CpuTopology& t, const fs::path& cpu_dir) {
+  const unsigned per_thread = t.sockets * t.cores_per_socket;  // CPUs in one thread rank
+  const unsigned total = per_thread * t.threads_per_core;
+  auto place = [&](unsigned cpu, unsigned* socket, unsigned* core) {
+    const unsigned rem = cpu % per_thread;
+    *socket = t.alternating ? rem % t.sockets : rem / t.cores_per_socket;
+    *core = t.alternating ? rem / t.sockets : rem % t.cores_per_socket;
+  };
+  if (Status s = WriteFileAtomic(cpu_dir / "online", "0-" + std::to_string(total - 1) + "\n");
+      !s.ok()) {
+    return s;
+  }
+  for (unsigned cpu = 0; cpu < total; ++cpu) {
+    unsigned socket = 0, core = 0;
+    place(cpu, &socket, &core);
+    std::string siblings;
+    for (unsigned other = 0; other < total; ++other) {
+      unsigned os = 0, oc = 0;
+      place(other, &os, &oc);
+      if (os == socket && oc == core) siblings += (siblings.empty() ? "" : ",") + std::to_string(other);
+    }
+    const fs::path topo = cpu_dir / ("cpu" + std::to_string(cpu)) / "topology";
+    for (const auto& [file, value] :
+         {std::pair{"physical_package_id", std::to_string(socket)},
+          std::pair{"core_id", std::to_string(core)}, std::pair{"thread_siblings_list", siblings}}) {
+      if (Status s = WriteFileAtomic(topo / file, value + "\n"); !s.ok()) return s;
+    }
+  }
+  return Status::Ok();
+}
+
 Status WriteFakeSystemTree(const Fixture& fixture, const std::string& state_dir) {
+  if (fixture.cpu_topology) {
+    const fs::path cpu_dir = fs::path(state_dir) / "sysfs" / "devices" / "system" / "cpu";
+    if (Status s = WriteCpuTopology(*fixture.cpu_topology, cpu_dir); !s.ok()) return s;
+  }
   const fs::path devices = fs::path(state_dir) / "sysfs" / "bus" / "pci" / "devices";
   std::string mig_minors = "config 1\nmonitor 2\n";
   for (const auto& g : fixture.gpus) {
