@@ -146,12 +146,14 @@ static Status WriteCpuTopology(const Fixture::CpuTopology& t, const fs::path& cp
     for (unsigned other = 0; other < total; ++other) {
       unsigned os = 0, oc = 0;
       place(other, &os, &oc);
-      if (os == socket && oc == core) siblings += (siblings.empty() ? "" : ",") + std::to_string(other);
+      if (os == socket && oc == core) {
+        siblings += (siblings.empty() ? "" : ",") + std::to_string(other);
+      }
     }
     const fs::path topo = cpu_dir / ("cpu" + std::to_string(cpu)) / "topology";
-    for (const auto& [file, value] :
-         {std::pair{"physical_package_id", std::to_string(socket)},
-          std::pair{"core_id", std::to_string(core)}, std::pair{"thread_siblings_list", siblings}}) {
+    for (const auto& [file, value] : {std::pair{"physical_package_id", std::to_string(socket)},
+                                      std::pair{"core_id", std::to_string(core)},
+                                      std::pair{"thread_siblings_list", siblings}}) {
       if (Status s = WriteFileAtomic(topo / file, value + "\n"); !s.ok()) return s;
     }
   }
