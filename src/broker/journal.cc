@@ -1,14 +1,8 @@
 #include "broker/journal.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
+
+#include "common/files.h"
 
 namespace gpulet::broker {
 
@@ -62,47 +56,17 @@ Result<Journal> JournalFromJson(const std::string& text, const std::string& sour
 }
 
 Result<Journal> LoadJournal(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    if (!std::filesystem::exists(path)) return Journal{};
-    return Status(ErrorCode::kInvalidInput, path + ": cannot read the journal");
+  Result<std::string> text = ReadFileBounded(path, 64u << 20);
+  if (!text.ok()) {
+    if (text.status().code() == ErrorCode::kNotFound) return Journal{};
+    return Status(ErrorCode::kInvalidInput,
+                  path + ": cannot read the journal: " + text.status().message());
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return JournalFromJson(ss.str(), path);
+  return JournalFromJson(*text, path);
 }
 
 Status SaveJournal(const std::string& path, const Journal& journal) {
-  const std::string tmp = path + ".tmp";
-  const std::string text = JournalToJson(journal);
-  auto fail = [&](const std::string& what) {
-    return Status(ErrorCode::kInternal, path + ": " + what + ": " + std::strerror(errno));
-  };
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return fail("cannot create " + tmp);
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      ::close(fd);
-      return fail("write");
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    ::close(fd);
-    return fail("fsync");
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail("rename");
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-  return {};
+  return WriteFileAtomic(path, JournalToJson(journal), 0644);
 }
 
 }  // namespace gpulet::broker

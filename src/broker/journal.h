@@ -1,6 +1,6 @@
 // The broker's journal on disk: each node's owner and in-transit step plus the hysteresis
-// counters, as one JSON file replaced atomically (write to FILE.tmp, fsync, rename, fsync the
-// directory). A broker restarted after a crash reads it and resumes a transition where it stood
+// counters, as one JSON file replaced atomically (common/files.h WriteFileAtomic: temporary
+// file, fsync, rename, fsync the directory). A broker restarted after a crash reads it and resumes a transition where it stood
 // instead of repeating or forgetting it.
 //
 // The broker writes the journal BEFORE it acts (intent first): a crash between the write and the

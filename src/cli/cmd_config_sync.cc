@@ -1,13 +1,10 @@
 // gpulet config-sync: follows the node's `nvidia.com/device-plugin.config` label and the named
 // configs in a ConfigMap, and keeps the chosen config in a local file that `gpulet node/plugin
 // --config FILE` reloads on change (see src/k8s/node_config.h).
-#include <pthread.h>
 #include <spdlog/spdlog.h>
 
-#include <csignal>
-#include <thread>
-
 #include "cli/commands.h"
+#include "common/signals.h"
 #include "k8s/node_config.h"
 
 namespace gpulet::cli {
@@ -45,27 +42,11 @@ int RunConfigSync(const ConfigSyncFlags& f) {
     return c.ok() ? 0 : ReportError(c.status());
   }
   // SIGTERM/SIGINT stop the watchers; blocked here so every thread inherits the mask.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
   k8s::StopSignal stop;
-  std::thread signals([&] {
-    timespec tick{0, 200'000'000};
-    while (!stop.stopped()) {
-      int sig = sigtimedwait(&set, nullptr, &tick);
-      if (sig == SIGTERM || sig == SIGINT) {
-        spdlog::info("event=signal signal={} action=stop", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-        stop.Stop();
-      }
-    }
-  });
+  SignalThread signals(StopSignals::Block(), nullptr, [&stop] { stop.Stop(); });
   spdlog::info("event=config_sync_start node={} configmap={} label={} default={} file={}",
                o.node_name, f.configmap, o.label, o.default_config, o.output_path);
   sync.Run(stop);
-  stop.Stop();
-  signals.join();
   return 0;
 }
 
