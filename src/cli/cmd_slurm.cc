@@ -14,11 +14,14 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "common/files.h"
+#include "common/signals.h"
 #include "gpu/health.h"
 #include "slurm/drain.h"
 #include "slurm/gres.h"
 #include "slurm/id_list.h"
 #include "slurm/jobs.h"
+#include "slurm/node_cpus.h"
 
 namespace gpulet::cli {
 namespace {
@@ -40,22 +43,17 @@ std::optional<std::string> ReadFirstLine(const std::string& path) {
 }
 
 // CPUs, threads per core and memory for the slurm.conf line. Read from the discovery roots
-// (sysfs devices/system/cpu, procfs meminfo); a simulated node's fake trees have no CPU files, so
-// there the CPUs are the union of the GPUs' local CPU lists (the fixture's NUMA nodes) and the
-// memory is the host's.
+// (sysfs devices/system/cpu, procfs meminfo); see slurm::CountCpus for a tree without CPU files
+// (a simulated node's, or an unreadable one). A simulated node's memory is the host's.
 void FillNodeFacts(const NodeContext& node, const gpu::Inventory& inv, slurm::GresOptions& o,
                    bool cpus_given, bool tpc_given, bool mem_given) {
   const std::string sys = node.discover.sysfs_root, proc = node.discover.procfs_root;
   if (!cpus_given) {
-    if (auto online = ReadFirstLine(sys + "/devices/system/cpu/online")) {
-      if (auto ids = slurm::ParseIdList(*online)) o.cpus = static_cast<unsigned>(ids->size());
-    } else {
-      std::set<unsigned> all;
-      for (const gpu::Gpu& g : inv.gpus) {
-        if (auto ids = slurm::ParseIdList(g.cpu_affinity)) all.insert(ids->begin(), ids->end());
-      }
-      o.cpus = static_cast<unsigned>(all.size());
-    }
+    std::vector<std::string> affinity;
+    for (const gpu::Gpu& g : inv.gpus) affinity.push_back(g.cpu_affinity);
+    const slurm::CpuCount c = slurm::CountCpus(sys, node.simulated, affinity);
+    o.cpus = c.cpus;
+    if (!c.warning.empty()) spdlog::warn("event=slurm_cpus_fallback msg=\"{}\"", c.warning);
   }
   // Cores= as Slurm's logical core indices, from the CPU topology (absent in a simulated tree:
   // then the CPU-id rule applies).
@@ -84,33 +82,6 @@ void FillNodeFacts(const NodeContext& node, const gpu::Inventory& inv, slurm::Gr
       }
     }
   }
-}
-
-// Writes `content` to `path` through a temporary file in the same directory and rename(), so a
-// reader (slurmd) sees the old file or the new one, never a part.
-Status WriteFileAtomic(const std::string& path, const std::string& content) {
-  fs::path target(path);
-  fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::string tmpl = (dir / ("." + target.filename().string() + ".XXXXXX")).string();
-  std::vector<char> name(tmpl.begin(), tmpl.end());
-  name.push_back('\0');
-  int fd = mkstemp(name.data());
-  if (fd < 0)
-    return Status(ErrorCode::kNotFound, path + ": cannot create a file in " + dir.string());
-  bool ok = true;
-  size_t off = 0;
-  while (ok && off < content.size()) {
-    ssize_t n = write(fd, content.data() + off, content.size() - off);
-    ok = n > 0;
-    if (ok) off += static_cast<size_t>(n);
-  }
-  ok = ok && fchmod(fd, 0644) == 0 && fsync(fd) == 0;
-  ok = close(fd) == 0 && ok;
-  if (!ok || std::rename(name.data(), path.c_str()) != 0) {
-    std::remove(name.data());
-    return Status(ErrorCode::kInternal, path + ": write failed");
-  }
-  return Status::Ok();
 }
 
 struct GresFlags {
@@ -227,11 +198,7 @@ int RunHealth(const GlobalOptions& global, HealthFlags& f) {
   Result<gpu::Inventory> inv = gpu::Discover(*node->nvml, node->discover);
   if (!inv.ok()) return ReportError(inv.status());
 
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);  // before any thread starts: they inherit it
+  const StopSignals signals = StopSignals::Block();  // before any thread starts: they inherit it
 
   gpu::HealthBoard board;
   Clock& clock = RealClock();
@@ -244,24 +211,18 @@ int RunHealth(const GlobalOptions& global, HealthFlags& f) {
   spdlog::info("event=slurm_health_started node={} gpus={} state={} reason=\"{}\"", f.node_name,
                inv->gpus.size(), first->state, first->reason);
 
-  using Clock = std::chrono::steady_clock;
   const auto resync = std::chrono::milliseconds(static_cast<long>(f.resync_s * 1000));
   // The first decision waits for two probes, so a GPU that is still lost after a restart is seen
   // before a drain of ours gets resumed.
-  auto next = Clock::now() + 2 * mo.probe_interval;
+  auto next = clock.Now() + 2 * mo.probe_interval;
   uint64_t seen = 0;
   bool pending = true;
   std::string last_outcome;
   while (true) {
-    timespec tick{0, 200 * 1000 * 1000};
-    int sig = sigtimedwait(&set, nullptr, &tick);
-    if (sig == SIGTERM || sig == SIGINT) {
-      spdlog::info("event=signal signal={} action=stop", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-      break;
-    }
+    if (signals.Wait(std::chrono::milliseconds(200)) == SignalEvent::kStop) break;
     gpu::HealthSnapshot snap = board.Current();
     if (snap.version != seen) pending = true;
-    if (Clock::now() < next || (!pending && Clock::now() < next + resync)) continue;
+    if (clock.Now() < next || (!pending && clock.Now() < next + resync)) continue;
     Result<slurm::DrainAction> a = drainer.Reconcile(snap);
     std::string outcome = a.ok() ? slurm::DrainActionName(*a) : a.status().message();
     if (a.ok() && (snap.version != seen || outcome != last_outcome)) {
@@ -279,7 +240,7 @@ int RunHealth(const GlobalOptions& global, HealthFlags& f) {
     last_outcome = outcome;
     seen = snap.version;
     pending = !a.ok();
-    next = Clock::now();
+    next = clock.Now();
     if (!a.ok()) next += std::min(resync, std::chrono::milliseconds(5000));
   }
   monitor.Stop();
