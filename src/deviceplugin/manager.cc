@@ -18,14 +18,14 @@
 namespace gpulet::deviceplugin {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 
 Manager::Manager(ManagerOptions options, std::shared_ptr<const gpu::Inventory> inventory,
-                 const gpu::HealthBoard& health, SetupLoader loader)
+                 const gpu::HealthBoard& health, SetupLoader loader, Clock& clock)
     : options_(std::move(options)),
       inventory_(std::move(inventory)),
       health_(health),
-      loader_(std::move(loader)) {
+      loader_(std::move(loader)),
+      clock_(clock) {
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 }
 
@@ -113,7 +113,7 @@ void Manager::Apply(ServingSetup setup) {
 
 void Manager::Reconcile() {
   const std::string kubelet = KubeletIdentity();
-  const Clock::time_point now = Clock::now();
+  const Clock::TimePoint now = clock_.Now();
   for (auto& [name, e] : entries_) {
     if (!e.server->SocketPresent()) {
       spdlog::info("event=socket_missing resource={} socket={} action=restart", name,
@@ -133,9 +133,9 @@ void Manager::Reconcile() {
     }
     if (e.registered && e.registered_with == kubelet) continue;
     if (now < e.next_attempt) continue;
-    auto started = Clock::now();
+    auto started = clock_.Now();
     Status s = Register(*e.server);
-    auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
+    auto took = std::chrono::duration_cast<std::chrono::milliseconds>(clock_.Now() - started);
     if (s.ok()) {
       e.registered = true;
       e.registered_with = kubelet;
@@ -146,7 +146,7 @@ void Manager::Reconcile() {
       e.registered = false;
       e.backoff =
           std::min(std::max(e.backoff * 2, std::chrono::milliseconds(100)), options_.max_backoff);
-      e.next_attempt = Clock::now() + e.backoff;
+      e.next_attempt = clock_.Now() + e.backoff;
       spdlog::warn("event=register_failed resource={} retry_ms={} error=\"{}\"", name,
                    e.backoff.count(), s.message());
     }
@@ -195,7 +195,7 @@ Status Manager::Run(ServingSetup initial) {
     if (stop_requested_) break;
     // Sleep until something happens, the next registration retry is due, or the periodic check.
     auto wait = options_.reconcile_interval;
-    const Clock::time_point now = Clock::now();
+    const Clock::TimePoint now = clock_.Now();
     for (const auto& [name, e] : entries_) {
       if (e.registered || e.next_attempt <= now) continue;
       wait = std::min(wait,

@@ -24,6 +24,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "deviceplugin/allocate.h"
 #include "deviceplugin/resource_server.h"
@@ -55,8 +56,10 @@ struct ManagerOptions {
 
 class Manager {
  public:
+  // Registration retries are timed on `clock` (the loop itself wakes on its descriptors and at
+  // least every reconcile_interval).
   Manager(ManagerOptions options, std::shared_ptr<const gpu::Inventory> inventory,
-          const gpu::HealthBoard& health, SetupLoader loader);
+          const gpu::HealthBoard& health, SetupLoader loader, Clock& clock = RealClock());
   ~Manager();
   Manager(const Manager&) = delete;
   Manager& operator=(const Manager&) = delete;
@@ -73,7 +76,7 @@ class Manager {
     std::unique_ptr<ResourceServer> server;
     bool registered = false;
     std::string registered_with;  // kubelet.sock identity at registration
-    std::chrono::steady_clock::time_point next_attempt{};
+    Clock::TimePoint next_attempt{};
     std::chrono::milliseconds backoff{0};
   };
 
@@ -87,6 +90,7 @@ class Manager {
   std::shared_ptr<const gpu::Inventory> inventory_;
   const gpu::HealthBoard& health_;
   SetupLoader loader_;
+  Clock& clock_;
   int wake_fd_ = -1;  // eventfd: Stop()/RequestReload() wake the loop
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> reload_requested_{false};

@@ -26,6 +26,13 @@ void Publisher::SetJobs(JobMap jobs) {
   if (snapshot_) RenderLocked();
 }
 
+void Publisher::SetExtra(std::string text) {
+  std::lock_guard lock(render_mu_);
+  if (text == extra_) return;
+  extra_ = std::move(text);
+  if (snapshot_) RenderLocked();
+}
+
 std::shared_ptr<const Rendered> Publisher::Current() const {
   std::lock_guard lock(current_mu_);
   return current_;
@@ -35,6 +42,11 @@ void Publisher::RenderLocked() {
   auto r = std::make_shared<Rendered>();
   r->text = Render(*snapshot_, pods_, {Format::kText004, series_per_pod_}, &jobs_);
   r->openmetrics = Render(*snapshot_, pods_, {Format::kOpenMetrics, series_per_pod_}, &jobs_);
+  if (!extra_.empty()) {
+    r->text += extra_;
+    const size_t eof = r->openmetrics.rfind("# EOF\n");
+    r->openmetrics.insert(eof == std::string::npos ? r->openmetrics.size() : eof, extra_);
+  }
   r->collected_at_ms = snapshot_->collected_at_ms;
   size_t series = 0;
   bool line_start = true;
@@ -154,7 +166,7 @@ void XidWatcher::Start() {
 }
 
 void XidWatcher::Stop() {
-  stop_ = true;
+  stop_.Stop();
   if (thread_.joinable()) thread_.join();
   if (set_ != nullptr) {
     fn_.nvmlEventSetFree(set_);
@@ -165,13 +177,13 @@ void XidWatcher::Stop() {
 void XidWatcher::Run() {
   // The wait timeout bounds how long Stop() takes.
   constexpr unsigned kWaitMs = 200;
-  while (!stop_) {
+  while (!stop_.stopped()) {
     nvmlEventData_t data{};
     nvmlReturn_t rc = fn_.nvmlEventSetWait_v2(set_, &data, kWaitMs);
     if (rc == NVML_ERROR_TIMEOUT) continue;
     if (rc != NVML_SUCCESS) {
       spdlog::debug("event=xid_wait_failed nvml={}", gpu::NvmlReturnName(rc));
-      std::this_thread::sleep_for(std::chrono::milliseconds(kWaitMs));
+      RealClock().SleepFor(std::chrono::milliseconds(kWaitMs), stop_);  // ends at once on Stop()
       continue;
     }
     if ((data.eventType & nvmlEventTypeXidCriticalError) == 0) continue;

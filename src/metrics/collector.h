@@ -43,6 +43,9 @@ class Publisher {
   void SetPods(PodMap pods);
   // Slurm jobs per GPU (hpc_job); re-renders only on a change.
   void SetJobs(JobMap jobs);
+  // Series of gpulet's own families rendered elsewhere (text format, HELP/TYPE included, e.g.
+  // metrics/memory_limits.h), appended to every rendering; re-renders only on a change.
+  void SetExtra(std::string text);
   // Null until the first snapshot.
   std::shared_ptr<const Rendered> Current() const;
 
@@ -54,6 +57,7 @@ class Publisher {
   std::shared_ptr<const Snapshot> snapshot_;
   PodMap pods_;
   JobMap jobs_;
+  std::string extra_;
   uint64_t generation_ = 0;
   mutable std::mutex current_mu_;
   std::shared_ptr<const Rendered> current_;
@@ -121,7 +125,7 @@ class XidWatcher {
   XidLog& log_;
   std::function<void()> on_xid_;
   nvmlEventSet_t set_ = nullptr;
-  std::atomic<bool> stop_{false};
+  StopSignal stop_;
   std::thread thread_;
 };
 
