@@ -80,6 +80,7 @@ struct ExporterFlags {
   std::string slurm_node;
   std::string scontrol = "scontrol";
   int64_t slurm_refresh_ms = 10000;
+  std::string memory_limits_state_dir;  // gpulet.memoryLimits stateDir (docs/memory-limits.md)
   // `gpulet exporter` only (`gpulet node` follows the plugin's --rescan-interval).
   std::string rescan_interval = "30s";
 };

@@ -126,6 +126,7 @@ Result<std::unique_ptr<metrics::Exporter>> StartExporter(std::shared_ptr<gpu::Nv
   opts.slurm_node = f.slurm_node;
   opts.scontrol = f.scontrol;
   opts.slurm_refresh = std::chrono::milliseconds(f.slurm_refresh_ms);
+  opts.memory_limits_state_dir = f.memory_limits_state_dir;
   auto exporter = metrics::Exporter::Create(std::move(nvml), std::move(inventory), opts);
   if (!exporter.ok()) return exporter.status();
   if (Status s = (*exporter)->Start(); !s.ok()) return s;
@@ -212,6 +213,10 @@ void AddExporterOptions(CLI::App* cmd, ExporterFlags* f) {
   cmd->add_option("--scontrol", f->scontrol, "scontrol binary for --slurm-node")
       ->envname("GPULET_SCONTROL")
       ->capture_default_str();
+  cmd->add_option("--memory-limits-state-dir", f->memory_limits_state_dir,
+                  "The device plugin's gpulet.memoryLimits stateDir: export each container's GPU "
+                  "memory used and limit (docs/memory-limits.md)")
+      ->envname("GPULET_MEMORY_LIMITS_STATE_DIR");
   cmd->add_option("--slurm-refresh-interval", f->slurm_refresh_ms,
                   "How often to re-read Slurm jobs, in milliseconds")
       ->envname("GPULET_SLURM_REFRESH_INTERVAL")

@@ -1,4 +1,5 @@
 #include "metrics/exporter.h"
+#include "metrics/memory_limits.h"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -75,7 +76,15 @@ Status Exporter::Start() {
     jo.scontrol = options_.scontrol;
     jobs_ = slurm::JobMapper::ForNode(inventory_, jo);
     jobs_->Start();
-    collector_->SetBeforePublish([this] { publisher_.SetJobs(jobs_->JobsByGpu()); });
+  }
+  if (jobs_ || !options_.memory_limits_state_dir.empty()) {
+    collector_->SetBeforePublish([this] {
+      if (jobs_) publisher_.SetJobs(jobs_->JobsByGpu());
+      if (!options_.memory_limits_state_dir.empty()) {
+        publisher_.SetExtra(ContainerMemoryText(options_.memory_limits_state_dir,
+                                                options_.pod_resources.socket));
+      }
+    });
   }
   // Pods first, so the first rendering already carries their labels.
   if (pods_) pods_->Start();

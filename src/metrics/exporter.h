@@ -36,6 +36,9 @@ struct ExporterOptions {
   std::string slurm_node;
   std::string scontrol = "scontrol";
   std::chrono::milliseconds slurm_refresh{std::chrono::seconds(10)};
+  // The device plugin's gpulet.memoryLimits stateDir: per container memory used / limit series
+  // (metrics/memory_limits.h) at every collection. Empty: none.
+  std::string memory_limits_state_dir;
 };
 
 class Exporter {

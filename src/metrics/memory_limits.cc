@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "cudashim/region.h"
+#include "deviceplugin/memory_limits_janitor.h"
 
 namespace gpulet::metrics {
 
@@ -67,6 +68,17 @@ std::string RenderContainerMemory(const std::vector<ContainerMemory>& samples) {
          "The container's enforced GPU memory limit on this GPU.",
          [](const ContainerMemory& s) { return s.limit; });
   return out;
+}
+
+std::string ContainerMemoryText(const std::string& state_dir,
+                                const std::string& pod_resources_socket) {
+  std::map<std::string, ContainerOwner> owners;
+  auto listed = deviceplugin::ListPodDevices(pod_resources_socket, std::chrono::seconds(5));
+  if (listed.ok()) {
+    for (const auto& [id, c] : *listed)
+      owners[id] = ContainerOwner{c.namespace_, c.pod, c.container};
+  }
+  return RenderContainerMemory(ReadContainerMemory(state_dir, owners));
 }
 
 }  // namespace gpulet::metrics

@@ -38,4 +38,9 @@ std::vector<ContainerMemory> ReadContainerMemory(
 // The two gauges in the text format (0.0.4; also valid OpenMetrics before its "# EOF").
 std::string RenderContainerMemory(const std::vector<ContainerMemory>& samples);
 
+// Both, with owners from the kubelet's pod-resources API on `pod_resources_socket` (unlabelled
+// while the kubelet cannot be asked). What the exporter publishes at every collection.
+std::string ContainerMemoryText(const std::string& state_dir,
+                                const std::string& pod_resources_socket);
+
 }  // namespace gpulet::metrics

@@ -8,6 +8,8 @@
 #include <fstream>
 
 #include "cudashim/region.h"
+#include "metrics/collector.h"
+#include "metrics/counters.h"
 
 namespace gpulet::metrics {
 namespace {
@@ -48,6 +50,33 @@ TEST(ContainerMemoryMetrics, ReadsRegionsAndNamesTheirContainers) {
       << text;
   EXPECT_EQ(RenderContainerMemory({}), "");
   std::filesystem::remove_all(state);
+}
+
+// The exporter publishes these series through Publisher::SetExtra: after the GPU families in the
+// text format, before "# EOF" in OpenMetrics.
+TEST(ContainerMemoryMetrics, PublishedWithEveryRendering) {
+  auto snap = std::make_shared<Snapshot>();
+  auto set = ParseCounters("DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n", "t.csv");
+  ASSERT_TRUE(set.ok());
+  snap->counters = std::make_shared<const CounterSet>(std::move(set).value());
+  EntitySample e;
+  e.gpu = {0, "GPU-0", "00000000:10:00.0", "H100"};
+  e.values = {Value::Int(42)};
+  snap->entities.push_back(e);
+  snap->gpus.push_back({e.gpu, true, ""});
+  Publisher pub;
+  pub.SetSnapshot(snap);
+  const std::string extra = RenderContainerMemory({{{"ml", "p", "c"}, "GPU-0", 5, 10}});
+  pub.SetExtra(extra);
+  auto r = pub.Current();
+  ASSERT_NE(r, nullptr);
+  EXPECT_NE(r->text.find("DCGM_FI_DEV_GPU_TEMP"), std::string::npos);
+  EXPECT_EQ(r->text.substr(r->text.size() - extra.size()), extra);
+  const std::string tail = extra + "# EOF\n";
+  EXPECT_EQ(r->openmetrics.substr(r->openmetrics.size() - tail.size()), tail);
+  const uint64_t generation = r->generation;
+  pub.SetExtra(extra);  // unchanged: no new rendering
+  EXPECT_EQ(pub.Current()->generation, generation);
 }
 
 }  // namespace
