@@ -1,4 +1,5 @@
-// Runs a command line through /bin/sh and captures its output and exit status (integration tests).
+// Runs a command line through /bin/sh and captures its output and exit status (integration tests):
+// stdout and stderr together, unless the command redirects its stderr itself.
 #pragma once
 
 #include <stdio.h>
@@ -16,7 +17,8 @@ struct CommandResult {
 
 inline CommandResult RunCommand(const std::string& command) {
   CommandResult r;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  // Grouped, so a command that sends its own stderr elsewhere (`… 2>/dev/null`) keeps that.
+  FILE* pipe = popen(("{ " + command + "\n} 2>&1").c_str(), "r");
   if (pipe == nullptr) return r;
   std::array<char, 4096> buf{};
   size_t n = 0;
