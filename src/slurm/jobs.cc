@@ -154,10 +154,11 @@ std::map<std::string, std::vector<unsigned>> GresGpuIndexes(const gpu::Inventory
 }
 
 JobMapper::JobMapper(std::shared_ptr<const CommandRunner> runner, JobMapperOptions options,
-                     std::map<std::string, std::vector<unsigned>> gpu_of_index)
+                     std::map<std::string, std::vector<unsigned>> gpu_of_index, Clock& clock)
     : client_(std::move(runner), options.scontrol),
       options_(std::move(options)),
-      gpu_of_index_(std::move(gpu_of_index)) {}
+      gpu_of_index_(std::move(gpu_of_index)),
+      clock_(clock) {}
 
 JobMapper::~JobMapper() { Stop(); }
 
@@ -188,16 +189,17 @@ Status JobMapper::Refresh() {
 void JobMapper::Start() {
   std::lock_guard<std::mutex> lock(mu_);
   if (thread_.joinable()) return;
-  stop_ = false;
-  thread_ = std::thread([this] { Run(); });
+  stop_ = std::make_unique<StopSignal>();
+  thread_ = std::thread([this, stop = stop_.get()] { Run(*stop); });
 }
 
 void JobMapper::Stop() {
+  StopSignal* stop = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    stop = stop_.get();
   }
-  cv_.notify_all();
+  if (stop != nullptr) stop->Stop();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -206,7 +208,7 @@ JobsByGpuMap JobMapper::JobsByGpu() const {
   return jobs_;
 }
 
-void JobMapper::Run() {
+void JobMapper::Run(StopSignal& stop) {
   bool failing = false;
   while (true) {
     Status s = Refresh();
@@ -217,8 +219,7 @@ void JobMapper::Run() {
       spdlog::info("event=slurm_jobs_refresh_recovered node={}", options_.node_name);
     }
     failing = !s.ok();
-    std::unique_lock<std::mutex> lock(mu_);
-    if (cv_.wait_for(lock, options_.refresh, [this] { return stop_; })) return;
+    if (!clock_.SleepFor(options_.refresh, stop)) return;
   }
 }
 

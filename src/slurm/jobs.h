@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "slurm/gres.h"
 #include "slurm/scontrol.h"
@@ -48,8 +49,9 @@ struct JobMapperOptions {
 // Keeps JobsByGpu() fresh on a timer. Thread-safe reads; one refresh thread.
 class JobMapper {
  public:
+  // `clock` times the refreshes (a test passes a FakeClock and advances it).
   JobMapper(std::shared_ptr<const CommandRunner> runner, JobMapperOptions options,
-            std::map<std::string, std::vector<unsigned>> gpu_of_index);
+            std::map<std::string, std::vector<unsigned>> gpu_of_index, Clock& clock = RealClock());
   ~JobMapper();  // Stop()s
   JobMapper(const JobMapper&) = delete;
   JobMapper& operator=(const JobMapper&) = delete;
@@ -68,15 +70,15 @@ class JobMapper {
   JobsByGpuMap JobsByGpu() const;
 
  private:
-  void Run();
+  void Run(StopSignal& stop);
 
   SlurmClient client_;
   JobMapperOptions options_;
   std::map<std::string, std::vector<unsigned>> gpu_of_index_;
+  Clock& clock_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;
   JobsByGpuMap jobs_;
-  bool stop_ = false;
+  std::unique_ptr<StopSignal> stop_;  // a fresh one per Start
   std::thread thread_;
 };
 

@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <thread>
+
+#include "common/clock.h"
 #include "slurm/fake_runner.h"
 
 namespace gpulet::slurm {
@@ -116,18 +119,27 @@ TEST(JobMapper, RefreshKeepsLastGoodMap) {
 TEST(JobMapper, BackgroundRefreshStartsAndStops) {
   auto runner = std::make_shared<FakeRunner>();
   runner->On("scontrol show job -d -o", CommandOutput{0, kJobs, ""});
-  JobMapper mapper(runner, {"n2", std::chrono::milliseconds(5), "scontrol"}, {});
+  FakeClock clock;
+  JobMapper mapper(runner, {"n2", std::chrono::seconds(10), "scontrol"}, {}, clock);
   mapper.Start();
-  // Bounded wait for the first refresh (no timing assertion).
-  for (int i = 0; i < 2000 && mapper.JobsByGpu().empty(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  ASSERT_TRUE(clock.WaitForSleepers(1));  // the first refresh is done, the next one waits
   EXPECT_EQ(mapper.JobsByGpu().at(0), "9");
+  EXPECT_EQ(runner->calls().size(), 1u);
+  // Not before the interval…
+  clock.Advance(std::chrono::seconds(9));
+  ASSERT_TRUE(clock.WaitForSleepers(1));
+  EXPECT_EQ(runner->calls().size(), 1u);
+  // …then exactly once more.
+  clock.Advance(std::chrono::seconds(1));
+  for (int i = 0; i < 3000 && runner->calls().size() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // bounded wait for the thread
+  }
+  EXPECT_EQ(runner->calls().size(), 2u);
   mapper.Stop();
-  size_t calls = runner->calls().size();
-  EXPECT_GE(calls, 1u);
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  EXPECT_EQ(runner->calls().size(), calls);  // stopped: no more refreshes
+  // Stopped: however much time passes, no more refreshes.
+  clock.Advance(std::chrono::hours(1));
+  EXPECT_EQ(clock.sleepers(), 0u);
+  EXPECT_EQ(runner->calls().size(), 2u);
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ int DemandAt(int m) {
 
 TEST(BrokerDay, DecisionsFollowTheRules) {
   if (std::string why = slurm_testing::ClusterUnavailableReason(); !why.empty()) {
-    GTEST_SKIP() << why;
+    GPULET_SKIP_OR_FAIL_IN_CI(why);
   }
   BrokerWorld w;
   ASSERT_EQ(w.Start(), "");

@@ -66,7 +66,7 @@ class BrokerReplicas : public ::testing::Test {
  protected:
   void SetUp() override {
     if (std::string why = slurm_testing::ClusterUnavailableReason(); !why.empty()) {
-      GTEST_SKIP() << why;
+      GPULET_SKIP_OR_FAIL_IN_CI(why);
     }
     ASSERT_EQ(w_.Start(), "");
     const std::string dir = w_.dir_.path();

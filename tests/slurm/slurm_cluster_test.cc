@@ -19,7 +19,7 @@ using ::testing::Not;
 class SlurmCluster : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (std::string why = ClusterUnavailableReason(); !why.empty()) GTEST_SKIP() << why;
+    if (std::string why = ClusterUnavailableReason(); !why.empty()) GPULET_SKIP_OR_FAIL_IN_CI(why);
     std::string err = cluster_.Start();
     ASSERT_EQ(err, "") << "cluster did not start";
   }
@@ -233,7 +233,7 @@ TEST_F(SlurmCluster, HealthDrainsOnXidAndResumesOnlyItsOwnDrain) {
 }
 
 TEST(SlurmFaults, ControllerDownIsAClearErrorAndDrainsNothing) {
-  if (access("/usr/bin/scontrol", X_OK) != 0) GTEST_SKIP() << "scontrol missing";
+  if (access("/usr/bin/scontrol", X_OK) != 0) GPULET_SKIP_OR_FAIL_IN_CI("scontrol missing");
   TempDir dir;
   // A cluster whose controller port has no listener.
   CommandResult port = RunCommand(
@@ -255,7 +255,8 @@ TEST(SlurmFaults, ControllerDownIsAClearErrorAndDrainsNothing) {
 // A cluster that cannot start (seen on a Debian 12 whose cgroup mounts slurmd rejects) must say
 // why: the helper shows the daemon's own log lines, not a bare "did not come up".
 TEST(SlurmClusterScript, AClusterThatCannotStartShowsTheDaemonsLog) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root (the helper makes device nodes with mknod)";
+  if (geteuid() != 0)
+    GPULET_SKIP_OR_FAIL_IN_CI("needs root (the helper makes device nodes with mknod)");
   TempDir bin, cluster;
   // Stand-ins on PATH: a slurmctld that logs its reason and exits at once, and the clients.
   WriteFile(bin.path() + "/slurmctld",
