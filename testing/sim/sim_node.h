@@ -1,5 +1,6 @@
-// Shared by the gpu tests: a simulated node in a fresh temp directory, loaded through the real
-// dlopen path.
+// Test support (GoogleTest only): a simulated node in a fresh temp directory, loaded through the
+// real dlopen path. Used by the gpu, metrics and mig tests; it lives with the simulator, not in
+// the gpu seam, so nothing in src/ pulls in gtest or the simulator.
 #pragma once
 
 #include <gtest/gtest.h>
