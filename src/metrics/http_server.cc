@@ -93,8 +93,6 @@ const char* Reason(int status) {
       return "Not Found";
     case 405:
       return "Method Not Allowed";
-    case 408:
-      return "Request Timeout";
     case 413:
       return "Payload Too Large";
     case 429:

@@ -6,9 +6,10 @@
 //   sender costs a file descriptor, never a worker: /health and /metrics stay answerable.
 // - At most `max_connections` are open; a new connection beyond that closes the one that has
 //   been quiet the longest (a flood of idle connections cannot lock scrapers out).
-// - A request's headers must arrive within `request_timeout` and fit in `max_header_bytes`
-//   (else 408/431 and close); a keep-alive connection is closed after `idle_timeout`; a response
-//   that the client does not read within `write_timeout` is abandoned. Request bodies are refused.
+// - A request's headers must arrive within `request_timeout` (else the connection is closed) and
+//   fit in `max_header_bytes` (else 431 and close); a keep-alive connection is closed after
+//   `idle_timeout`; a response the client does not read within `write_timeout` is abandoned.
+//   Request bodies are refused (413).
 // - Responses are the collector's immutable renderings, written as they are (no per-scrape copy).
 // - Basic auth: a checked Authorization value (good or bad) is remembered, so neither Prometheus
 //   nor a client retrying a wrong password pays a bcrypt each time. Unknown values are checked on
