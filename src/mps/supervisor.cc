@@ -25,7 +25,7 @@
 
 namespace gpulet::mps {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 struct Supervisor::Daemon {
@@ -38,9 +38,9 @@ struct Supervisor::Daemon {
   int pid = -1;
 
   // Owned by whoever drives the daemon: Start (before the thread exists), then the loop.
-  bool down = false;       // dead or failed; waiting for retry_at to restart
-  int failures = 0;        // consecutive failures since the last passed check
-  Clock::time_point next;  // next check (up) or restart attempt (down)
+  bool down = false;              // dead or failed; waiting for retry_at to restart
+  int failures = 0;               // consecutive failures since the last passed check
+  gpulet::Clock::TimePoint next;  // next check (up) or restart attempt (down), on clock_
 };
 
 namespace {
@@ -170,10 +170,10 @@ bool DaemonAlive(int pid, const std::string& pipe_dir) {
 // Polls `alive` until it is false or `timeout` passes. True when it ended.
 template <typename F>
 bool WaitUntilGone(F alive, milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
+  const auto deadline = SteadyClock::now() + timeout;
   milliseconds step{2};
   while (alive()) {
-    if (Clock::now() >= deadline) return false;
+    if (SteadyClock::now() >= deadline) return false;
     std::this_thread::sleep_for(step);
     step = std::min(step * 2, milliseconds(50));
   }
@@ -271,8 +271,9 @@ std::string ComputeModesPath(const std::string& root) {
   return base + (base == "/" ? "" : "/") + "compute-modes.json";
 }
 
-Supervisor::Supervisor(SupervisorOptions options, std::shared_ptr<gpu::Nvml> nvml)
-    : options_(std::move(options)), nvml_(std::move(nvml)) {}
+Supervisor::Supervisor(SupervisorOptions options, std::shared_ptr<gpu::Nvml> nvml,
+                       gpulet::Clock& clock)
+    : options_(std::move(options)), nvml_(std::move(nvml)), clock_(clock) {}
 
 Supervisor::~Supervisor() { Stop(); }
 
@@ -327,13 +328,13 @@ Result<ControlOutput> Supervisor::RunControl(const Daemon& d, const std::vector<
 
   // Read until the client exits (not until EOF: a daemon it forks may hold the pipe open).
   ControlOutput result;
-  const auto deadline = Clock::now() + options_.command_timeout;
+  const auto deadline = SteadyClock::now() + options_.command_timeout;
   int status = 0;
   bool exited = false;
   while (true) {
     const pid_t w = waitpid(pid, &status, WNOHANG);
     if (w == pid) exited = true;
-    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - SteadyClock::now());
     if (!exited && left.count() <= 0) break;
     pollfd pfd{out_r.fd, POLLIN, 0};
     const int wait_ms = exited ? 0 : static_cast<int>(std::min<int64_t>(left.count(), 10));
@@ -475,8 +476,8 @@ Status Supervisor::StartDaemon(Daemon& d) {
   }
   // The control program may return before its pid file is written.
   int pid = -1;
-  const auto deadline = Clock::now() + options_.command_timeout;
-  while ((pid = ReadPidFile(pid_file)) <= 0 && Clock::now() < deadline) {
+  const auto deadline = SteadyClock::now() + options_.command_timeout;
+  while ((pid = ReadPidFile(pid_file)) <= 0 && SteadyClock::now() < deadline) {
     std::this_thread::sleep_for(milliseconds(5));
   }
   if (pid <= 0) {
@@ -665,7 +666,7 @@ Status Supervisor::Start(std::vector<DaemonSpec> specs, HealthListener listener)
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const auto first = Clock::now() + options_.health_interval;
+    const auto first = clock_.Now() + options_.health_interval;
     for (auto& d : daemons_) {
       d->healthy = true;
       d->next = first;
@@ -673,21 +674,19 @@ Status Supervisor::Start(std::vector<DaemonSpec> specs, HealthListener listener)
     listener_ = std::move(listener);
     started_ = true;
     stopping_ = false;
-    loop_stop_ = false;
   }
-  thread_ = std::thread([this] { Loop(); });
+  StartLoop();
   return Status::Ok();
 }
 
+void Supervisor::StartLoop() {
+  loop_stop_ = std::make_unique<StopSignal>();
+  thread_ = std::thread([this, stop = loop_stop_.get()] { Loop(*stop); });
+}
+
 void Supervisor::StopLoop() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    loop_stop_ = true;
-  }
-  cv_.notify_all();
+  if (loop_stop_) loop_stop_->Stop();
   if (thread_.joinable()) thread_.join();
-  std::lock_guard<std::mutex> lock(mu_);
-  loop_stop_ = false;
 }
 
 Status Supervisor::Update(std::vector<DaemonSpec> specs) {
@@ -735,7 +734,7 @@ Status Supervisor::Update(std::vector<DaemonSpec> specs) {
   std::vector<std::string> failed;
   for (Daemon* d : fresh) {
     Status s = StartDaemon(*d);
-    const auto now = Clock::now();
+    const auto now = clock_.Now();
     std::lock_guard<std::mutex> lock(mu_);
     d->healthy = s.ok();
     d->down = !s.ok();
@@ -755,29 +754,22 @@ Status Supervisor::Update(std::vector<DaemonSpec> specs) {
   for (const std::string& name : failed) {
     if (listener) listener(name, false);
   }
-  thread_ = std::thread([this] { Loop(); });
+  StartLoop();
   return first_error;
 }
 
-void Supervisor::Loop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!loop_stop_) {
-    Clock::time_point wake = Clock::time_point::max();
-    for (const auto& d : daemons_) wake = std::min(wake, d->next);
-    if (daemons_.empty()) {
-      cv_.wait(lock, [&] { return loop_stop_; });  // wait_until(max) would overflow
-    } else {
-      cv_.wait_until(lock, wake, [&] { return loop_stop_; });
+void Supervisor::Loop(StopSignal& stop) {
+  while (!stop.stopped()) {
+    gpulet::Clock::TimePoint wake = clock_.Now() + std::chrono::hours(1);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& d : daemons_) wake = std::min(wake, d->next);
     }
-    if (loop_stop_) break;
-    lock.unlock();
-    for (auto& dp : daemons_) {
+    if (!clock_.SleepUntil(wake, stop)) break;
+    for (auto& dp : daemons_) {  // only Update changes the list, and it joins this thread first
       Daemon& d = *dp;
-      {
-        std::lock_guard<std::mutex> l(mu_);
-        if (loop_stop_) break;
-      }
-      if (Clock::now() < d.next) continue;
+      if (stop.stopped()) break;
+      if (clock_.Now() < d.next) continue;
       std::optional<bool> change;
       if (!d.down) {
         if (CheckDaemon(d)) {
@@ -806,13 +798,13 @@ void Supervisor::Loop() {
         milliseconds backoff = options_.min_backoff;
         for (int i = 1; i < d.failures && backoff < options_.max_backoff; ++i) backoff *= 2;
         backoff = std::min(backoff, options_.max_backoff);
-        d.next = Clock::now() + backoff;
+        d.next = clock_.Now() + backoff;
         if (change) {
           spdlog::warn("event=mps_daemon_unhealthy resource={} restart_in_ms={}",
                        d.spec.resource_name, backoff.count());
         }
       } else {
-        d.next = Clock::now() + options_.health_interval;
+        d.next = clock_.Now() + options_.health_interval;
       }
       if (change) {
         HealthListener listener;
@@ -825,7 +817,6 @@ void Supervisor::Loop() {
         if (listener) listener(d.spec.resource_name, *change);
       }
     }
-    lock.lock();
   }
 }
 

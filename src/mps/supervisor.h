@@ -44,6 +44,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "gpu/nvml.h"
 
@@ -100,8 +101,10 @@ class Supervisor {
  public:
   using HealthListener = std::function<void(const std::string& resource_name, bool healthy)>;
 
-  // nvml may be null (then compute modes are not touched).
-  Supervisor(SupervisorOptions options, std::shared_ptr<gpu::Nvml> nvml);
+  // nvml may be null (then compute modes are not touched). `clock` times the health checks and
+  // the restart backoff (a test passes a FakeClock); commands keep real-time timeouts.
+  Supervisor(SupervisorOptions options, std::shared_ptr<gpu::Nvml> nvml,
+             Clock& clock = RealClock());
   ~Supervisor();  // Stop()
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
@@ -154,7 +157,8 @@ class Supervisor {
   bool CheckDaemon(const Daemon& d) const;
   void KillDaemon(Daemon& d);
   void QuitDaemon(Daemon& d);
-  void Loop();
+  void Loop(StopSignal& stop);
+  void StartLoop();
   Result<ControlOutput> RunControl(const Daemon& d, const std::vector<std::string>& args,
                                    const std::vector<std::string>& commands) const;
   Status SetExclusive(Daemon& d);
@@ -166,6 +170,7 @@ class Supervisor {
 
   SupervisorOptions options_;
   std::shared_ptr<gpu::Nvml> nvml_;
+  Clock& clock_;
   std::string binary_;  // resolved absolute path
   HealthListener listener_;
   std::vector<std::unique_ptr<Daemon>> daemons_;
@@ -173,10 +178,9 @@ class Supervisor {
   std::map<std::string, std::pair<unsigned, int>> saved_modes_;
 
   mutable std::mutex mu_;  // guards the fields below and each Daemon's `healthy`
-  std::condition_variable cv_;
   bool started_ = false;
   bool stopping_ = false;
-  bool loop_stop_ = false;  // the health thread should return (Stop, Detach, or an Update)
+  std::unique_ptr<StopSignal> loop_stop_;  // ends the health thread (Stop, Detach, an Update)
   std::thread thread_;
   std::mutex stop_mu_;  // serialises Stop()
 };

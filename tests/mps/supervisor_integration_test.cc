@@ -20,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/clock.h"
 #include "gpu/nvml.h"
 #include "mps/supervisor.h"
 #include "sim/simulation.h"
@@ -549,6 +550,42 @@ TEST_F(MpsSupervisorTest, DetachLeavesTheDaemonsForTheNextGpulet) {
   EXPECT_EQ(ReadPid(paths), pid);
   next.Stop();
   EXPECT_EQ(ComputeMode(0), NVML_COMPUTEMODE_DEFAULT);
+}
+
+}  // namespace
+}  // namespace gpulet::mps
+
+namespace gpulet::mps {
+namespace {
+
+int Checks(const DaemonPaths& p) {
+  int n = 0;
+  for (const std::string& c : Commands(ControlLog(p))) {
+    n += c == "get_default_active_thread_percentage" ? 1 : 0;
+  }
+  return n;
+}
+
+// Health checks run on the injected clock: none before the interval, one per interval.
+TEST_F(MpsSupervisorTest, HealthChecksFollowTheInjectedClock) {
+  FakeClock clock;
+  options_.health_interval = std::chrono::seconds(10);
+  Supervisor sup(options_, nvml_, clock);
+  ASSERT_TRUE(sup.Start({Spec(kShared, {0}, 2)}, events_.Listener()).ok());
+  const DaemonPaths paths = Paths(kShared);
+  ASSERT_TRUE(clock.WaitForSleepers(1));
+  EXPECT_EQ(Checks(paths), 0);
+  clock.Advance(std::chrono::seconds(9));
+  ASSERT_TRUE(clock.WaitForSleepers(1));
+  EXPECT_EQ(Checks(paths), 0);  // not yet: 9 s of 10
+  clock.Advance(std::chrono::seconds(1));
+  ASSERT_TRUE(WaitUntil([&] { return Checks(paths) == 1; }));
+  ASSERT_TRUE(WaitUntil([&] { return clock.sleepers() == 1; }));
+  EXPECT_EQ(Checks(paths), 1);
+  clock.Advance(std::chrono::seconds(10));
+  ASSERT_TRUE(WaitUntil([&] { return Checks(paths) == 2; }));
+  sup.Stop();
+  EXPECT_TRUE(events_.All().empty());
 }
 
 }  // namespace
