@@ -1,11 +1,7 @@
 #include "mps/supervisor.h"
 
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <spdlog/spdlog.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -46,19 +42,6 @@ struct Supervisor::Daemon {
 namespace {
 
 std::string Errno(int err) { return std::strerror(err); }
-
-struct Fd {
-  int fd = -1;
-  Fd() = default;
-  explicit Fd(int f) : fd(f) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { Reset(); }
-  void Reset() {
-    if (fd >= 0) close(fd);
-    fd = -1;
-  }
-};
 
 // Creates `path` and its missing parents with `mode` (applied exactly, whatever the umask, to
 // the directories it creates; existing ones are left as they are).
@@ -279,90 +262,27 @@ Supervisor::~Supervisor() { Stop(); }
 
 Result<ControlOutput> Supervisor::RunControl(const Daemon& d, const std::vector<std::string>& args,
                                              const std::vector<std::string>& commands) const {
-  // stdin from a memfd holding all of it: no pipe to write, so no SIGPIPE and no deadlock.
-  Fd input(memfd_create("gpulet-mps-stdin", MFD_CLOEXEC));
-  if (input.fd < 0) return Status(ErrorCode::kInternal, "memfd_create: " + Errno(errno));
-  std::string text;
-  for (const std::string& c : commands) text += c + "\n";
-  if (!text.empty() &&
-      write(input.fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
-    return Status(ErrorCode::kInternal, "memfd write: " + Errno(errno));
-  }
-  lseek(input.fd, 0, SEEK_SET);
-  int out_pipe[2];
-  if (pipe2(out_pipe, O_CLOEXEC) != 0) return Status(ErrorCode::kInternal, "pipe: " + Errno(errno));
-  Fd out_r(out_pipe[0]), out_w(out_pipe[1]);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, input.fd, 0);
-  posix_spawn_file_actions_adddup2(&actions, out_w.fd, 1);
-  posix_spawn_file_actions_adddup2(&actions, out_w.fd, 2);
-  posix_spawn_file_actions_addclosefrom_np(&actions, 3);  // nothing of the host leaks in
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  // The child starts with default signal dispositions and an empty mask, whatever the host set.
-  sigset_t all, none;
-  sigfillset(&all);
-  sigemptyset(&none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-
-  std::vector<char*> argv{const_cast<char*>(binary_.c_str())};
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::vector<char*> envp;
-  for (const std::string& e : d.env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, binary_.c_str(), &actions, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) {
-    return Status(rc == ENOENT ? ErrorCode::kNotFound : ErrorCode::kInternal,
-                  "mps: cannot run " + binary_ + ": " + Errno(rc));
-  }
-  out_w.Reset();
-  input.Reset();
-
-  // Read until the client exits (not until EOF: a daemon it forks may hold the pipe open).
-  ControlOutput result;
-  const auto deadline = SteadyClock::now() + options_.command_timeout;
-  int status = 0;
-  bool exited = false;
-  while (true) {
-    const pid_t w = waitpid(pid, &status, WNOHANG);
-    if (w == pid) exited = true;
-    const auto left = std::chrono::duration_cast<milliseconds>(deadline - SteadyClock::now());
-    if (!exited && left.count() <= 0) break;
-    pollfd pfd{out_r.fd, POLLIN, 0};
-    const int wait_ms = exited ? 0 : static_cast<int>(std::min<int64_t>(left.count(), 10));
-    const int n = poll(out_r.fd >= 0 ? &pfd : nullptr, out_r.fd >= 0 ? 1 : 0, wait_ms);
-    if (n > 0 && (pfd.revents & (POLLIN | POLLHUP | POLLERR))) {
-      char buf[4096];
-      const ssize_t got = read(out_r.fd, buf, sizeof buf);
-      if (got > 0) {
-        result.out.append(buf, static_cast<size_t>(got));
-        if (result.out.size() > (1 << 20)) out_r.Reset();  // a runaway client; keep the start
-        continue;
-      }
-      if (got == 0 || errno != EINTR) out_r.Reset();
+  CommandSpec spec;
+  spec.argv = {binary_};
+  spec.argv.insert(spec.argv.end(), args.begin(), args.end());
+  spec.env = d.env;
+  for (const std::string& c : commands) spec.stdin_data += c + "\n";
+  spec.merge_stderr = true;
+  spec.timeout = options_.command_timeout;
+  // Read until the client exits, not until EOF: the daemon `-d` forks may hold the pipe open.
+  spec.wait_for_eof = false;
+  Result<CommandOutput> r = RunCommand(spec);
+  if (!r.ok()) {
+    if (r.status().code() == ErrorCode::kUnavailable) {
+      return Status(ErrorCode::kUnavailable,
+                    "mps: " + d.spec.resource_name + ": `" + binary_ + " " + Join(args, " ") +
+                        "` gave no answer within " +
+                        std::to_string(options_.command_timeout.count()) + " ms" +
+                        (commands.empty() ? "" : " (commands: " + Join(commands, "; ") + ")"));
     }
-    if (exited && (n <= 0 || out_r.fd < 0)) break;
+    return Status(r.status().code(), "mps: " + r.status().message());
   }
-  if (!exited) {
-    kill(pid, SIGKILL);
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    return Status(ErrorCode::kUnavailable,
-                  "mps: " + d.spec.resource_name + ": `" + binary_ + " " + Join(args, " ") +
-                      "` gave no answer within " +
-                      std::to_string(options_.command_timeout.count()) + " ms" +
-                      (commands.empty() ? "" : " (commands: " + Join(commands, "; ") + ")"));
-  }
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return result;
+  return ControlOutput{r->exit_code, std::move(r->out)};
 }
 
 Result<ControlOutput> Supervisor::Control(const std::string& resource_name,

@@ -26,7 +26,8 @@
 // compute mode, and reaps every process it started. Detach() stops supervising and leaves the
 // daemons and compute modes as they are, for the next gpulet to adopt (a restart or upgrade).
 //
-// Processes: started with posix_spawn (no shell), descriptors above stderr closed in the child.
+// Processes: run through common/process.h (no shell, clean signal mask, descriptors above stderr
+// closed in the child, killed and reaped on timeout).
 // Only the pids it started are waited for; no signal handlers are installed (SIGCHLD stays the
 // host's). The daemon itself detaches (`-d`), so it is found through the pid file the control
 // program writes in the pipe directory.
