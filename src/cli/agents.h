@@ -34,6 +34,9 @@ struct PluginArgs {
   std::string replica_allocation_policy = "distributed";
   std::string mps_root;  // empty: flags.plugin.mpsRoot from the file, else /run/nvidia/mps
   std::string mps_control_binary = "nvidia-cuda-mps-control";
+  // At exit: "keep" leaves the MPS daemons for the next gpulet to adopt (pods keep their MPS
+  // servers across a restart or upgrade); "quit" stops them and restores compute modes.
+  std::string mps_on_exit = "keep";
   std::string rescan_interval = "30s";
 };
 

@@ -226,6 +226,14 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
   Status hs = health.Start(inventory);
   if (!hs.ok()) return ReportError(hs);
   node::MpsControl mps_control(args.mps_control_binary, node->nvml, board);
+  // Every exit (errors included) hands the daemons over or quits them, as --mps-on-exit says.
+  auto release_mps = [&mps_control, &args] {
+    if (args.mps_on_exit == "quit") {
+      mps_control.Stop();
+    } else {
+      mps_control.Detach();
+    }
+  };
   Status ms = mps_control.Apply(setup->plan, *inventory, MpsRoot(*cfg));
   if (!ms.ok()) {
     health.Stop();
@@ -234,7 +242,7 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
   if (companion != nullptr) {
     Status cs = companion->start(*node, *inventory);
     if (!cs.ok()) {
-      mps_control.Stop();
+      release_mps();
       health.Stop();
       return ReportError(cs);
     }
@@ -315,7 +323,7 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
     run = manager.Run(std::move(setup).value());
   }
   if (companion != nullptr) companion->stop();
-  mps_control.Stop();
+  release_mps();
   health.Stop();
   if (!run.ok()) return ReportError(run);
   spdlog::info("event=plugin_stopped");
@@ -378,6 +386,13 @@ std::function<void()> AddPluginOptions(CLI::App* cmd, PluginArgs* args) {
   cmd->add_option("--mps-control-binary", args->mps_control_binary,
                   "The MPS control program (a path, or a name looked up in PATH)")
       ->envname("MPS_CONTROL_BINARY")
+      ->capture_default_str();
+  cmd->add_option("--mps-on-exit", args->mps_on_exit,
+                  "What happens to the MPS daemons when gpulet exits: keep (left running for the "
+                  "next gpulet to adopt, so pods keep their MPS servers across a restart or "
+                  "upgrade) or quit (stopped, compute modes restored)")
+      ->envname("GPULET_MPS_ON_EXIT")
+      ->check(CLI::IsMember({"keep", "quit"}))
       ->capture_default_str();
   cmd->add_option("--labels-file", args->labels_file,
                   "Write GPU Feature Discovery's node labels to this NFD feature file whenever the "

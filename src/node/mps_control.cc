@@ -36,8 +36,26 @@ Status MpsControl::Apply(const sharing::Plan& plan, const gpu::Inventory& invent
     specs.push_back(std::move(spec));
   }
   if (key == key_ && (supervisor_ || specs.empty())) return Status::Ok();
+  if (supervisor_ && !specs.empty() && root == root_) {
+    // Same root: restart only the daemons whose resource changed; the rest keep serving.
+    Status s = supervisor_->Update(specs);
+    key_ = key;
+    std::map<std::string, gpu::DeviceHealth> state;
+    resources_.clear();
+    for (const mps::DaemonSpec& spec : specs) {
+      resources_.push_back(spec.resource_name);
+      if (!s.ok()) continue;  // the failed one is reported by the supervisor's listener
+      state[deviceplugin::MpsHealthKey(spec.resource_name)] =
+          supervisor_->Healthy(spec.resource_name) ? gpu::DeviceHealth{}
+                                                   : gpu::DeviceHealth{false, "MPS daemon down"};
+    }
+    board_.Update(state);
+    spdlog::info("event=mps_updated resources={} root={}", specs.size(), root);
+    return s;
+  }
   Stop();
   key_ = key;
+  root_ = root;
   if (specs.empty()) return Status::Ok();
   mps::SupervisorOptions o;
   o.control_binary = control_binary_;
@@ -69,6 +87,15 @@ void MpsControl::Stop() {
   supervisor_->Stop();
   supervisor_.reset();
   spdlog::info("event=mps_stopped resources={}", resources_.size());
+  resources_.clear();
+}
+
+void MpsControl::Detach() {
+  if (!supervisor_) return;
+  supervisor_->Detach();
+  supervisor_.reset();
+  spdlog::info("event=mps_detached resources={} note=\"daemons left running for the next gpulet\"",
+               resources_.size());
   resources_.clear();
 }
 

@@ -202,7 +202,10 @@ TEST_F(SharingFixture, ConfigErrorsNameFileLineField) {
       << r.output;
   RunResult p = RunGpulet(PluginArgs({"--replica-allocation-policy", "spread"}));
   EXPECT_EQ(p.exit_code, 2) << p.output;
-  EXPECT_NE(p.output.find("--replica-allocation-policy"), std::string::npos) << p.output;
+  // The error names upstream's flag, of which --replica-allocation-policy is an alias.
+  EXPECT_NE(p.output.find("--shared-devices-allocation-policy: invalid value \"spread\""),
+            std::string::npos)
+      << p.output;
 }
 
 // The stand-in control program, built next to the binary.
@@ -218,7 +221,8 @@ TEST_F(SharingFixture, MpsWithStandInDaemonCrashAndRecovery) {
       "version: v1\nsharing:\n  mps:\n    resources:\n    - name: gpu\n      rename: gpu.mps\n"
       "      devices: [2, 3]\n      replicas: 4\n");
   StartHarness();
-  StartPlugin({"--config", cfg, "--mps-root", root, "--mps-control-binary", MpsStandIn()});
+  StartPlugin({"--config", cfg, "--mps-root", root, "--mps-control-binary", MpsStandIn(),
+               "--mps-on-exit", "quit"});
   const std::string mps = "nvidia.com/gpu.mps";
   WaitForDevices(6, 6);
   WaitForDevices(8, 8, 60s, mps);
@@ -274,7 +278,8 @@ TEST_F(SharingFixture, MpsDaemonRestartsWhenItsResourceChangesOnReload) {
   };
   write(4);
   StartHarness();
-  StartPlugin({"--config", cfg, "--mps-root", root, "--mps-control-binary", MpsStandIn()});
+  StartPlugin({"--config", cfg, "--mps-root", root, "--mps-control-binary", MpsStandIn(),
+               "--mps-on-exit", "quit"});
   const std::string mps = "nvidia.com/gpu.mps";
   WaitForDevices(4, 4, 60s, mps);
   const std::string log = root + "/nvidia.com_gpu.mps/log/control.log";
@@ -282,10 +287,12 @@ TEST_F(SharingFixture, MpsDaemonRestartsWhenItsResourceChangesOnReload) {
   plugin_->Signal(SIGHUP);
   ASSERT_TRUE(plugin_->WaitForLog("event=reload ", 30s));
   EXPECT_EQ(plugin_->CountInLog("event=mps_started"), 1);
-  // Two replicas instead of four: the daemon is restarted with the new defaults.
+  // Two replicas instead of four: the running supervisor restarts that daemon alone, with the
+  // new defaults.
   write(2);
   WaitForDevices(2, 2, 60s, mps);
-  ASSERT_TRUE(plugin_->WaitForLog("event=mps_started", 30s, 2));
+  ASSERT_TRUE(plugin_->WaitForLog("event=mps_updated", 30s));
+  EXPECT_EQ(plugin_->CountInLog("event=mps_started"), 1);
   EXPECT_TRUE(Eventually(
       [&] {
         return ReadAll(log).find("CMD set_default_active_thread_percentage 50") !=
@@ -296,6 +303,41 @@ TEST_F(SharingFixture, MpsDaemonRestartsWhenItsResourceChangesOnReload) {
   Result<v1beta1::ContainerAllocateResponse> a = harness_->Allocate(mps, {DeviceIds(mps)[0]});
   ASSERT_TRUE(a.ok()) << a.status().message();
   EXPECT_EQ(a->envs().at("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "50");
+}
+
+// A restart or an upgrade of gpulet must not take the MPS servers of running pods away: by
+// default the daemons are left running at exit and the next gpulet adopts them (same pid, no
+// QUIT), instead of quitting and starting new ones.
+TEST_F(SharingFixture, MpsDaemonsSurviveAGpuletRestartAndAreAdopted) {
+  ASSERT_TRUE(fs::exists(MpsStandIn())) << "no MPS stand-in at " << MpsStandIn();
+  const std::string root = tmp_.path() + "/mps";
+  std::string cfg = WriteConfig(
+      "version: v1\nsharing:\n  mps:\n    resources:\n    - name: gpu\n      rename: gpu.mps\n"
+      "      devices: [1]\n      replicas: 2\n");
+  StartHarness();
+  StartPlugin({"--config", cfg, "--mps-root", root, "--mps-control-binary", MpsStandIn()});
+  const std::string mps = "nvidia.com/gpu.mps";
+  WaitForDevices(2, 2, 60s, mps);
+  const std::string dir = root + "/nvidia.com_gpu.mps";
+  const std::string pid_file = dir + "/pipe/nvidia-cuda-mps-control.pid";
+  ASSERT_TRUE(Eventually([&] { return std::atol(ReadAll(pid_file).c_str()) > 1; }, 30s));
+  const pid_t pid = static_cast<pid_t>(std::atol(ReadAll(pid_file).c_str()));
+
+  EXPECT_EQ(plugin_->Stop(SIGTERM), 0);
+  EXPECT_TRUE(plugin_->WaitForLog("event=mps_detached", 1s));
+  EXPECT_EQ(::kill(pid, 0), 0) << "the MPS daemon was stopped with gpulet";
+  EXPECT_EQ(ReadAll(dir + "/log/control.log").find("QUIT"), std::string::npos);
+
+  // The next gpulet adopts the running daemon; this one quits it at exit (test cleanup).
+  StartPlugin({"--config", cfg, "--mps-root", root, "--mps-control-binary", MpsStandIn(),
+               "--mps-on-exit", "quit"});
+  WaitForDevices(2, 2, 60s, mps);
+  ASSERT_TRUE(plugin_->WaitForLog("event=mps_daemon_adopted", 30s));
+  EXPECT_EQ(plugin_->CountInLog("event=mps_daemon_started"), 0);
+  EXPECT_EQ(static_cast<pid_t>(std::atol(ReadAll(pid_file).c_str())), pid);
+  EXPECT_EQ(plugin_->Stop(SIGTERM), 0);
+  EXPECT_TRUE(Eventually(
+      [&] { return ReadAll(dir + "/log/control.log").find("QUIT") != std::string::npos; }, 30s));
 }
 
 // Repartitions GPU 1 of the dgx-a100 node from 7 × 1g.5gb to 2 × 3g.20gb with `gpulet mig apply`.
@@ -314,8 +356,7 @@ TEST_F(SharingFixture, RediscoversMigLayoutWithoutRestart) {
   fixture_ = "dgx-a100";
   StartHarness();
   const std::string labels = tmp_.path() + "/gfd-labels";
-  StartPlugin(
-      {"--mig-strategy", "mixed", "--rescan-interval", "300ms", "--labels-file", labels});
+  StartPlugin({"--mig-strategy", "mixed", "--rescan-interval", "300ms", "--labels-file", labels});
   WaitForDevices(9, 9, 60s, "nvidia.com/mig-1g.5gb");
   WaitForDevices(1, 1, 60s, "nvidia.com/mig-3g.20gb");
   WaitForDevices(6, 6);
@@ -331,8 +372,8 @@ TEST_F(SharingFixture, RediscoversMigLayoutWithoutRestart) {
   WaitForDevices(3, 3, 60s, "nvidia.com/mig-3g.20gb");
   ASSERT_TRUE(plugin_->WaitForLog("event=inventory_changed", 30s));
   // The labels follow the new layout.
-  for (int i = 0; i < 600 && ReadAll(labels).find("nvidia.com/mig-3g.20gb.count=3\n") ==
-                                 std::string::npos;
+  for (int i = 0;
+       i < 600 && ReadAll(labels).find("nvidia.com/mig-3g.20gb.count=3\n") == std::string::npos;
        ++i) {
     std::this_thread::sleep_for(50ms);
   }
