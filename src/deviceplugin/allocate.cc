@@ -1,5 +1,7 @@
 #include "deviceplugin/allocate.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -148,8 +150,14 @@ Result<v1beta1::ContainerAllocateResponse> BuildContainerAllocateResponse(
   }
 
   if (options.pass_device_specs) {
-    std::vector<std::string> paths = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
-                                      "/dev/nvidia-modeset"};
+    std::vector<std::string> paths = {"/dev/nvidiactl", "/dev/nvidia-uvm"};
+    // As NVIDIA's plugin: these two are listed only when the node has them (under the dev root
+    // as gpulet sees it); a runtime refuses a container whose device node does not exist.
+    for (const char* optional : {"/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"}) {
+      if (::access(HostPath(options.nvidia_dev_root, optional).c_str(), F_OK) == 0) {
+        paths.push_back(optional);
+      }
+    }
     for (const sharing::AdvertisedDevice* d : devices) {
       const gpu::Gpu* g = GpuByIndex(inventory, d->gpu_index);
       if (!g) continue;

@@ -1,6 +1,10 @@
 #include "deviceplugin/allocate.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "deviceplugin/test_inventories.h"
 
@@ -66,9 +70,15 @@ TEST_F(AllocateTest, CdiAnnotationsAndCri) {
 }
 
 TEST_F(AllocateTest, DeviceSpecsUnderDevRoot) {
+  // A dev root with nvidia-modeset but no nvidia-uvm-tools (a node without the UVM tools node).
+  char tmpl[] = "/tmp/gpulet-devroot-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string root = tmpl;
+  ASSERT_EQ(mkdir((root + "/dev").c_str(), 0755), 0);
+  std::ofstream(root + "/dev/nvidia-modeset") << "";
   AllocateOptions o;
   o.pass_device_specs = true;
-  o.nvidia_dev_root = "/run/nvidia/driver/";
+  o.nvidia_dev_root = root + "/";
   v1beta1::ContainerAllocateResponse r = Build(o, {6});
   std::vector<std::pair<std::string, std::string>> got;
   for (const auto& d : r.devices()) {
@@ -76,12 +86,15 @@ TEST_F(AllocateTest, DeviceSpecsUnderDevRoot) {
     got.emplace_back(d.container_path(), d.host_path());
   }
   std::vector<std::pair<std::string, std::string>> want = {
-      {"/dev/nvidiactl", "/run/nvidia/driver/dev/nvidiactl"},
-      {"/dev/nvidia-uvm", "/run/nvidia/driver/dev/nvidia-uvm"},
-      {"/dev/nvidia-uvm-tools", "/run/nvidia/driver/dev/nvidia-uvm-tools"},
-      {"/dev/nvidia-modeset", "/run/nvidia/driver/dev/nvidia-modeset"},
-      {"/dev/nvidia6", "/run/nvidia/driver/dev/nvidia6"}};
-  EXPECT_EQ(got, want);
+      {"/dev/nvidiactl", root + "/dev/nvidiactl"},
+      {"/dev/nvidia-uvm", root + "/dev/nvidia-uvm"},
+      {"/dev/nvidia-modeset", root + "/dev/nvidia-modeset"},
+      {"/dev/nvidia6", root + "/dev/nvidia6"}};
+  EXPECT_EQ(got, want) << "nvidia-uvm-tools is absent, so it is not listed";
+  // With both optional nodes present, both are listed.
+  std::ofstream(root + "/dev/nvidia-uvm-tools") << "";
+  EXPECT_EQ(Build(o, {6}).devices_size(), 5);
+  std::filesystem::remove_all(root);
 }
 
 TEST_F(AllocateTest, RejectsUnknownDuplicatedAndEmpty) {
