@@ -373,7 +373,10 @@ typedef struct {
     (nvmlEventSet_t set, nvmlEventData_t * data, unsigned int timeoutms))                      \
   X(nvmlEventSetFree, nvmlReturn_t, (nvmlEventSet_t set))
 
+// nvmlGpuletSimulated is not NVML: only gpulet's simulated driver exports it (returning 1), so
+// every layer can tell, and say loudly, that the GPUs it serves are not real.
 #define GPULET_NVML_OPTIONAL_FUNCTIONS(X)                                                      \
+  X(nvmlGpuletSimulated, int, (void))                                                          \
   X(nvmlSystemGetCudaDriverVersion_v2, nvmlReturn_t, (int* version))                           \
   X(nvmlDeviceGetArchitecture, nvmlReturn_t,                                                   \
     (nvmlDevice_t device, nvmlDeviceArchitecture_t * arch))                                    \

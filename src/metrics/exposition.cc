@@ -90,10 +90,17 @@ std::string EscapeLabelValue(std::string_view v) {
   out.reserve(v.size() + 8);
   for (char c : v) {
     switch (c) {
-      case '\\': out += "\\\\"; break;
-      case '"': out += "\\\""; break;
-      case '\n': out += "\\n"; break;
-      default: out += c;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -165,7 +172,8 @@ std::string Render(const Snapshot& snapshot, const PodMap& pods, const RenderOpt
       if (j != jobs->end() && !j->second.empty()) entity_job[e] = &j->second;
     }
   }
-  out.reserve(snapshot.entities.size() * cs.metrics.size() * (bases.empty() ? 0 : bases[0].size() + 64) +
+  out.reserve(snapshot.entities.size() * cs.metrics.size() *
+                  (bases.empty() ? 0 : bases[0].size() + 64) +
               cs.metrics.size() * 128 + 1024);
 
   std::vector<std::pair<std::string_view, std::string>> attrs;
@@ -251,6 +259,19 @@ std::string Render(const Snapshot& snapshot, const PodMap& pods, const RenderOpt
       out += g.up ? "} 1\n" : "} 0\n";
     }
   }
+  // Always present, so an alert can require 0 on production nodes: 1 means the GPUs come from a
+  // fixture through gpulet's simulated driver, not from the hardware.
+  out +=
+      "# HELP gpulet_simulated_driver 1 when the GPUs are simulated from a fixture (gpulet's "
+      "simulated NVML), 0 on the real driver.\n"
+      "# TYPE gpulet_simulated_driver gauge\n"
+      "gpulet_simulated_driver";
+  if (!snapshot.hostname.empty()) {
+    out += "{Hostname=\"";
+    out += EscapeLabelValue(snapshot.hostname);
+    out += "\"}";
+  }
+  out += snapshot.simulated ? " 1\n" : " 0\n";
   if (om) out += "# EOF\n";
   return out;
 }

@@ -33,6 +33,18 @@ Snapshot TwoGpus() {
   return s;
 }
 
+// The simulated-driver marker follows the snapshot.
+TEST(Exposition, SimulatedDriverMarker) {
+  Snapshot s = TwoGpus();
+  EXPECT_NE(Render(s, {}, {}).find("\ngpulet_simulated_driver{Hostname=\"node-1\"} 0\n"),
+            std::string::npos);
+  s.simulated = true;
+  EXPECT_NE(Render(s, {}, {}).find("\ngpulet_simulated_driver{Hostname=\"node-1\"} 1\n"),
+            std::string::npos);
+  s.hostname.clear();  // --no-hostname
+  EXPECT_NE(Render(s, {}, {}).find("\ngpulet_simulated_driver 1\n"), std::string::npos);
+}
+
 TEST(Exposition, Text004GoldenWithDcgmLabelOrder) {
   const std::string got = Render(TwoGpus(), {}, {});
   const std::string want =
@@ -55,7 +67,10 @@ TEST(Exposition, Text004GoldenWithDcgmLabelOrder) {
       "# HELP gpulet_gpu_up 1 when gpulet read the GPU in the last collection, 0 when NVML reports it lost (its DCGM series are left out until it returns).\n"
       "# TYPE gpulet_gpu_up gauge\n"
       "gpulet_gpu_up{gpu=\"0\",UUID=\"GPU-0\",pci_bus_id=\"00000000:10:00.0\",device=\"nvidia0\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"node-1\"} 1\n"
-      "gpulet_gpu_up{gpu=\"1\",UUID=\"GPU-1\",pci_bus_id=\"00000000:11:00.0\",device=\"nvidia1\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"node-1\"} 1\n";
+      "gpulet_gpu_up{gpu=\"1\",UUID=\"GPU-1\",pci_bus_id=\"00000000:11:00.0\",device=\"nvidia1\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"node-1\"} 1\n"
+      "# HELP gpulet_simulated_driver 1 when the GPUs are simulated from a fixture (gpulet's simulated NVML), 0 on the real driver.\n"
+      "# TYPE gpulet_simulated_driver gauge\n"
+      "gpulet_simulated_driver{Hostname=\"node-1\"} 0\n";
   EXPECT_EQ(got, want);
 }
 

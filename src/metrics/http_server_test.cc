@@ -137,7 +137,7 @@ TEST(MetricsServer, ServesTextOpenMetricsAndHealth) {
   r = cli.Get("/health");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
-  EXPECT_EQ(pub.Current()->series, 3u);  // two DCGM series + gpulet_gpu_up
+  EXPECT_EQ(pub.Current()->series, 4u);  // two DCGM series, gpulet_gpu_up, gpulet_simulated_driver
   server.Stop();
 }
 

@@ -176,6 +176,14 @@ class EntityReader {
       case Source::kFbFree:
       case Source::kFbUsed:
       case Source::kFbTotal: {
+        // DCGM's meaning: used + free + reserved = total. The v2 call reports the driver's
+        // reserved memory apart from used; v1 (older drivers) has no reserved figure.
+        if (fn_.nvmlDeviceGetMemoryInfo_v2 && ReadMemoryV2() == NVML_SUCCESS) {
+          unsigned long long b = source == Source::kFbFree   ? mem2_->free
+                                 : source == Source::kFbUsed ? mem2_->used
+                                                             : mem2_->total;
+          return IntResult(NVML_SUCCESS, b / kMiB);
+        }
         if (!mem_) {
           mem_.emplace();
           mem_rc_ = fn_.nvmlDeviceGetMemoryInfo(dev_, &*mem_);
@@ -232,10 +240,8 @@ class EntityReader {
       }
       case Source::kFbReserved: {
         if (!fn_.nvmlDeviceGetMemoryInfo_v2) return Unsupported();
-        nvmlMemory_v2_t m{};
-        m.version = nvmlMemory_v2;
-        nvmlReturn_t rc = fn_.nvmlDeviceGetMemoryInfo_v2(dev_, &m);
-        return IntResult(rc, m.reserved / kMiB);
+        const nvmlReturn_t rc = ReadMemoryV2();
+        return IntResult(rc, rc == NVML_SUCCESS ? mem2_->reserved / kMiB : 0);
       }
       default:
         return Unsupported();
@@ -273,8 +279,20 @@ class EntityReader {
   nvmlDevice_t dev_;
   std::optional<nvmlUtilization_t> util_;
   nvmlReturn_t util_rc_ = NVML_SUCCESS;
+  // One v2 read per entity and collection, shared by the four framebuffer fields.
+  nvmlReturn_t ReadMemoryV2() {
+    if (!mem2_) {
+      mem2_.emplace();
+      mem2_->version = nvmlMemory_v2;
+      mem2_rc_ = fn_.nvmlDeviceGetMemoryInfo_v2(dev_, &*mem2_);
+    }
+    return mem2_rc_;
+  }
+
   std::optional<nvmlMemory_t> mem_;
   nvmlReturn_t mem_rc_ = NVML_SUCCESS;
+  std::optional<nvmlMemory_v2_t> mem2_;
+  nvmlReturn_t mem2_rc_ = NVML_SUCCESS;
   std::optional<std::array<unsigned, 4>> rows_;
   nvmlReturn_t rows_rc_ = NVML_SUCCESS;
 };
@@ -341,7 +359,7 @@ bool Sampler::GpmSupported(nvmlDevice_t parent, const gpu::Gpu& g, nvmlReturn_t*
 }
 
 nvmlReturn_t Sampler::TakeGpmSample(nvmlDevice_t parent, const EntityKey& key,
-                                     nvmlGpmSample_t sample) {
+                                    nvmlGpmSample_t sample) {
   if (key.gpu_instance_id < 0) return fn_.nvmlGpmSampleGet(parent, sample);
   if (!fn_.nvmlGpmMigSampleGet) return NVML_ERROR_FUNCTION_NOT_FOUND;
   return fn_.nvmlGpmMigSampleGet(parent, static_cast<unsigned>(key.gpu_instance_id), sample);
@@ -448,6 +466,7 @@ Snapshot Sampler::Sample(std::shared_ptr<const CounterSet> counters) {
   Snapshot snap;
   snap.counters = counters;
   snap.hostname = hostname_;
+  snap.simulated = fn_.nvmlGpuletSimulated != nullptr && fn_.nvmlGpuletSimulated() == 1;
   snap.collected_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                              std::chrono::system_clock::now().time_since_epoch())
                              .count();

@@ -59,6 +59,7 @@ struct GpuHealth {
 struct Snapshot {
   std::shared_ptr<const CounterSet> counters;
   std::string hostname;
+  bool simulated = false;              // the driver is gpulet's simulated one (a fixture)
   std::vector<EntitySample> entities;  // lost GPUs contribute none
   std::vector<GpuHealth> gpus;         // every GPU of the inventory, in index order
   int64_t collected_at_ms = 0;         // wall clock, for logs and /health

@@ -56,6 +56,9 @@ nvmlReturn_t Driver::Start() {
 
 }  // namespace gpulet::sim
 
+// gpulet's marker (not NVML): "this driver is simulated" (see nvml_api.h).
+SIM_EXPORT int nvmlGpuletSimulated(void) { return 1; }
+
 SIM_EXPORT nvmlReturn_t nvmlInit_v2(void) {
   return Guard([]() -> nvmlReturn_t {
     auto& d = TheDriver();
