@@ -1,6 +1,5 @@
 #include "broker/broker.h"
 
-#include <httplib.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -10,6 +9,7 @@
 #include <thread>
 
 #include "broker/journal.h"
+#include "metrics/http_server.h"
 
 namespace gpulet::broker {
 namespace {
@@ -261,47 +261,31 @@ void Broker::Run(StopSignal& stop) {
   }
 }
 
-BrokerHttp::BrokerHttp(const BrokerMetrics& metrics) : metrics_(metrics) {}
+BrokerHttp::BrokerHttp(const BrokerMetrics& metrics)
+    : metrics_(metrics), unused_publisher_(std::make_unique<metrics::Publisher>()) {}
 
 BrokerHttp::~BrokerHttp() {
-  if (server_) server_->stop();
-  if (thread_.joinable()) thread_.join();
+  if (server_) server_->Stop();
 }
 
 Status BrokerHttp::Start(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos) {
-    return {ErrorCode::kUsage, "metrics address \"" + address + "\": must be [host]:port"};
+  metrics::HttpOptions o;
+  o.address = address;
+  o.threads = 1;  // no basic auth: the worker only exists for it
+  o.routes["/metrics"] = [this] {
+    return std::make_pair(std::string("text/plain; version=0.0.4"), metrics_.Prometheus());
+  };
+  o.routes["/status"] = [this] {
+    return std::make_pair(std::string("application/json"), metrics_.StatusJson());
+  };
+  o.routes["/health"] = [] { return std::make_pair(std::string("text/plain"), std::string("OK\n")); };
+  server_ = std::make_unique<metrics::MetricsServer>(*unused_publisher_, o);
+  Status s = server_->Start();
+  if (!s.ok()) {
+    server_.reset();
+    return Status(s.code(), "metrics: " + s.message());
   }
-  std::string host = address.substr(0, colon);
-  if (host.empty()) host = "0.0.0.0";
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  int port = 0;
-  try {
-    port = std::stoi(address.substr(colon + 1));
-  } catch (...) {
-    return {ErrorCode::kUsage, "metrics address \"" + address + "\": bad port"};
-  }
-  server_ = std::make_unique<httplib::Server>();
-  server_->new_task_queue = [] { return new httplib::ThreadPool(2); };
-  server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_.Prometheus(), "text/plain; version=0.0.4");
-  });
-  server_->Get("/status", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_.StatusJson(), "application/json");
-  });
-  if (port == 0) {
-    port_ = server_->bind_to_any_port(host);
-  } else {
-    port_ = server_->bind_to_port(host, port) ? port : -1;
-  }
-  if (port_ <= 0) return {ErrorCode::kUnavailable, "metrics: cannot bind " + address};
-  httplib::Server* srv = server_.get();
-  thread_ = std::thread([srv] { srv->listen_after_bind(); });
-  for (int i = 0; i < 1000 && !srv->is_running(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  port_ = server_->port();
   return {};
 }
 

@@ -26,9 +26,10 @@
 #include "broker/slurm_side.h"
 #include "common/clock.h"
 
-namespace httplib {
-class Server;
-}
+namespace gpulet::metrics {
+class MetricsServer;
+class Publisher;
+}  // namespace gpulet::metrics
 
 namespace gpulet::broker {
 
@@ -86,7 +87,9 @@ class Broker {
   BrokerMetrics metrics_;
 };
 
-// /metrics (Prometheus text) and /status (JSON) on `address` ("[host]:port", port 0 = any).
+// /metrics (Prometheus text), /status (JSON) and /health on `address` ("[host]:port", port 0 =
+// any), served by the exporter's bounded HTTP server (metrics/http_server.h): idle or slow
+// clients cannot take the broker's endpoint down.
 class BrokerHttp {
  public:
   explicit BrokerHttp(const BrokerMetrics& metrics);
@@ -96,8 +99,8 @@ class BrokerHttp {
 
  private:
   const BrokerMetrics& metrics_;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
+  std::unique_ptr<metrics::Publisher> unused_publisher_;  // the server's own /metrics is replaced
+  std::unique_ptr<metrics::MetricsServer> server_;
   int port_ = 0;
 };
 

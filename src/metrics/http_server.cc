@@ -491,6 +491,10 @@ class MetricsServer::Loop {
   }
 
   void Route(Conn& c, const Request& req) {
+    if (auto it = options_.routes.find(req.path); it != options_.routes.end()) {
+      auto [type, body] = it->second();
+      return Respond(c, 200, type, body, false, "", &req);
+    }
     if (req.path == "/metrics") {
       std::shared_ptr<const Rendered> r = publisher_.Current();
       if (!r) return Respond(c, 503, "text/plain", "no collection yet\n", false, "", &req);

@@ -20,9 +20,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "common/status.h"
 #include "metrics/collector.h"
@@ -43,6 +46,10 @@ struct HttpOptions {
   std::chrono::milliseconds idle_timeout{5000};     // keep-alive with no request
   int max_requests_per_connection = 1000;
   size_t max_pending_auth = 64;
+  // Extra GET paths (path → {content type, body}), answered before the built-in ones, under the
+  // same bounds and authentication. Handlers run on the event thread: they must be quick (render
+  // from state kept elsewhere). The broker serves its /metrics and /status this way.
+  std::map<std::string, std::function<std::pair<std::string, std::string>()>> routes;
 };
 
 // Counters, for tests and the log line at Stop().
