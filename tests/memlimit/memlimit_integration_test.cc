@@ -91,9 +91,11 @@ class MemLimitTest : public ::testing::Test {
     env["GPULET_CUDA_SIM_CONTEXT_BYTES"] = std::to_string(context_);
     env["GPULET_CUDA_SIM_MODULE_BYTES"] = std::to_string(2 * kMiB);
     env.erase("GPULET_CUDA_PASSTHROUGH");
-#ifdef GPULET_SANITIZER_BUILD
-    // The preloaded library comes before the sanitizer runtime the probe links.
-    env["ASAN_OPTIONS"] = "verify_asan_link_order=0";
+#ifdef GPULET_ASAN_RUNTIME
+    // ASan must be the first object of the process: preloaded ahead of the library (itself
+    // built with ASan here). With the library first, ASan's own start-up can spin in an
+    // interceptor whose real function is not resolved yet (seen: sigaltstack).
+    env["LD_PRELOAD"] = std::string(GPULET_ASAN_RUNTIME) + " " + env["LD_PRELOAD"];
 #endif
     for (const auto& [k, v] : extra) env[k] = v;
     std::vector<std::string> out;
@@ -176,6 +178,11 @@ TEST_F(MemLimitTest, EveryWayToReachTheDriverIsCounted) {
 }
 
 TEST_F(MemLimitTest, DlsymRtldNextStaysRelativeToTheCaller) {
+#ifdef GPULET_ASAN_RUNTIME
+  // ASan preloaded first intercepts dlsym itself, in front of the library, so RTLD_NEXT is
+  // resolved relative to ASan's runtime there: this ABI detail is checked by the normal build.
+  GTEST_SKIP() << "ASan's own dlsym interceptor stands in front of the library's";
+#endif
   MakeRegion(64 * kMiB);
   // Were our dlsym to call libc's (not jump to it), libc would search after our library and
   // find the driver's function; relative to the program, the next one is ours.
