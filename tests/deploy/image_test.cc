@@ -210,7 +210,8 @@ TEST_F(ImageTest, RuntimeStageInstallsEveryLibraryTheBinaryNeeds) {
 
 // The shipped files must not reveal or depend on the build machine's paths.
 TEST_F(ImageTest, ShippedFilesCarryNoBuildPaths) {
-  for (const std::string& file : {GpuletBinary(), kBuild + "/sim/libnvidia-ml.so.1"}) {
+  for (const std::string& file : {GpuletBinary(), kBuild + "/sim/libnvidia-ml.so.1",
+                                  kBuild + "/lib/libgpulet-cuda.so"}) {
     const std::string bytes = ReadAll(file);
     ASSERT_FALSE(bytes.empty()) << file;
     EXPECT_EQ(bytes.find(kSource + "/"), std::string::npos) << file << " contains " << kSource;
