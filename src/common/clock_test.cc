@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 namespace gpulet {
 namespace {
@@ -61,23 +64,33 @@ TEST(FakeClock, SleepAfterStopReturnsAtOnce) {
 TEST(FakeClock, ManySleepersWakeInDeadlineOrder) {
   FakeClock clock;
   StopSignal stop;
-  std::atomic<int> awake{0};
+  std::mutex mu;
+  std::condition_variable woke;
+  int awake = 0;
   std::vector<std::thread> threads;
   for (int i = 1; i <= 4; ++i) {
     threads.emplace_back([&, i] {
       clock.SleepFor(std::chrono::seconds(i), stop);
+      std::lock_guard<std::mutex> lock(mu);
       ++awake;
+      woke.notify_all();
     });
   }
   ASSERT_TRUE(clock.WaitForSleepers(4));
   clock.Advance(2s);
-  // The two with deadlines at +1s and +2s leave; the other two stay asleep.
-  for (int i = 0; i < 30'000 && awake.load() < 2; ++i) std::this_thread::sleep_for(1ms);
-  EXPECT_EQ(awake.load(), 2);
+  {
+    // The two with deadlines at +1s and +2s leave; the other two stay asleep.
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(woke.wait_for(lock, 30s, [&] { return awake >= 2; }));
+  }
   EXPECT_EQ(clock.sleepers(), 2u);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(awake, 2);
+  }
   clock.Advance(2s);
   for (auto& t : threads) t.join();
-  EXPECT_EQ(awake.load(), 4);
+  EXPECT_EQ(awake, 4);
 }
 
 TEST(FakeClock, WaitForSleepersTimesOutWhenNobodySleeps) {
@@ -87,6 +100,8 @@ TEST(FakeClock, WaitForSleepersTimesOutWhenNobodySleeps) {
 
 TEST(RealClock, StopInterruptsALongSleep) {
   StopSignal stop;
+  // Passes in either order: Stop before the sleep starts makes it return at once, Stop during it
+  // wakes it. The short delay only makes the second (interesting) order the likely one.
   std::thread stopper([&] {
     std::this_thread::sleep_for(20ms);
     stop.Stop();

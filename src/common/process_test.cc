@@ -120,7 +120,8 @@ TEST(StopProcess, EscalatesToKillWhenTermIsIgnored) {
       SpawnProcess({"/bin/sh", "-c", "trap '' TERM; echo ready; while :; do sleep 0.05; done"},
                    std::nullopt, log);
   ASSERT_TRUE(pid.ok());
-  // Wait until the trap is installed (the log says ready).
+  // Wait until the trap is installed: the child's "ready" line in its log is the only signal a
+  // separate process gives, so poll for it (bounded; a positive wait, not a negative check).
   for (int i = 0; i < 5000; ++i) {
     std::ifstream in(log);
     std::string line;

@@ -1,12 +1,11 @@
 #include "deviceplugin/memory_limits_janitor.h"
 
-#include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
 #include <cstdlib>
 
-#include "podresources_v1.grpc.pb.h"
+#include "deviceplugin/pod_resources_client.h"
 
 namespace gpulet::deviceplugin {
 
@@ -16,22 +15,11 @@ Result<std::map<std::string, PodContainer>> ListPodDevices(const std::string& so
   if (::stat(socket.c_str(), &st) != 0) {
     return Status(ErrorCode::kUnavailable, "pod-resources socket " + socket + " not found");
   }
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 16 * 1024 * 1024);
-  auto channel =
-      grpc::CreateCustomChannel("unix://" + socket, grpc::InsecureChannelCredentials(), args);
-  auto stub = v1::PodResourcesLister::NewStub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
-  v1::ListPodResourcesRequest req;
-  v1::ListPodResourcesResponse resp;
-  grpc::Status s = stub->List(&ctx, req, &resp);
-  if (!s.ok()) {
-    return Status(ErrorCode::kUnavailable,
-                  "pod-resources List on " + socket + ": " + s.error_message());
-  }
+  auto stub = PodResourcesStub(socket);
+  Result<v1::ListPodResourcesResponse> resp = ListPodResources(*stub, socket, timeout);
+  if (!resp.ok()) return resp.status();
   std::map<std::string, PodContainer> out;
-  for (const auto& pod : resp.pod_resources()) {
+  for (const auto& pod : resp->pod_resources()) {
     for (const auto& c : pod.containers()) {
       for (const auto& d : c.devices()) {
         for (const std::string& id : d.device_ids()) {

@@ -14,10 +14,9 @@
 
 #include "common/status.h"
 #include "deviceplugin/memory_limits.h"
+#include "deviceplugin/pod_resources_client.h"
 
 namespace gpulet::deviceplugin {
-
-inline constexpr const char* kPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock";
 
 struct PodContainer {
   std::string namespace_;

@@ -1,6 +1,5 @@
 #include "metrics/pod_resources.h"
 
-#include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
@@ -9,7 +8,7 @@
 #include <set>
 #include <tuple>
 
-#include "podresources_v1.grpc.pb.h"
+#include "deviceplugin/pod_resources_client.h"
 
 namespace gpulet::metrics {
 namespace {
@@ -49,7 +48,8 @@ std::optional<EntityKey> ResolveDeviceId(const gpu::Inventory& inventory, std::s
   auto mig_index = ParseIndex(id.substr(colon + 1));
   if (!mig_index) return std::nullopt;
   for (const gpu::MigDevice& m : inventory.gpus[*gpu_index].mig_devices) {
-    if (m.mig_index == *mig_index) return EntityKey{*gpu_index, static_cast<int>(m.gpu_instance_id)};
+    if (m.mig_index == *mig_index)
+      return EntityKey{*gpu_index, static_cast<int>(m.gpu_instance_id)};
   }
   return std::nullopt;
 }
@@ -72,14 +72,14 @@ PodMap BuildPodMap(const v1::ListPodResourcesResponse& response, const gpu::Inve
   // Stable order; one entry per container even when it holds several replicas of a GPU.
   for (auto& [key, pods] : map) {
     auto tie = [](const PodRef& p) { return std::tie(p.namespace_, p.pod, p.container); };
-    std::sort(pods.begin(), pods.end(), [&](const PodRef& a, const PodRef& b) { return tie(a) < tie(b); });
+    std::sort(pods.begin(), pods.end(),
+              [&](const PodRef& a, const PodRef& b) { return tie(a) < tie(b); });
     pods.erase(std::unique(pods.begin(), pods.end()), pods.end());
   }
   return map;
 }
 
 struct PodResourcesWatcher::Connection {
-  std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::PodResourcesLister::Stub> stub;
   dev_t dev = 0;
   ino_t ino = 0;
@@ -96,33 +96,26 @@ Result<PodMap> PodResourcesWatcher::ListOnce() {
   struct stat st {};
   if (::stat(options_.socket.c_str(), &st) != 0) {
     conn_.reset();
-    return Status(ErrorCode::kUnavailable, "pod-resources socket " + options_.socket + " not found");
+    return Status(ErrorCode::kUnavailable,
+                  "pod-resources socket " + options_.socket + " not found");
   }
   // A recreated socket (kubelet restart) is a new file: connect afresh rather than wait out the
   // old channel's reconnect backoff.
   if (conn_ && (conn_->dev != st.st_dev || conn_->ino != st.st_ino)) conn_.reset();
   if (!conn_) {
     auto c = std::make_unique<Connection>();
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 16 * 1024 * 1024);
-    c->channel = grpc::CreateCustomChannel("unix://" + options_.socket,
-                                           grpc::InsecureChannelCredentials(), args);
-    c->stub = v1::PodResourcesLister::NewStub(c->channel);
+    c->stub = deviceplugin::PodResourcesStub(options_.socket);
     c->dev = st.st_dev;
     c->ino = st.st_ino;
     conn_ = std::move(c);
   }
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + options_.call_timeout);
-  v1::ListPodResourcesRequest req;
-  v1::ListPodResourcesResponse resp;
-  grpc::Status s = conn_->stub->List(&ctx, req, &resp);
-  if (!s.ok()) {
+  Result<v1::ListPodResourcesResponse> resp =
+      deviceplugin::ListPodResources(*conn_->stub, options_.socket, options_.call_timeout);
+  if (!resp.ok()) {
     conn_.reset();
-    return Status(ErrorCode::kUnavailable, "pod-resources List on " + options_.socket + ": " +
-                                               s.error_message());
+    return resp.status();
   }
-  return BuildPodMap(resp, inventory_, options_.index_resource_prefixes);
+  return BuildPodMap(*resp, inventory_, options_.index_resource_prefixes);
 }
 
 void PodResourcesWatcher::Start() {
@@ -134,8 +127,9 @@ void PodResourcesWatcher::Start() {
       on_map_(std::move(map).value());
     } else if (!failing_) {
       failing_ = true;
-      spdlog::warn("event=pod_resources_unavailable error=\"{}\" effect=\"keeping last pod labels\"",
-                   map.status().message());
+      spdlog::warn(
+          "event=pod_resources_unavailable error=\"{}\" effect=\"keeping last pod labels\"",
+          map.status().message());
     }
   };
   refresh();
