@@ -6,6 +6,7 @@
 #
 #   slurm_pod_cluster.sh start DIR [GPULET] # DIR: an empty directory the caller made (mkdtemp)
 #   slurm_pod_cluster.sh pod DIR NAME       # a namespace for pod NAME; prints the netns name
+#   slurm_pod_cluster.sh forward DIR PORT   # bridge address → 127.0.0.1:PORT; prints "ADDR:PORT"
 #   slurm_pod_cluster.sh stop DIR
 #
 # After start, DIR/slurm.conf is the one configuration (slurmctld's and every pod's, as a
@@ -114,6 +115,38 @@ add_pod() {
   echo "$ns"
 }
 
+# A TCP forwarder from the bridge address to 127.0.0.1:PORT (a test's API server listens on
+# loopback, which pods in their namespaces cannot reach). Prints the port it listens on.
+forward() {
+  local dir=$1 port=$2 out
+  ids "$dir"
+  out=$(mktemp "$dir/forward-XXXXXX")
+  python3 -u -c '
+import socket, sys, threading
+ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+ls.bind((sys.argv[1], 0)); ls.listen(16); print(ls.getsockname()[1], flush=True)
+def pipe(a, b):
+    try:
+        while True:
+            d = a.recv(65536)
+            if not d: break
+            b.sendall(d)
+    except OSError: pass
+    finally:
+        for s in (a, b):
+            try: s.shutdown(socket.SHUT_RDWR)
+            except OSError: pass
+while True:
+    c, _ = ls.accept()
+    u = socket.create_connection(("127.0.0.1", int(sys.argv[2])))
+    for a, b in ((c, u), (u, c)): threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+' "10.$net_a.$net_b.1" "$port" </dev/null >"$out" 2>&1 &
+  echo $! >>"$dir/pids"
+  local i
+  for i in $(seq 1 50); do [ -s "$out" ] && break; sleep 0.1; done
+  echo "10.$net_a.$net_b.1:$(head -n 1 "$out")"
+}
+
 stop_pods() {
   local dir=$1 f
   stop "$dir"
@@ -131,6 +164,7 @@ stop_pods() {
 case "${1:-}" in
   start) [ $# = 2 ] || [ $# = 3 ] || die "usage: $0 start DIR [GPULET]"; start_pods "$(cd "$2" && pwd)" ;;
   pod) [ $# = 3 ] || die "usage: $0 pod DIR NAME"; add_pod "$(cd "$2" && pwd)" "$3" ;;
+  forward) [ $# = 3 ] || die "usage: $0 forward DIR PORT"; forward "$(cd "$2" && pwd)" "$3" ;;
   stop) [ $# = 2 ] || die "usage: $0 stop DIR"; stop_pods "$(cd "$2" && pwd)" ;;
   *) die "usage: $0 start DIR | pod DIR NAME | stop DIR" ;;
 esac

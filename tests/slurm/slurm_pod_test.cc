@@ -16,6 +16,7 @@
 #include <regex>
 #include <vector>
 
+#include "apiserver/fake_apiserver.h"
 #include "sim/fixture.h"
 #include "sim/simulation.h"
 #include "tests/slurm/slurm_test_support.h"
@@ -45,10 +46,11 @@ class Pod {
  public:
   struct Spec {
     std::string name;
-    std::string fixture;             // the node's fixture
-    std::string allocated;           // NVIDIA_VISIBLE_DEVICES
-    std::string visible;             // GPULET_SIM_VISIBLE_DEVICES (what NVML shows)
-    std::vector<std::string> extra;  // more `slurm pod` flags
+    std::string fixture;                          // the node's fixture
+    std::string allocated;                        // NVIDIA_VISIBLE_DEVICES
+    std::string visible;                          // GPULET_SIM_VISIBLE_DEVICES (what NVML shows)
+    std::vector<std::string> extra;               // more `slurm pod` flags
+    std::map<std::string, std::string> env = {};  // more environment
   };
 
   // `netns`: "" runs without one (for a pod that must refuse before talking to Slurm).
@@ -96,6 +98,7 @@ class Pod {
       setenv("GPULET_SIM_VISIBLE_DEVICES", spec_.visible.c_str(), 1);
       unsetenv("POD_NAME");
       unsetenv("KUBERNETES_SERVICE_HOST");
+      for (const auto& [k, v] : spec_.env) setenv(k.c_str(), v.c_str(), 1);
       std::vector<char*> args;
       for (std::string& a : argv) args.push_back(a.data());
       args.push_back(nullptr);
@@ -298,6 +301,62 @@ TEST_F(SlurmPods, MigDevicesAndSharedReplicasGetTheirGres) {
   EXPECT_EQ(rep->WaitExit(), 0) << rep->Log();
   EXPECT_FALSE(NodeExists("slurmd-mig"));
   EXPECT_FALSE(NodeExists("slurmd-shared"));
+}
+
+// The PodDisruptionBudget's input: the pod labels itself busy while its node runs a job and idle
+// otherwise (a merge PATCH on its own pod through the API server).
+TEST_F(SlurmPods, LabelsItsPodBusyWhileAJobRuns) {
+  Result<gpulet::testing::TestPki> pki = gpulet::testing::MakeTestPki(cluster_.dir());
+  ASSERT_TRUE(pki.ok()) << pki.status().message();
+  Result<std::unique_ptr<gpulet::testing::FakeApiServer>> api =
+      gpulet::testing::FakeApiServer::Start(*pki, {});
+  ASSERT_TRUE(api.ok()) << api.status().message();
+  const std::string pod_path = "/api/v1/namespaces/slurm/pods/slurmd-lbl";
+  (*api)->Put(pod_path, nlohmann::json::parse(
+                            R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"slurmd-lbl",
+                               "namespace":"slurm","labels":{"app":"slurmd"}}})"));
+  const std::string port = (*api)->url().substr((*api)->url().rfind(':') + 1);
+  CommandResult fwd = RunCommand(SourceDir() + "/tests/slurm/slurm_pod_cluster.sh forward " +
+                                 cluster_.dir() + " " + port);
+  ASSERT_EQ(fwd.exit_code, 0) << fwd.output;
+  const std::string server = fwd.output.substr(0, fwd.output.find('\n'));
+  // The forwarder's address is not in the test certificate: TLS verification is skipped here.
+  WriteFile(cluster_.dir() + "/kubeconfig",
+            "apiVersion: v1\nkind: Config\ncurrent-context: t\nclusters:\n- name: t\n  cluster:\n"
+            "    server: https://" +
+                server +
+                "\n    insecure-skip-tls-verify: true\n"
+                "users:\n- name: t\n  user:\n    token: test-token\n"
+                "contexts:\n- name: t\n  context: {cluster: t, user: t}\n");
+  sim::Fixture h100 = Load("dgx-h100");
+  auto pod = Start({"slurmd-lbl",
+                    "dgx-h100",
+                    h100.gpus[2].uuid,
+                    h100.gpus[2].uuid,
+                    {"--kubeconfig", cluster_.dir() + "/kubeconfig"},
+                    {{"POD_NAME", "slurmd-lbl"}, {"POD_NAMESPACE", "slurm"}}});
+  auto label = [&] {
+    std::optional<nlohmann::json> p = (*api)->Object(pod_path);
+    if (!p) return std::string("<no pod>");
+    return p->value("/metadata/labels/slurm.gpulet.io~1busy"_json_pointer, std::string("<unset>"));
+  };
+  ASSERT_TRUE(WaitIdle(*pod)) << pod->Log();
+  ASSERT_TRUE(WaitFor([&] { return label() == "false"; })) << label() << pod->Log();
+
+  const std::string marker = cluster_.dir() + "/release-lbl";
+  std::string err;
+  std::string job = cluster_.Submit("-w slurmd-lbl --gres=gpu:h100:1",
+                                    "while [ ! -e " + marker + " ]; do sleep 0.1; done", &err);
+  ASSERT_NE(job, "") << err;
+  ASSERT_TRUE(WaitFor([&] { return label() == "true"; })) << label() << pod->Log();
+  EXPECT_EQ(cluster_.JobState(job), "RUNNING");
+  WriteFile(marker, "");
+  ASSERT_TRUE(WaitFor([&] { return label() == "false"; })) << label() << pod->Log();
+  EXPECT_EQ(cluster_.JobState(job), "COMPLETED");
+  EXPECT_EQ((*api)->Object(pod_path)->value("/metadata/labels/app"_json_pointer, std::string()),
+            "slurmd");  // a merge patch: the other labels stay
+  pod->Terminate();
+  EXPECT_EQ(pod->WaitExit(), 0) << pod->Log();
 }
 
 // No Slurm needed: the pod refuses before it writes gres.conf or starts slurmd.
