@@ -68,6 +68,60 @@ kill_dir_users() {
   done
 }
 
+# The slurm.conf lines every test cluster shares (root daemons without munge, state and logs in
+# DIR, no cgroups or accounting, cons_tres with memory), for a heredoc.
+conf_common() {
+  local dir=$1
+  cat <<EOF
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/none
+CredType=cred/none
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool-%n
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd-%n.pid
+SlurmctldLogFile=$dir/slurmctld.log
+SlurmdLogFile=$dir/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobCompType=jobcomp/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+MpiDefault=none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=100
+ReturnToService=2
+SlurmdTimeout=30
+GresTypes=gpu,mps,shard
+EOF
+}
+
+# Starts slurmctld on DIR/slurm.conf (pid into DIR/pids, SLURM_CONF exported and in DIR/env) and
+# waits until it answers; dies with its log otherwise.
+start_ctld() {
+  local dir=$1 i
+  export SLURM_CONF=$dir/slurm.conf
+  echo "SLURM_CONF=$SLURM_CONF" >"$dir/env"
+
+  slurmctld -D -i -f "$SLURM_CONF" </dev/null >"$dir/slurmctld.out" 2>&1 &
+  echo $! >>"$dir/pids"
+  local ok=0 ping=""
+  for i in $(seq 1 150); do
+    ping=$(scontrol ping 2>&1)
+    case "$ping" in *"is UP"*) ok=1; break ;; esac
+    daemons_alive "$dir" || break
+    sleep 0.2
+  done
+  if [ $ok = 0 ]; then
+    echo "scontrol ping: $ping" >&2
+    show_logs "$dir/slurmctld.log" "$dir/slurmctld.out"
+    daemons_alive "$dir" && die "slurmctld did not come up" || die "slurmctld exited at start"
+  fi
+}
+
 stop() {
   local dir=$1 pid i
   [ -d "$dir" ] || return 0
@@ -133,51 +187,13 @@ start() {
 ClusterName=g$(basename "$dir" | tr -dc 'a-z0-9' | head -c 20)
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort=$pc
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/none
-CredType=cred/none
-StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool-%n
-SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd-%n.pid
-SlurmctldLogFile=$dir/slurmctld.log
-SlurmdLogFile=$dir/slurmd-%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobCompType=jobcomp/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-MpiDefault=none
-SchedulerType=sched/builtin
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core_Memory
+$(conf_common "$dir")
 SlurmdParameters=config_overrides
-DefMemPerCPU=100
-ReturnToService=2
-SlurmdTimeout=30
-GresTypes=gpu,mps,shard
 $node_a NodeHostname=localhost NodeAddr=127.0.0.1 Port=$pa
 $node_b NodeHostname=localhost NodeAddr=127.0.0.1 Port=$pb
 PartitionName=gpu Nodes=gpua,gpub Default=YES MaxTime=INFINITE State=UP
 EOF
-  export SLURM_CONF=$dir/slurm.conf
-  echo "SLURM_CONF=$SLURM_CONF" >"$dir/env"
-
-  slurmctld -D -i -f "$SLURM_CONF" </dev/null >"$dir/slurmctld.out" 2>&1 &
-  echo $! >>"$dir/pids"
-  local ok=0 ping=""
-  for i in $(seq 1 150); do
-    ping=$(scontrol ping 2>&1)
-    case "$ping" in *"is UP"*) ok=1; break ;; esac
-    daemons_alive "$dir" || break
-    sleep 0.2
-  done
-  if [ $ok = 0 ]; then
-    echo "scontrol ping: $ping" >&2
-    show_logs "$dir/slurmctld.log" "$dir/slurmctld.out"
-    daemons_alive "$dir" && die "slurmctld did not come up" || die "slurmctld exited at start"
-  fi
+  start_ctld "$dir"
   for n in gpua gpub; do
     slurmd -D -f "$SLURM_CONF" -N $n </dev/null >"$dir/slurmd-$n.out" 2>&1 &
     echo $! >>"$dir/pids"

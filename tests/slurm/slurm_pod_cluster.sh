@@ -50,50 +50,13 @@ ClusterName=p$(basename "$dir" | tr -dc 'a-z0-9' | head -c 20)
 SlurmctldHost=localhost(10.$net_a.$net_b.1)
 SlurmctldPort=$pc
 SlurmdPort=6818
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/none
-CredType=cred/none
-StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool-%n
-SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd-%n.pid
-SlurmctldLogFile=$dir/slurmctld.log
-SlurmdLogFile=$dir/slurmd-%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobCompType=jobcomp/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-MpiDefault=none
-SchedulerType=sched/builtin
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core_Memory
-DefMemPerCPU=100
-ReturnToService=2
-SlurmdTimeout=30
-GresTypes=gpu,mps,shard
+$(conf_common "$dir")
 MaxNodeCount=32
 TreeWidth=65533
 NodeSet=ns_gpu Feature=gpu
 PartitionName=gpu Nodes=ns_gpu Default=YES MaxTime=INFINITE State=UP
 EOC
-  export SLURM_CONF=$dir/slurm.conf
-  echo "SLURM_CONF=$SLURM_CONF" >"$dir/env"
-  slurmctld -D -i -f "$SLURM_CONF" </dev/null >"$dir/slurmctld.out" 2>&1 &
-  echo $! >>"$dir/pids"
-  local ok=0 ping=""
-  for i in $(seq 1 150); do
-    ping=$(scontrol ping 2>&1)
-    case "$ping" in *"is UP"*) ok=1; break ;; esac
-    daemons_alive "$dir" || break
-    sleep 0.2
-  done
-  if [ $ok = 0 ]; then
-    echo "scontrol ping: $ping" >&2
-    show_logs "$dir/slurmctld.log" "$dir/slurmctld.out"
-    die "slurmctld did not come up"
-  fi
+  start_ctld "$dir"
   trap - EXIT
   echo "slurm_pod_cluster: up in $dir (ctld 10.$net_a.$net_b.1:$pc, bridge gpb$id)"
 }
