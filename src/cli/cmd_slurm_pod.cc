@@ -322,10 +322,12 @@ int RunPod(const GlobalOptions& global, PodFlags& f) {
       if (st.ok()) labeler.Set(slurm::NodeBusy(*st));
       gpu::HealthSnapshot snap = board.Current();
       const bool unhealthy = !slurm::DrainReason(snap).empty();
-      // Resume only a drain this pod made for health: a "gpulet:" drain by the broker (scaling
-      // the pool down) is not ours to undo.
+      // Touch only a drain this pod made for health: an admin's drain, or another "gpulet:"
+      // drain (the broker scaling the pool down), keeps jobs off already and is not ours to
+      // reword or undo.
       const bool ours = st.ok() && st->reason.rfind("gpulet: GPU ", 0) == 0;
-      if ((unhealthy || (health_drained && ours)) && st.ok()) {
+      const bool others = st.ok() && st->drained() && !ours;
+      if (st.ok() && !others && (unhealthy || (health_drained && ours))) {
         Result<slurm::DrainAction> a = drainer.Reconcile(snap);
         if (a.ok() && (snap.version != health_seen || *a != slurm::DrainAction::kNone)) {
           spdlog::info("event=slurm_pod_health node={} health_version={} action={} reason=\"{}\"",
