@@ -138,7 +138,7 @@ void ExpectEveryGrantUsed(const std::vector<YAML::Node>& docs, const std::string
 TEST(Rbac, NodeAgentGrantsAreEachUsedByItsCode) {
   const auto sources = Sources({"src/k8s", "src/cli/cmd_config_sync.cc"});
   ASSERT_FALSE(sources.empty());
-  for (const char* overlay : {"time-slicing", "mig-mixed", "mps"}) {
+  for (const char* overlay : {"time-slicing", "mig-mixed", "mps", "memory-limits"}) {
     SCOPED_TRACE(overlay);
     const std::vector<YAML::Node> docs = Render(std::string("deploy/overlays/") + overlay);
     ASSERT_FALSE(docs.empty());
