@@ -373,6 +373,11 @@ TEST_F(SlurmOnK8s, BrokerMayScaleTheSlurmdStatefulSetsAndNothingElseHere) {
   EXPECT_EQ(grants, (std::set<std::pair<std::string, std::string>>{{"statefulsets", "get"},
                                                                    {"statefulsets", "patch"}}));
   EXPECT_EQ(kinds, std::set<std::string>{"Role"});
+  // Both used by the broker's code.
+  const std::string code = Sources("src/broker", "");
+  EXPECT_NE(code.find("/statefulsets/"), std::string::npos);
+  EXPECT_TRUE(std::regex_search(code, std::regex(R"(\.Get\()")));
+  EXPECT_TRUE(std::regex_search(code, std::regex(R"(\.Patch\()")));
 }
 
 }  // namespace
