@@ -305,8 +305,13 @@ std::string FormatStatus(const Journal& j, const BrokerConfig& c, TimeMs now) {
     if (owner == Owner::kSlurm) ++slurm;
     if (owner == Owner::kKubernetes) ++k8s;
   }
-  o << "pools: slurm=" << slurm << " kubernetes=" << k8s << " in-transit=" << j.InTransit()
-    << " (managed " << c.nodes.size() << ", cap " << c.k8s_max_nodes << ")\n";
+  if (c.SlurmOnKubernetes()) {
+    o << "slurmd pools: " << c.pools.size() << " lent=" << j.Lent()
+      << " in-transit=" << j.InTransit() << " (cap " << c.k8s_max_nodes << " pods)\n";
+  } else {
+    o << "pools: slurm=" << slurm << " kubernetes=" << k8s << " in-transit=" << j.InTransit()
+      << " (managed " << c.nodes.size() << ", cap " << c.k8s_max_nodes << ")\n";
+  }
   o << "demand: " << j.demand_streak << " consecutive evaluations (lend at " << c.demand_evaluations
     << ")\n";
   if (j.last_transition > 0) o << "last transition: " << Age(now - j.last_transition) << " ago\n";

@@ -224,6 +224,7 @@ TEST_F(ScaledBroker, ScaleIsRefusedWhenTheReplicasChangedSinceTheDecision) {
 
 TEST_F(ScaledBroker, StatusListsThePools) {
   const std::string s = FormatStatus(broker_->journal(), config_, NowMs());
+  EXPECT_THAT(s, HasSubstr("slurmd pools: 1 lent=0 in-transit=0 (cap 2 pods)"));
   EXPECT_THAT(s, HasSubstr("pool slurmd-h100: size 2, floor 0, 4 h100 GPUs per pod"));
 }
 
