@@ -125,7 +125,11 @@ std::string LendBlocker(const std::string& name, const SlurmView& slurm, const K
   if (it == slurm.nodes.end()) return "not in sinfo";
   const SlurmNode& n = it->second;
   if (need_kube_node && kube.nodes.count(name) == 0) return "no Kubernetes node of that name";
-  if (n.state != "idle" || !n.flags.empty()) return "not plainly idle (" + FlagsText(n) + ")";
+  // DYNAMIC (22.05) / DYNAMIC_NORM (23.02+) say how the node registered (slurmd -Z), not a state.
+  const bool flagged = std::any_of(n.flags.begin(), n.flags.end(), [](const std::string& f) {
+    return f != "DYNAMIC" && f != "DYNAMIC_NORM";
+  });
+  if (n.state != "idle" || flagged) return "not plainly idle (" + FlagsText(n) + ")";
   if (n.alloc_cpus > 0 || n.gpus_used > 0) return "a job holds resources on it";
   if (now - n.last_busy < c.idle_time) {
     return "idle for " + Seconds(now - n.last_busy) + " < " + Seconds(c.idle_time);

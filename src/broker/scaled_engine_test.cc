@@ -135,6 +135,19 @@ TEST(ScaledEngine, DemandDrainsTheHighestOrdinalWithAGpuletReasonAfterTheStreak)
   EXPECT_EQ(w.journal.nodes.at("slurmd-h100-2").gpus, 4);
 }
 
+// Dynamic nodes (slurmd -Z) carry DYNAMIC (22.05) or DYNAMIC_NORM (23.02+): not a state.
+TEST(ScaledEngine, ADynamicNodeFlagDoesNotMakeANodeBusy) {
+  for (const char* flag : {"DYNAMIC", "DYNAMIC_NORM"}) {
+    World w;
+    for (auto& [name, n] : w.slurm.nodes) n.flags.insert(flag);
+    Decision d = w.EvalWithDemand();
+    ASSERT_EQ(d.action, Action::kDrain) << flag << ": " << d.reason;
+    EXPECT_EQ(d.node, "slurmd-h100-2");
+    w.Put(WithDrain(w.slurm.nodes.at("slurmd-h100-2"), "gpulet: broker scale-down of x"));
+    EXPECT_EQ(w.Eval().action, Action::kScaleDown) << flag;
+  }
+}
+
 TEST(ScaledEngine, NeverSnatchesABusyHighestOrdinalEvenWhenALowerOneIsIdle) {
   World w;
   w.config.pools.pop_back();  // the H100 pool only
