@@ -74,8 +74,8 @@ Result<Args> ParseArgs(const json& body) {
           name = n["metadata"].value("name", "");
         }
         if (name.empty()) {
-          return Status(ErrorCode::kInvalidInput, "ExtenderArgs.Nodes.items[" +
-                                                      std::to_string(i) + "].metadata.name: required");
+          return Status(ErrorCode::kInvalidInput, "ExtenderArgs.Nodes.items[" + std::to_string(i) +
+                                                      "].metadata.name: required");
         }
         a.names.push_back(name);
         a.node_objects.push_back(&n);
@@ -209,11 +209,12 @@ Answer Extender::Bind(const std::string& body) {
     pod = std::move(parsed).value();
   }
   if (pod->uid.empty()) pod->uid = uid;
-  auto reserved = view_.Reserve(*pod, node);
+  bool already = false;
+  auto reserved = view_.Reserve(*pod, node, &already);
   if (!reserved.ok()) return fail(reserved.status().message(), binds_refused_);
   Status s = binder_(ns, name, uid, node);
   if (!s.ok()) {
-    view_.Unreserve(pod->key(), node);
+    if (!already) view_.Unreserve(pod->key(), node);
     return fail(s.message(), binds_failed_);
   }
   ++binds_ok_;
@@ -228,7 +229,8 @@ Answer Extender::Bind(const std::string& body) {
 std::string Extender::Metrics() const {
   const ViewStats s = view_.stats();
   std::ostringstream o;
-  auto counter = [&](const char* name, const char* help, uint64_t v, const std::string& labels = "") {
+  auto counter = [&](const char* name, const char* help, uint64_t v,
+                     const std::string& labels = "") {
     o << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n"
       << name << labels << " " << v << "\n";
   };

@@ -36,7 +36,8 @@ struct Answer {
 using Binder = std::function<Status(const std::string& ns, const std::string& name,
                                     const std::string& uid, const std::string& node)>;
 // GETs a pod (for a bind whose pod was not seen by filter).
-using PodGetter = std::function<Result<nlohmann::json>(const std::string& ns, const std::string& name)>;
+using PodGetter =
+    std::function<Result<nlohmann::json>(const std::string& ns, const std::string& name)>;
 
 class Extender {
  public:

@@ -24,7 +24,8 @@ inline std::string GpuUuid(const std::string& node, size_t i) {
 
 // data["memory.json"] for `node`.
 inline nlohmann::json MemoryJson(const std::string& node, const std::vector<Gpu>& gpus,
-                                 int64_t generation = 1, nlohmann::json pods = nlohmann::json::array(),
+                                 int64_t generation = 1,
+                                 nlohmann::json pods = nlohmann::json::array(),
                                  int heartbeat_seconds = 30) {
   nlohmann::json g = nlohmann::json::array();
   for (size_t i = 0; i < gpus.size(); ++i) {
@@ -36,10 +37,14 @@ inline nlohmann::json MemoryJson(const std::string& node, const std::vector<Gpu>
                  {"totalUnits", gpus[i].total},
                  {"freeUnits", gpus[i].free}});
   }
-  return {{"version", 1},          {"node", node},
-          {"generation", generation}, {"resource", kResource},
-          {"unitBytes", 1073741824}, {"heartbeatSeconds", heartbeat_seconds},
-          {"gpus", g},             {"pods", std::move(pods)}};
+  return {{"version", 1},
+          {"node", node},
+          {"generation", generation},
+          {"resource", kResource},
+          {"unitBytes", 1073741824},
+          {"heartbeatSeconds", heartbeat_seconds},
+          {"gpus", g},
+          {"pods", std::move(pods)}};
 }
 
 // The ConfigMap around a memory.json text (resourceVersion as the API server would set it).

@@ -28,9 +28,9 @@ Result<int64_t> IntField(const json& obj, const char* key, const std::string& pa
   }
   const int64_t v = it->get<int64_t>();
   if (v < lo || v > hi) {
-    return Status(ErrorCode::kInvalidInput, path + key + ": must be between " +
-                                                std::to_string(lo) + " and " + std::to_string(hi) +
-                                                ", got " + std::to_string(v));
+    return Status(ErrorCode::kInvalidInput, path + key + ": must be between " + std::to_string(lo) +
+                                                " and " + std::to_string(hi) + ", got " +
+                                                std::to_string(v));
   }
   return v;
 }
@@ -53,8 +53,8 @@ constexpr int64_t kMaxUnits = int64_t{1} << 40;
 
 // The node an object speaks for: its gpulet.io/node label, else the name after the prefix.
 std::string ObjectNode(const json& cm) {
-  const json& meta = cm.contains("metadata") && cm["metadata"].is_object() ? cm["metadata"]
-                                                                            : json::object();
+  const json& meta =
+      cm.contains("metadata") && cm["metadata"].is_object() ? cm["metadata"] : json::object();
   if (meta.contains("labels") && meta["labels"].is_object()) {
     auto it = meta["labels"].find(kNodeLabel);
     if (it != meta["labels"].end() && it->is_string() && !it->get<std::string>().empty()) {
@@ -103,7 +103,8 @@ Result<NodeMemory> ParseMemoryJson(const std::string& text, const std::string& w
   for (size_t i = 0; i < j["gpus"].size(); ++i) {
     const json& g = j["gpus"][i];
     const std::string gp = p + "gpus[" + std::to_string(i) + "].";
-    if (!g.is_object()) return Status(ErrorCode::kInvalidInput, gp.substr(0, gp.size() - 1) + ": must be an object");
+    if (!g.is_object())
+      return Status(ErrorCode::kInvalidInput, gp.substr(0, gp.size() - 1) + ": must be an object");
     GpuMemory gpu;
     auto uuid = StringField(g, "uuid", gp, true);
     if (!uuid.ok()) return uuid.status();
@@ -140,7 +141,9 @@ Result<NodeMemory> ParseMemoryJson(const std::string& text, const std::string& w
     for (size_t i = 0; i < j["pods"].size(); ++i) {
       const json& e = j["pods"][i];
       const std::string pp = p + "pods[" + std::to_string(i) + "].";
-      if (!e.is_object()) return Status(ErrorCode::kInvalidInput, pp.substr(0, pp.size() - 1) + ": must be an object");
+      if (!e.is_object())
+        return Status(ErrorCode::kInvalidInput,
+                      pp.substr(0, pp.size() - 1) + ": must be an object");
       PlacedUnits u;
       auto ns = StringField(e, "namespace", pp, true);
       if (!ns.ok()) return ns.status();
@@ -179,8 +182,7 @@ Result<int64_t> ParseUnits(const json& q) {
       return static_cast<int64_t>(std::stoll(s));
     }
   }
-  return Status(ErrorCode::kInvalidInput,
-                "must be a whole number of units, got " + Describe(q));
+  return Status(ErrorCode::kInvalidInput, "must be a whole number of units, got " + Describe(q));
 }
 
 Result<PodRequest> ParsePodRequest(const json& pod) {
@@ -216,14 +218,14 @@ Result<PodRequest> ParsePodRequest(const json& pod) {
       for (const auto& [name, q] : asked) {
         auto units = ParseUnits(q.first);
         if (!units.ok()) {
-          return Status(ErrorCode::kInvalidInput, where + ": resources." + q.second + "[\"" +
-                                                      name + "\"]: " + units.status().message());
+          return Status(ErrorCode::kInvalidInput, where + ": resources." + q.second + "[\"" + name +
+                                                      "\"]: " + units.status().message());
         }
         if (*units == 0) continue;
         if (!r.resource.empty() && r.resource != name) {
-          return Status(ErrorCode::kInvalidInput,
-                        where + ": asks for both " + r.resource + " and " + name +
-                            "; a pod may use one memory resource");
+          return Status(ErrorCode::kInvalidInput, where + ": asks for both " + r.resource +
+                                                      " and " + name +
+                                                      "; a pod may use one memory resource");
         }
         r.resource = name;
         (std::string(list) == "containers" ? r.containers : r.init_containers)
@@ -259,8 +261,8 @@ void ClusterView::UpsertObject(const json& cm) {
     auto parsed = ParseMemoryJson(data["memory.json"].get<std::string>(), where);
     if (parsed.ok()) {
       if (parsed->node != node) {
-        error = where + ": memory.json: node: \"" + parsed->node + "\" is not the object's node \"" +
-                node + "\"";
+        error = where + ": memory.json: node: \"" + parsed->node +
+                "\" is not the object's node \"" + node + "\"";
       } else {
         memory = std::move(parsed).value();
       }
@@ -386,8 +388,9 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string
     if (nodes_known_) {
       auto n = nodes_.find(node);
       if (n != nodes_.end() && !n->second.pool_label) {
-        return unresolvable("node has no gpulet GPU memory pool (no " + std::string(kNodePoolLabel) +
-                            "=true label, no " + kObjectPrefix + node + " object)");
+        return unresolvable("node has no gpulet GPU memory pool (no " +
+                            std::string(kNodePoolLabel) + "=true label, no " + kObjectPrefix +
+                            node + " object)");
       }
     }
     return unresolvable("no GPU memory object configmaps/" + options_.ns + "/" + kObjectPrefix +
@@ -497,8 +500,8 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string
       node_total > 0 ? static_cast<double>(node_free) / static_cast<double>(node_total) : 0;
   const double left = 0.8 * gpu_left + 0.2 * node_left;
   const double s = options_.policy == Policy::kBestFit ? 1.0 - left : left;
-  v.score = std::clamp(static_cast<int>(std::lround(s * kMaxExtenderPriority)), 0,
-                       kMaxExtenderPriority);
+  v.score =
+      std::clamp(static_cast<int>(std::lround(s * kMaxExtenderPriority)), 0, kMaxExtenderPriority);
   return v;
 }
 
@@ -532,21 +535,26 @@ std::vector<std::pair<std::string, int>> ClusterView::Prioritize(
   return out;
 }
 
-Result<std::vector<Assignment>> ClusterView::Reserve(const PodRequest& pod,
-                                                     const std::string& node) {
+Result<std::vector<Assignment>> ClusterView::Reserve(const PodRequest& pod, const std::string& node,
+                                                     bool* already) {
   std::unique_lock l(mu_);
   PurgeExpiredLocked();
+  if (already) *already = false;
+  if (auto it = reservations_.find(node); it != reservations_.end()) {
+    for (const Reservation& r : it->second) {
+      if (r.pod_key != pod.key()) continue;
+      if (already) *already = true;
+      return r.assignments;
+    }
+  }
   NodeVerdict v = EvaluateLocked(pod, node);
   if (!v.fits) {
     return Status(ErrorCode::kUnavailable,
                   "pod " + pod.key() + " no longer fits on node " + node + ": " + v.reason);
   }
   if (v.assignments.empty()) return v.assignments;  // nothing of ours to hold
-  auto& list = reservations_[node];
-  list.erase(std::remove_if(list.begin(), list.end(),
-                            [&](const Reservation& r) { return r.pod_key == pod.key(); }),
-             list.end());
-  list.push_back({pod.key(), v.assignments, clock_.Now() + options_.reservation_timeout});
+  reservations_[node].push_back(
+      {pod.key(), v.assignments, clock_.Now() + options_.reservation_timeout});
   return v.assignments;
 }
 
@@ -584,6 +592,16 @@ ViewStats ClusterView::stats() const {
     }
   }
   return s;
+}
+
+}  // namespace gpulet::extender
+
+namespace gpulet::extender {
+
+std::string ClusterView::ObjectVersion(const std::string& node) const {
+  std::shared_lock l(mu_);
+  auto it = objects_.find(node);
+  return it == objects_.end() ? "" : it->second.resource_version;
 }
 
 }  // namespace gpulet::extender

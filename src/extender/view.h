@@ -78,7 +78,7 @@ struct ContainerUnits {
 // What a pod asks of a memory resource.
 struct PodRequest {
   std::string ns, name, uid;
-  std::string resource;                  // "" when the pod asks for no memory resource
+  std::string resource;                    // "" when the pod asks for no memory resource
   std::vector<ContainerUnits> containers;  // app containers with a non-zero request, in order
   std::vector<ContainerUnits> init_containers;
   std::string key() const { return ns + "/" + name; }
@@ -153,12 +153,16 @@ class ClusterView {
   std::vector<std::pair<std::string, int>> Prioritize(const PodRequest& pod,
                                                       const std::vector<std::string>& nodes) const;
 
-  // Checks the fit now and reserves the units (replacing an earlier reservation of the same pod).
-  // kUnavailable with the reason when the pod no longer fits.
-  Result<std::vector<Assignment>> Reserve(const PodRequest& pod, const std::string& node);
+  // Checks the fit now and reserves the units. kUnavailable with the reason when the pod no longer
+  // fits. A pod that already holds a reservation on `node` keeps it (*already = true): a repeated
+  // bind must not drop the units of the one that succeeded.
+  Result<std::vector<Assignment>> Reserve(const PodRequest& pod, const std::string& node,
+                                          bool* already = nullptr);
   void Unreserve(const std::string& pod_key, const std::string& node);
 
   ViewStats stats() const;
+  // The resourceVersion of the node's object as last seen ("" when none).
+  std::string ObjectVersion(const std::string& node) const;
 
  private:
   struct Reservation {
@@ -184,8 +188,8 @@ class ClusterView {
   const Clock& clock_;
   const ViewOptions options_;
   mutable std::shared_mutex mu_;
-  std::map<std::string, Entry> objects_;              // node → its object
-  std::map<std::string, std::string> object_nodes_;   // object name → node
+  std::map<std::string, Entry> objects_;                          // node → its object
+  std::map<std::string, std::string> object_nodes_;               // object name → node
   std::map<std::string, std::vector<Reservation>> reservations_;  // node → reservations
   std::map<std::string, NodeInfo> nodes_;
   bool nodes_known_ = false;

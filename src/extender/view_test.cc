@@ -20,7 +20,8 @@ PodRequest Request(const std::string& name, const std::vector<int64_t>& units) {
 
 void Publish(ClusterView& view, const std::string& node, const std::vector<Gpu>& gpus,
              const std::string& rv, json pods = json::array(), int heartbeat = 30) {
-  view.UpsertObject(MemoryConfigMap(node, MemoryJson(node, gpus, 1, std::move(pods), heartbeat).dump(), rv));
+  view.UpsertObject(
+      MemoryConfigMap(node, MemoryJson(node, gpus, 1, std::move(pods), heartbeat).dump(), rv));
 }
 
 TEST(ParseMemoryJson, ReadsTheContract) {
@@ -61,7 +62,10 @@ TEST(ParseMemoryJson, ErrorsNameTheField) {
        "gpus[0].freeUnits: must be an integer"},
       {"healthy", [](json& j) { j["gpus"][0]["healthy"] = "yes"; }, "gpus[0].healthy"},
       {"repeated uuid", [](json& j) { j["gpus"].push_back(j["gpus"][0]); }, "gpus[1].uuid"},
-      {"pod name", [](json& j) { j["pods"] = json::array({json{{"namespace", "a"}}}); },
+      {"pod name",
+       [](json& j) {
+         j["pods"] = json::array({json{{"namespace", "a"}}});
+       },
        "pods[0].name: required"},
   };
   for (const Case& c : cases) {
@@ -69,7 +73,8 @@ TEST(ParseMemoryJson, ErrorsNameTheField) {
     c.mutate(j);
     auto m = ParseMemoryJson(j.dump(), "configmaps/gpulet-system/gpulet-memory-n1");
     ASSERT_FALSE(m.ok()) << c.name;
-    EXPECT_THAT(m.status().message(), HasSubstr("configmaps/gpulet-system/gpulet-memory-n1: memory.json: "))
+    EXPECT_THAT(m.status().message(),
+                HasSubstr("configmaps/gpulet-system/gpulet-memory-n1: memory.json: "))
         << c.name;
     EXPECT_THAT(m.status().message(), HasSubstr(c.want)) << c.name;
   }
@@ -109,8 +114,8 @@ TEST(ParsePodRequest, RequestsLimitsAndErrors) {
                         "must be a whole number"));
 
   json init = MemoryPod("init", {4});
-  init["spec"]["initContainers"] = json::array(
-      {{{"name", "setup"}, {"resources", {{"limits", {{kResource, "30"}}}}}}});
+  init["spec"]["initContainers"] =
+      json::array({{{"name", "setup"}, {"resources", {{"limits", {{kResource, "30"}}}}}}});
   auto i = ParsePodRequest(init);
   ASSERT_TRUE(i.ok());
   ASSERT_EQ(i->init_containers.size(), 1u);
@@ -123,7 +128,7 @@ struct FilterCase {
   std::vector<Gpu> gpus;
   std::vector<int64_t> pod;
   bool fits;
-  const char* reason;  // substring when !fits
+  const char* reason;          // substring when !fits
   std::vector<int> gpu_index;  // chosen GPU per container when fits
 };
 
@@ -137,7 +142,12 @@ TEST(Filter, PerGpuFitContainersInTurn) {
        "container \"c0\" needs 60 units of gpulet.io/gpu-memory-1gi on one GPU; the largest free "
        "GPU has 40 units (GPU 0, 80 total)",
        {}},
-      {"best fit: the least free GPU that fits", {{80, 50}, {80, 25}, {80, 30}}, {20}, true, "", {1}},
+      {"best fit: the least free GPU that fits",
+       {{80, 50}, {80, 25}, {80, 30}},
+       {20},
+       true,
+       "",
+       {1}},
       {"containers in turn", {{80, 30}, {80, 20}}, {20, 20}, true, "", {1, 0}},
       {"second container no longer fits",
        {{80, 30}, {80, 10}},
@@ -203,11 +213,18 @@ TEST(Filter, UnresolvableObjects) {
   EXPECT_EQ(out.passed, std::vector<std::string>{"ok"});
   EXPECT_TRUE(out.failed.empty());
   ASSERT_EQ(out.unresolvable.size(), 5u);
-  EXPECT_THAT(out.unresolvable["bad"], HasSubstr("malformed: configmaps/gpulet-system/gpulet-memory-bad: memory.json: not valid JSON"));
+  EXPECT_THAT(
+      out.unresolvable["bad"],
+      HasSubstr(
+          "malformed: configmaps/gpulet-system/gpulet-memory-bad: memory.json: not valid JSON"));
   EXPECT_THAT(out.unresolvable["nodata"], HasSubstr("data[\"memory.json\"]: missing"));
-  EXPECT_THAT(out.unresolvable["liar"], HasSubstr("node: \"other\" is not the object's node \"liar\""));
-  EXPECT_THAT(out.unresolvable["foreign"], HasSubstr("pool is gpulet.io/gpu-memory-512mi, the pod asks for gpulet.io/gpu-memory-1gi"));
-  EXPECT_THAT(out.unresolvable["missing"], HasSubstr("no GPU memory object configmaps/gpulet-system/gpulet-memory-missing"));
+  EXPECT_THAT(out.unresolvable["liar"],
+              HasSubstr("node: \"other\" is not the object's node \"liar\""));
+  EXPECT_THAT(
+      out.unresolvable["foreign"],
+      HasSubstr("pool is gpulet.io/gpu-memory-512mi, the pod asks for gpulet.io/gpu-memory-1gi"));
+  EXPECT_THAT(out.unresolvable["missing"],
+              HasSubstr("no GPU memory object configmaps/gpulet-system/gpulet-memory-missing"));
 
   // Once nodes are known, a node without the pool label says so.
   view.ReplaceNodes({json{{"metadata", {{"name", "missing"}}}}});
@@ -256,12 +273,15 @@ TEST(Reserve, BackToBackPodsDoNotShareUnits) {
   EXPECT_EQ((*ra)[0].gpu, GpuUuid("n1", 0));
   auto rb = view.Reserve(b, "n1");
   ASSERT_FALSE(rb.ok());
-  EXPECT_THAT(rb.status().message(),
-              HasSubstr("pod default/b no longer fits on node n1: container \"c0\" needs 40 units"));
+  EXPECT_THAT(
+      rb.status().message(),
+      HasSubstr("pod default/b no longer fits on node n1: container \"c0\" needs 40 units"));
   EXPECT_THAT(rb.status().message(), HasSubstr("largest free GPU has 30 units"));
   EXPECT_EQ(view.stats().reserved_units, 40);
-  // Re-reserving the same pod replaces its reservation rather than counting it twice.
-  ASSERT_TRUE(view.Reserve(a, "n1").ok());
+  // Re-reserving the same pod keeps its reservation rather than counting it twice.
+  bool already = false;
+  ASSERT_TRUE(view.Reserve(a, "n1", &already).ok());
+  EXPECT_TRUE(already);
   EXPECT_EQ(view.stats().reservations, 1u);
   view.Unreserve(a.key(), "n1");
   EXPECT_TRUE(view.Reserve(b, "n1").ok());
@@ -279,8 +299,11 @@ TEST(Reserve, DroppedWhenThePodIsListedNotOnANewerGeneration) {
   EXPECT_FALSE(view.Evaluate(Request("b", {20}), "n1").fits);
   // The pod is listed and its units are out of freeUnits: the reservation goes.
   Publish(view, "n1", {{80, 10}}, "3",
-          json::array({{{"namespace", "default"}, {"name", "a"}, {"container", "c0"},
-                        {"gpu", GpuUuid("n1", 0)}, {"units", 40}}}));
+          json::array({{{"namespace", "default"},
+                        {"name", "a"},
+                        {"container", "c0"},
+                        {"gpu", GpuUuid("n1", 0)},
+                        {"units", 40}}}));
   EXPECT_EQ(view.stats().reservations, 0u);
   EXPECT_TRUE(view.Evaluate(Request("b", {10}), "n1").fits);
 }
