@@ -33,17 +33,20 @@ Service::Service(const k8s::Client& client, const Clock& clock, ServiceOptions o
             auto r = client_.Get("/api/v1/namespaces/" + ns + "/pods/" + name);
             if (!r.ok()) return r.status();
             return *r;
-          }),
-      objects_(client, "/api/v1/namespaces/" + options_.view.ns + "/configmaps",
-               std::string(kMemoryPoolLabel) + "=true"),
-      nodes_(client, "/api/v1/nodes", "") {}
+          }) {
+  // LIST + WATCH of both sources.
+  objects_ = std::make_unique<CollectionWatcher>(
+      client, "/api/v1/namespaces/" + options_.view.ns + "/configmaps",
+      std::string(kMemoryPoolLabel) + "=true");
+  nodes_ = std::make_unique<CollectionWatcher>(client, "/api/v1/nodes", "");
+}
 
 Service::~Service() { Stop(); }
 
 int Service::port() const { return server_ ? server_->port() : 0; }
 
 bool Service::synced() const {
-  return objects_.synced() && (!options_.watch_nodes || nodes_.synced());
+  return objects_->synced() && (!options_.watch_nodes || nodes_->synced());
 }
 
 Status Service::Start() {
@@ -75,7 +78,7 @@ Status Service::Start() {
     return std::make_pair(std::string("text/plain"), std::string("ok\n"));
   };
   objects_thread_ = std::thread([this] {
-    objects_.Run(
+    objects_->Run(
         stop_, [this](const std::vector<json>& items) { view_.ReplaceObjects(items); },
         [this](const std::string& type, const json& obj) {
           if (type == "DELETED") {
@@ -87,7 +90,7 @@ Status Service::Start() {
   });
   if (options_.watch_nodes) {
     nodes_thread_ = std::thread([this] {
-      nodes_.Run(
+      nodes_->Run(
           stop_, [this](const std::vector<json>& items) { view_.ReplaceNodes(items); },
           [this](const std::string& type, const json& obj) {
             if (type == "DELETED") {

@@ -63,8 +63,8 @@ class Service {
   ServiceOptions options_;
   ClusterView view_;
   Extender extender_;
-  CollectionWatcher objects_;
-  CollectionWatcher nodes_;
+  std::unique_ptr<CollectionWatcher> objects_;  // the per-node GPU memory ConfigMaps
+  std::unique_ptr<CollectionWatcher> nodes_;
   k8s::StopSignal stop_;
   std::thread objects_thread_, nodes_thread_;
   std::unique_ptr<metrics::Publisher> unused_publisher_;  // the server's own /metrics is replaced

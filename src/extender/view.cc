@@ -418,18 +418,17 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string
   }
   // Free units per GPU after reservations (expired ones no longer count).
   std::vector<int64_t> free(m.gpus.size());
-  std::map<std::string, size_t> by_uuid;
   for (size_t i = 0; i < m.gpus.size(); ++i) {
     free[i] = m.gpus[i].healthy ? m.gpus[i].free_units : 0;
-    by_uuid[m.gpus[i].uuid] = i;
   }
   const Clock::TimePoint now = clock_.Now();
   if (auto r = reservations_.find(node); r != reservations_.end()) {
     for (const Reservation& res : r->second) {
       if (res.expires <= now || res.pod_key == pod.key()) continue;
       for (const Assignment& a : res.assignments) {
-        auto g = by_uuid.find(a.gpu);
-        if (g != by_uuid.end()) free[g->second] = std::max<int64_t>(0, free[g->second] - a.units);
+        for (size_t g = 0; g < m.gpus.size(); ++g) {
+          if (m.gpus[g].uuid == a.gpu) free[g] = std::max<int64_t>(0, free[g] - a.units);
+        }
       }
     }
   }
@@ -472,13 +471,13 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string
   for (const ContainerUnits& c : pod.init_containers) {
     if (!pick(c.units)) return no_fit(c, false, "init container");
   }
-  std::set<size_t> used;
+  std::vector<size_t> used;
   for (size_t k = 0; k < pod.containers.size(); ++k) {
     const ContainerUnits& c = pod.containers[k];
     auto g = pick(c.units);
     if (!g) return no_fit(c, k > 0, "container");
     free[*g] -= c.units;
-    used.insert(*g);
+    if (std::find(used.begin(), used.end(), *g) == used.end()) used.push_back(*g);
     v.assignments.push_back({c.name, m.gpus[*g].uuid, c.units});
   }
   v.fits = true;
