@@ -64,14 +64,15 @@ std::map<std::string, std::string> Sources(const std::vector<std::string>& paths
 const std::map<std::string, std::string> kResourcePath = {
     {"nodes", R"(/api/v1/nodes|NodeRef\()"},
     {"configmaps", R"(/configmaps|ConfigMapRef\()"},
-    {"pods", R"(/pods\?)"},
+    {"pods", R"(/pods\?|/pods/")"},
+    {"pods/binding", R"(/binding")"},
     {"pods/eviction", R"(/eviction)"},
     {"leases", R"(/leases)"},
 };
 const std::map<std::string, std::string> kVerbCall = {
     {"get", R"(\.Get\()"},
-    {"list", R"(\.Get\(\s*"[^"]*\?)"},
-    {"watch", R"(\.Watch\(|ObjectWatcher)"},
+    {"list", R"(\.Get\(\s*"[^"]*\?|CollectionWatcher>\()"},
+    {"watch", R"(\.Watch\(|ObjectWatcher|CollectionWatcher>\()"},
     {"patch", R"(\.Patch\()"},
     {"create", R"(\.Post\()"},
     {"update", R"(\.Put\()"},
@@ -160,6 +161,25 @@ TEST(Rbac, BrokerHasItsOwnServiceAccountAndUsesEachGrant) {
     deployment = true;
     EXPECT_EQ(d["spec"]["template"]["spec"]["serviceAccountName"].as<std::string>(),
               "gpulet-broker");
+  }
+  EXPECT_TRUE(deployment);
+}
+
+TEST(Rbac, ExtenderHasItsOwnServiceAccountAndUsesEachGrant) {
+  const std::vector<YAML::Node> docs = Render("deploy/extender");
+  ASSERT_FALSE(docs.empty());
+  ExpectEveryGrantUsed(docs, "gpulet-extender", Sources({"src/extender"}), 7);
+  EXPECT_TRUE(GrantsTo(docs, "gpulet").empty()) << "deploy/extender grants the node agent nothing";
+  for (const Grant& g : GrantsTo(docs, "gpulet-extender")) {
+    EXPECT_FALSE(g.resource == "configmaps" && g.verb != "list" && g.verb != "watch")
+        << "the extender only reads the node agents' objects (" << g.role << ")";
+  }
+  bool deployment = false;
+  for (const YAML::Node& d : docs) {
+    if (d["kind"].as<std::string>() != "Deployment") continue;
+    deployment = true;
+    EXPECT_EQ(d["spec"]["template"]["spec"]["serviceAccountName"].as<std::string>(),
+              "gpulet-extender");
   }
   EXPECT_TRUE(deployment);
 }
