@@ -251,6 +251,35 @@ class Parser {
         if (!have_gi) Fail(v[i], mf + ".gi", "required");
         g.mig.push_back(m);
       }
+    } else if (key == "processes") {
+      RequireSeq(v, field);
+      g.processes.clear();
+      for (size_t i = 0; i < v.size(); ++i) {
+        const std::string pf = field + "[" + std::to_string(i) + "]";
+        SimProcess p;
+        bool have_pid = false;
+        ForEachKey(v[i], pf, {"pid", "memory_mib", "sm_util", "mem_util", "gi", "ci"},
+                   [&](const std::string& k, const YAML::Node& pv) {
+                     const std::string kf = pf + "." + k;
+                     if (k == "pid") {
+                       p.pid = Uint32(pv, kf);
+                       have_pid = p.pid > 0;
+                       if (!have_pid) Fail(pv, kf, "must be > 0");
+                     } else if (k == "memory_mib") {
+                       p.memory_mib = Uint(pv, kf);
+                     } else if (k == "sm_util") {
+                       p.sm_util = Uint32(pv, kf, 100);
+                     } else if (k == "mem_util") {
+                       p.mem_util = Uint32(pv, kf, 100);
+                     } else if (k == "gi") {
+                       p.gi = Uint32(pv, kf, 14);
+                     } else if (k == "ci") {
+                       p.ci = Uint32(pv, kf, 7);
+                     }
+                   });
+        if (!have_pid) Fail(v[i], pf + ".pid", "required");
+        g.processes.push_back(p);
+      }
     }
   }
 
@@ -277,7 +306,8 @@ class Parser {
                                                    "max_sm_clock_mhz",
                                                    "mem_clock_mhz",
                                                    "mig_capable",
-                                                   "mig"};
+                                                   "mig",
+                                                   "processes"};
 
     // Order matters: numa_nodes and mig_profiles before the GPUs that refer to them.
     std::optional<YAML::Node> defaults_n, gpus_n, count_n, nvlink_n;

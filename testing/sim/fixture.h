@@ -19,7 +19,9 @@
 // Per-GPU keys: name, uuid, bus_id ("0000:18:00.0"), minor, memory_mib, compute_capability
 //   ("9.0"), architecture, sm_count, pci_device_id, pci_subsystem_id, numa, pcie_switch,
 //   power_limit_w, idle_power_w, max_sm_clock_mhz, mem_clock_mhz, mig_capable,
-//   mig: [{profile: 3g.20gb, gi: 2, ci: 0, placement: 4, uuid: …}, …] (non-empty = MIG enabled).
+//   mig: [{profile: 3g.20gb, gi: 2, ci: 0, placement: 4, uuid: …}, …] (non-empty = MIG enabled),
+//   processes: [{pid: 4242, memory_mib: 2048, sm_util: 30, mem_util: 10, gi: 1, ci: 0}, …]
+//   (compute processes; gi/ci only on a MIG GPU).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +31,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "sim/sim_process.h"
 
 namespace gpulet::sim {
 
@@ -74,6 +77,7 @@ struct GpuSpec {
   bool mig_capable = false;
   std::vector<MigDeviceSpec> mig;  // non-empty: MIG mode enabled
   bool mig_mode = false;           // MIG enabled with no devices (set by the simulated driver)
+  std::vector<SimProcess> processes;  // compute processes (fixture `processes:`)
 
   bool mig_enabled() const { return mig_mode || !mig.empty(); }
   // "00000000:18:00.0": NVML's busId form (8-hex-digit domain, upper-case).

@@ -170,6 +170,31 @@ TEST(FixtureTest, BadFixturesNameFileLineAndField) {
   EXPECT_GE(checked, 15);
 }
 
+TEST(FixtureTest, ProcessesPerGpu) {
+  Result<Fixture> f = ParseFixture(
+      "driver_version: 550.54.15\ncuda_version: 12040\n"
+      "defaults: {name: NVIDIA L4, memory_mib: 23034, compute_capability: \"8.9\", "
+      "architecture: ada}\n"
+      "gpus:\n"
+      "  - bus_id: \"0000:18:00.0\"\n"
+      "    processes: [{pid: 4242, memory_mib: 2048, sm_util: 30, mem_util: 10}, {pid: 7}]\n"
+      "  - {bus_id: \"0000:19:00.0\"}\n",
+      "procs.yaml");
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  ASSERT_EQ(f->gpus[0].processes.size(), 2u);
+  EXPECT_EQ(f->gpus[0].processes[0], (SimProcess{4242, 2048, 30, 10, 0xFFFFFFFFu, 0xFFFFFFFFu}));
+  EXPECT_EQ(f->gpus[0].processes[1].pid, 7u);
+  EXPECT_TRUE(f->gpus[1].processes.empty());
+  Result<Fixture> bad = ParseFixture(
+      "driver_version: 550.54.15\ncuda_version: 12040\n"
+      "defaults: {name: NVIDIA L4, memory_mib: 23034, compute_capability: \"8.9\", "
+      "architecture: ada}\n"
+      "gpus:\n  - {bus_id: \"0000:18:00.0\", processes: [{pid: 1, sm_util: 101}]}\n",
+      "procs.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("procs.yaml:5: gpus[0].processes[0].sm_util"));
+}
+
 TEST(FixtureTest, MissingFileIsNotFound) {
   Result<Fixture> f = LoadFixture("/nonexistent/gpulet/fixture.yaml");
   ASSERT_FALSE(f.ok());
