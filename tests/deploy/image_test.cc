@@ -236,6 +236,41 @@ TEST_F(ImageTest, RuntimeStageInstallsEveryLibraryTheBinaryNeeds) {
   }
 }
 
+// libssl3 is in the image for the metrics port's TLS, loaded by name (kDlopened): the binary serves
+// HTTPS with a TLS web config, and a plain exporter never maps libssl.
+TEST_F(ImageTest, TlsLoadsLibsslOnlyWhenAWebConfigAsksForIt) {
+  const std::string script = R"sh(set -u
+pid=""; d=$(mktemp -d)
+trap '[ -n "$pid" ] && kill $pid 2>/dev/null && wait $pid; rm -rf "$d"' EXIT
+openssl req -x509 -newkey rsa:2048 -nodes -keyout "$d/key.pem" -out "$d/cert.pem" -days 1 \
+  -subj /CN=localhost 2>/dev/null || { echo "openssl req failed"; exit 2; }
+printf 'tls_server_config:\n  cert_file: %s\n  key_file: %s\n' "$d/cert.pem" "$d/key.pem" > "$d/web.yml"
+serve() {  # serve NAME [ARGS]: start an exporter on a free port, set $pid and $port
+  "$GPULET" --simulate dgx-h100 --sim-state "$d/sim-$1" exporter -a 127.0.0.1:0 "${@:2}" \
+    > "$d/$1.log" 2>&1 & pid=$!
+  for _ in $(seq 300); do  # until it says where it listens (or exits)
+    port=$(sed -n 's/.*event=listening .* port=\([0-9]*\).*/\1/p' "$d/$1.log")
+    [ -n "$port" ] && return 0
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "$1: not listening"; cat "$d/$1.log"; exit 3
+}
+serve plain
+echo "plain: $(curl -s http://127.0.0.1:$port/health) libssl=$(grep -c 'libssl\.so' /proc/$pid/maps)"
+kill $pid; wait $pid
+serve tls --web-config-file "$d/web.yml"
+echo "tls: $(curl -sk https://127.0.0.1:$port/health) libssl=$(grep -c 'libssl\.so' /proc/$pid/maps)"
+)sh";
+  const CommandResult r = RunCommand("GPULET=" + GpuletBinary() + " bash -c '" +
+                                     std::regex_replace(script, std::regex("'"), "'\\''") + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("plain: OK libssl=0"), std::string::npos) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex(R"(tls: OK libssl=(\d+))"))) << r.output;
+  EXPECT_GT(std::stoi(m[1]), 0) << r.output;
+}
+
 // The shipped files must not reveal or depend on the build machine's paths.
 TEST_F(ImageTest, ShippedFilesCarryNoBuildPaths) {
   for (const std::string& file :
