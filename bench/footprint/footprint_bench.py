@@ -72,6 +72,27 @@ def measure(command: str) -> tuple:
         shutil.rmtree(d, ignore_errors=True)
 
 
+def binary_line() -> str:
+    """The binary: loaded size (text, data), file size, shared libraries it links, last link time."""
+    text, data = (int(v) for v in subprocess.run(
+        ["size", GPULET], capture_output=True, text=True, check=True).stdout.splitlines()[1].split()[:2])
+    needed = [l.split("[")[1].rstrip("]") for l in subprocess.run(
+        ["readelf", "-d", GPULET], capture_output=True, text=True, check=True).stdout.splitlines()
+        if "(NEEDED)" in l]
+    link = ""
+    try:  # ninja's log: start and end (ms) of each output's last build
+        with open(os.path.join(BUILD, ".ninja_log")) as f:
+            for line in f:
+                parts = line.rstrip("\n").split("\t")
+                if len(parts) >= 4 and parts[3] == "gpulet":
+                    link = f", linked in {(int(parts[1]) - int(parts[0])) / 1000:.1f} s"
+    except OSError:
+        pass
+    return (f"Binary `gpulet`: text {text / 2**20:.1f} MiB, data {data / 2**10:.0f} KiB, file "
+            f"{os.path.getsize(GPULET) / 2**20:.0f} MiB with debug info{link}; links "
+            f"{len(needed)} shared libraries ({', '.join(needed)}).")
+
+
 def main() -> None:
     print("| command | RSS MiB (median) | RSS MiB (max) | anonymous MiB | file-backed MiB | PSS MiB |"
           " threads |")
@@ -90,6 +111,8 @@ def main() -> None:
     print()
     print("Largest resident mappings of `gpulet node` (last round, MiB): " + ", ".join(
         f"{name} {kib / 1024:.1f}" for name, kib in last_maps["node"][:10]) + ".")
+    print()
+    print(binary_line())
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@
 //   nor a client retrying a wrong password pays a bcrypt each time. Unknown values are checked on
 //   `threads` worker(s), at most `max_pending_auth` queued; beyond that the answer is 429 at once.
 // - TLS (web config) is OpenSSL on the same non-blocking sockets, handshake inside the request
-//   timeout.
+//   timeout. libssl is loaded (dlopen) only when the web config asks for TLS or basic auth.
 #pragma once
 
 #include <atomic>

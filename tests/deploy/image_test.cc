@@ -113,6 +113,18 @@ bool Ignored(const std::string& path) {
   return false;
 }
 
+// The Debian package that owns a file (following a symbolic link); empty when none does.
+std::string PackageOf(const std::string& path) {
+  const CommandResult owner =
+      RunCommand("dpkg -S " + path + " 2>/dev/null || dpkg -S $(readlink -f " + path + ")");
+  if (owner.exit_code != 0) return "";
+  return owner.output.substr(0, owner.output.find(':'));
+}
+
+// Libraries gpulet loads with dlopen rather than links: libcurl for the Kubernetes API
+// (k8s/curl_library.cc), libssl when a web config asks for TLS (metrics/http_server.cc).
+constexpr const char* kDlopened[] = {"libcurl.so.4", "libssl.so.3"};
+
 class ImageTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -186,32 +198,83 @@ TEST_F(ImageTest, RuntimeStageInstallsEveryLibraryTheBinaryNeeds) {
   ASSERT_EQ(ldd.exit_code, 0) << ldd.output;
   std::regex needed_re(R"(\(NEEDED\)\s+Shared library: \[([^\]]+)\])");
   int checked = 0;
+  std::set<std::string> used;  // packages of the libraries the binary links or loads
   for (std::sregex_iterator it(needed.output.begin(), needed.output.end(), needed_re), end;
        it != end; ++it) {
     const std::string lib = (*it)[1];
+    // "lib.so => /path (…)", or "/path/lib.so (…)" for the dynamic loader.
+    const std::string quoted = std::regex_replace(lib, std::regex(R"([.+])"), R"(\$&)");
     std::smatch m;
-    const std::regex where("\\s" + std::regex_replace(lib, std::regex(R"([.+])"), R"(\$&)") +
-                           R"( => (\S+))");
-    ASSERT_TRUE(std::regex_search(ldd.output, m, where)) << lib << " not resolved:\n" << ldd.output;
-    const CommandResult owner = RunCommand("dpkg -S " + std::string(m[1]) +
-                                           " 2>/dev/null || "
-                                           "dpkg -S $(readlink -f " +
-                                           std::string(m[1]) + ")");
-    ASSERT_EQ(owner.exit_code, 0) << lib << ": no package owns " << m[1] << "\n" << owner.output;
-    std::string pkg = owner.output.substr(0, owner.output.find(':'));
+    const std::regex where(R"(\s)" + quoted + R"( => (\S+))");
+    const std::regex loader(R"(\s(/\S*/)" + quoted + R"() \()");
+    ASSERT_TRUE(std::regex_search(ldd.output, m, where) || std::regex_search(ldd.output, m, loader))
+        << lib << " not resolved:\n"
+        << ldd.output;
+    const std::string pkg = PackageOf(m[1]);
+    ASSERT_FALSE(pkg.empty()) << lib << ": no package owns " << m[1];
     ++checked;
+    used.insert(pkg);
     if (essential.count(pkg)) continue;
     EXPECT_NE(std::find(installed.begin(), installed.end(), pkg), installed.end())
         << "build/gpulet needs " << lib << " from package " << pkg
         << ", which deploy/Dockerfile's runtime stage does not install";
   }
   EXPECT_GE(checked, 5);
+  // The other way round: every library package the runtime stage installs is one the binary links
+  // or loads by name at run time (kDlopened; each must still be named in the binary).
+  for (const char* soname : kDlopened) {
+    EXPECT_NE(ReadAll(GpuletBinary()).find(soname), std::string::npos)
+        << "build/gpulet no longer loads " << soname << ": drop it from kDlopened";
+    const std::string pkg = PackageOf("/lib/x86_64-linux-gnu/" + std::string(soname));
+    ASSERT_FALSE(pkg.empty()) << "no package owns " << soname;
+    used.insert(pkg);
+  }
+  for (const std::string& pkg : installed) {
+    if (pkg.rfind("lib", 0) != 0) continue;
+    EXPECT_TRUE(used.count(pkg)) << "deploy/Dockerfile's runtime stage installs " << pkg
+                                 << ", which build/gpulet neither links nor loads: drop it";
+  }
+}
+
+// libssl3 is in the image for the metrics port's TLS, loaded by name (kDlopened): the binary serves
+// HTTPS with a TLS web config, and a plain exporter never maps libssl.
+TEST_F(ImageTest, TlsLoadsLibsslOnlyWhenAWebConfigAsksForIt) {
+  const std::string script = R"sh(set -u
+pid=""; d=$(mktemp -d)
+trap '[ -n "$pid" ] && kill $pid 2>/dev/null && wait $pid; rm -rf "$d"' EXIT
+openssl req -x509 -newkey rsa:2048 -nodes -keyout "$d/key.pem" -out "$d/cert.pem" -days 1 \
+  -subj /CN=localhost 2>/dev/null || { echo "openssl req failed"; exit 2; }
+printf 'tls_server_config:\n  cert_file: %s\n  key_file: %s\n' "$d/cert.pem" "$d/key.pem" > "$d/web.yml"
+serve() {  # serve NAME [ARGS]: start an exporter on a free port, set $pid and $port
+  "$GPULET" --simulate dgx-h100 --sim-state "$d/sim-$1" exporter -a 127.0.0.1:0 "${@:2}" \
+    > "$d/$1.log" 2>&1 & pid=$!
+  for _ in $(seq 300); do  # until it says where it listens (or exits)
+    port=$(sed -n 's/.*event=listening .* port=\([0-9]*\).*/\1/p' "$d/$1.log")
+    [ -n "$port" ] && return 0
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "$1: not listening"; cat "$d/$1.log"; exit 3
+}
+serve plain
+echo "plain: $(curl -s http://127.0.0.1:$port/health) libssl=$(grep -c 'libssl\.so' /proc/$pid/maps)"
+kill $pid; wait $pid
+serve tls --web-config-file "$d/web.yml"
+echo "tls: $(curl -sk https://127.0.0.1:$port/health) libssl=$(grep -c 'libssl\.so' /proc/$pid/maps)"
+)sh";
+  const CommandResult r = RunCommand("GPULET=" + GpuletBinary() + " bash -c '" +
+                                     std::regex_replace(script, std::regex("'"), "'\\''") + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("plain: OK libssl=0"), std::string::npos) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex(R"(tls: OK libssl=(\d+))"))) << r.output;
+  EXPECT_GT(std::stoi(m[1]), 0) << r.output;
 }
 
 // The shipped files must not reveal or depend on the build machine's paths.
 TEST_F(ImageTest, ShippedFilesCarryNoBuildPaths) {
-  for (const std::string& file : {GpuletBinary(), kBuild + "/sim/libnvidia-ml.so.1",
-                                  kBuild + "/lib/libgpulet-cuda.so"}) {
+  for (const std::string& file :
+       {GpuletBinary(), kBuild + "/sim/libnvidia-ml.so.1", kBuild + "/lib/libgpulet-cuda.so"}) {
     const std::string bytes = ReadAll(file);
     ASSERT_FALSE(bytes.empty()) << file;
     EXPECT_EQ(bytes.find(kSource + "/"), std::string::npos) << file << " contains " << kSource;
