@@ -128,6 +128,22 @@ Result<Fixture> ParseFixture(const std::string& text, const std::string& file);
 // device destroyed and created again at the same ids keeps its UUID.
 std::string DerivedMigUuid(const std::string& gpu_uuid, unsigned gi, unsigned ci);
 
+// What a container runtime leaves visible to NVML inside a container, as the NVIDIA runtime does
+// with NVIDIA_VISIBLE_DEVICES: the simulated driver reads it from GPULET_SIM_VISIBLE_DEVICES.
+// `spec` is a comma list of GPU indexes ("3"), GPU UUIDs ("GPU-…"), MIG UUIDs ("MIG-…") or
+// "<gpu>:<mig>" (MIG index on that GPU); "", "all" = everything; "none"/"void" = nothing.
+// A MIG device makes its parent GPU visible with only the named MIG devices. The visible GPUs
+// are numbered from 0 in index (PCI) order, whatever the order in `spec`, as NVML numbers them
+// in a container; their UUIDs, minors and bus ids stay the host's.
+struct VisibleDevices {
+  std::vector<unsigned> gpus;                         // host GPU indexes, ascending
+  std::map<unsigned, std::vector<std::string>> migs;  // GPU → visible MIG UUIDs; absent: all
+  bool MigVisible(unsigned gpu, const std::string& mig_uuid) const;
+};
+// nullopt: no restriction. Errors (kInvalidInput) name the entry that matches no device.
+Result<std::optional<VisibleDevices>> ParseVisibleDevices(const Fixture& fixture,
+                                                          const std::string& spec);
+
 // NVML return code for a name like "DRIVER_NOT_LOADED" or "NVML_ERROR_DRIVER_NOT_LOADED".
 std::optional<int> NvmlReturnFromName(const std::string& name);
 

@@ -210,5 +210,47 @@ TEST(FixtureTest, UnknownBuiltinNameListsKnownNames) {
   EXPECT_THAT(p.status().message(), HasSubstr("l4-pcie"));
 }
 
+TEST(VisibleDevicesTest, UnsetOrAllMeansEverything) {
+  Fixture f = MustLoad("dgx-a100");
+  for (const char* spec : {"", "all"}) {
+    Result<std::optional<VisibleDevices>> v = ParseVisibleDevices(f, spec);
+    ASSERT_TRUE(v.ok()) << v.status().message();
+    EXPECT_FALSE(v->has_value()) << spec;
+  }
+  Result<std::optional<VisibleDevices>> none = ParseVisibleDevices(f, "none");
+  ASSERT_TRUE(none.ok() && none->has_value());
+  EXPECT_TRUE((*none)->gpus.empty());
+}
+
+TEST(VisibleDevicesTest, IndexesUuidsAndMigDevicesInPciOrder) {
+  Fixture f = MustLoad("dgx-a100");
+  Result<std::optional<VisibleDevices>> v =
+      ParseVisibleDevices(f, "5," + f.gpus[3].uuid + "," + f.gpus[0].mig[2].uuid + ",1:6");
+  ASSERT_TRUE(v.ok()) << v.status().message();
+  ASSERT_TRUE(v->has_value());
+  const VisibleDevices& d = **v;
+  EXPECT_EQ(d.gpus, (std::vector<unsigned>{0, 1, 3, 5}));
+  EXPECT_TRUE(d.MigVisible(0, f.gpus[0].mig[2].uuid));
+  EXPECT_FALSE(d.MigVisible(0, f.gpus[0].mig[0].uuid));
+  EXPECT_TRUE(d.MigVisible(1, f.gpus[1].mig[6].uuid));
+  EXPECT_FALSE(d.MigVisible(1, f.gpus[1].mig[0].uuid));
+}
+
+TEST(VisibleDevicesTest, WholeGpuShowsAllOfItsMigDevices) {
+  Fixture f = MustLoad("dgx-a100");
+  Result<std::optional<VisibleDevices>> v = ParseVisibleDevices(f, f.gpus[0].mig[1].uuid + ",0");
+  ASSERT_TRUE(v.ok() && v->has_value());
+  EXPECT_TRUE((*v)->MigVisible(0, f.gpus[0].mig[3].uuid));
+}
+
+TEST(VisibleDevicesTest, UnknownEntryIsNamed) {
+  Fixture f = MustLoad("dgx-a100");
+  for (const char* bad : {"8", "GPU-nope", "MIG-nope", "2:0", "x"}) {
+    Result<std::optional<VisibleDevices>> v = ParseVisibleDevices(f, std::string("0,") + bad);
+    ASSERT_FALSE(v.ok()) << bad;
+    EXPECT_THAT(v.status().message(), HasSubstr(std::string("\"") + bad + "\"")) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace gpulet::sim

@@ -588,5 +588,44 @@ TEST_F(SimDriverTest, ComputeModeIsSharedThroughControlState) {
   EXPECT_EQ(set_raw(d, 9), NVML_ERROR_INVALID_ARGUMENT);
 }
 
+// GPULET_SIM_VISIBLE_DEVICES: what NVML shows in a container given GPUs 5 and 2 and one MIG
+// device of GPU 0: three GPUs numbered 0..2 in PCI order, GPU 0 with only that MIG device.
+TEST_F(SimDriverTest, VisibleDevicesRestrictEnumeration) {
+  Result<std::string> path = ResolveFixture("dgx-a100");
+  ASSERT_TRUE(path.ok());
+  Result<Fixture> f = LoadFixture(*path);
+  ASSERT_TRUE(f.ok());
+  const std::string mig = f->gpus[0].mig[2].uuid;
+  ASSERT_EQ(setenv("GPULET_SIM_VISIBLE_DEVICES", ("5,2," + mig).c_str(), 1), 0);
+  OpenAndInit("dgx-a100");
+  unsetenv("GPULET_SIM_VISIBLE_DEVICES");
+  unsigned count = 0;
+  ASSERT_EQ(api_.nvmlDeviceGetCount_v2(&count), NVML_SUCCESS);
+  EXPECT_EQ(count, 3u);
+  EXPECT_EQ(Uuid(Handle(0)), f->gpus[0].uuid);
+  EXPECT_EQ(Uuid(Handle(1)), f->gpus[2].uuid);
+  EXPECT_EQ(Uuid(Handle(2)), f->gpus[5].uuid);
+  nvmlDevice_t d = nullptr;
+  EXPECT_EQ(api_.nvmlDeviceGetHandleByIndex_v2(3, &d), NVML_ERROR_INVALID_ARGUMENT);
+  std::vector<std::string> migs;
+  for (unsigned i = 0; i < 7; ++i) {
+    nvmlDevice_t m = nullptr;
+    nvmlReturn_t rc = api_.nvmlDeviceGetMigDeviceHandleByIndex(Handle(0), i, &m);
+    if (rc == NVML_SUCCESS) migs.push_back(Uuid(m));
+  }
+  EXPECT_EQ(migs, std::vector<std::string>{mig});
+  unsigned minor = 0;
+  ASSERT_EQ(api_.nvmlDeviceGetMinorNumber(Handle(2), &minor), NVML_SUCCESS);
+  EXPECT_EQ(minor, f->gpus[5].minor);  // device files keep the host's minors
+  EXPECT_EQ(api_.nvmlShutdown(), NVML_SUCCESS);
+}
+
+TEST_F(SimDriverTest, VisibleDevicesNamingNoDeviceFailsInit) {
+  ASSERT_EQ(setenv("GPULET_SIM_VISIBLE_DEVICES", "GPU-not-here", 1), 0);
+  Open("l4-pcie");
+  EXPECT_NE(api_.nvmlInit_v2(), NVML_SUCCESS);
+  unsetenv("GPULET_SIM_VISIBLE_DEVICES");
+}
+
 }  // namespace
 }  // namespace gpulet::sim
