@@ -19,6 +19,7 @@
 #include "gpu/health.h"
 #include "slurm/drain.h"
 #include "slurm/gres.h"
+#include "slurm/health_loop.h"
 #include "slurm/id_list.h"
 #include "slurm/jobs.h"
 #include "slurm/node_cpus.h"
@@ -211,38 +212,11 @@ int RunHealth(const GlobalOptions& global, HealthFlags& f) {
   spdlog::info("event=slurm_health_started node={} gpus={} state={} reason=\"{}\"", f.node_name,
                inv->gpus.size(), first->state, first->reason);
 
-  const auto resync = std::chrono::milliseconds(static_cast<long>(f.resync_s * 1000));
-  // The first decision waits for two probes, so a GPU that is still lost after a restart is seen
-  // before a drain of ours gets resumed.
-  auto next = clock.Now() + 2 * mo.probe_interval;
-  uint64_t seen = 0;
-  bool pending = true;
-  std::string last_outcome;
-  while (true) {
-    if (signals.Wait(std::chrono::milliseconds(200)) == SignalEvent::kStop) break;
-    gpu::HealthSnapshot snap = board.Current();
-    if (snap.version != seen) pending = true;
-    if (clock.Now() < next || (!pending && clock.Now() < next + resync)) continue;
-    Result<slurm::DrainAction> a = drainer.Reconcile(snap);
-    std::string outcome = a.ok() ? slurm::DrainActionName(*a) : a.status().message();
-    if (a.ok() && (snap.version != seen || outcome != last_outcome)) {
-      size_t unhealthy = 0;
-      for (const auto& [uuid, h] : snap.devices) unhealthy += h.healthy ? 0 : 1;
-      spdlog::info("event=slurm_reconciled node={} health_version={} unhealthy={} action={}",
-                   f.node_name, snap.version, unhealthy, outcome);
-    }
-    if (!a.ok() && outcome != last_outcome) {
-      spdlog::error("event=slurm_reconcile_failed node={} error=\"{}\"", f.node_name, outcome);
-    } else if (a.ok() && *a == slurm::DrainAction::kLeftAdminDrain && outcome != last_outcome) {
-      spdlog::warn("event=slurm_admin_drain_kept node={} unhealthy_reason=\"{}\"", f.node_name,
-                   slurm::DrainReason(snap));
-    }
-    last_outcome = outcome;
-    seen = snap.version;
-    pending = !a.ok();
-    next = clock.Now();
-    if (!a.ok()) next += std::min(resync, std::chrono::milliseconds(5000));
-  }
+  slurm::HealthLoopOptions lo;
+  lo.probe_interval = mo.probe_interval;
+  lo.resync = std::chrono::milliseconds(static_cast<long>(f.resync_s * 1000));
+  slurm::HealthLoop loop(drainer, board, clock, lo);
+  while (signals.Wait(lo.tick) != SignalEvent::kStop) loop.Tick();
   monitor.Stop();
   return 0;
 }

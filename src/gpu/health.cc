@@ -1,5 +1,7 @@
 #include "gpu/health.h"
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 #include <charconv>
@@ -340,6 +342,9 @@ void HealthMonitor::Run() {
       }
     }
     tracker_.OnProbe(results);
+    // One line per probe cycle (debug): tests count cycles instead of sleeping.
+    spdlog::debug("event=health_probe lost={}",
+                  std::count(results.begin(), results.end(), HealthTracker::ProbeResult::kLost));
   }
 }
 

@@ -161,6 +161,11 @@ void PodResourcesWatcher::Start() {
           "event=pod_resources_unavailable error=\"{}\" effect=\"keeping last pod labels\"",
           map.status().message());
     }
+    {
+      std::lock_guard lock(mu_);
+      ++refreshes_;
+    }
+    refreshed_.notify_all();
   };
   refresh();
   thread_ = std::thread([this, refresh] {
@@ -171,6 +176,16 @@ void PodResourcesWatcher::Start() {
       lock.lock();
     }
   });
+}
+
+uint64_t PodResourcesWatcher::refreshes() const {
+  std::lock_guard lock(mu_);
+  return refreshes_;
+}
+
+bool PodResourcesWatcher::WaitForRefreshes(uint64_t n, std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(mu_);
+  return refreshed_.wait_for(lock, timeout, [&] { return refreshes_ >= n; });
 }
 
 void PodResourcesWatcher::Stop() {

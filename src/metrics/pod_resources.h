@@ -80,6 +80,10 @@ class PodResourcesWatcher {
   // the timer.
   void Start();
   void Stop();
+  // Refreshes done so far (Start's and the timer's, failed or not); waits up to `timeout` for
+  // at least `n`. For tests, which count refreshes instead of sleeping.
+  uint64_t refreshes() const;
+  bool WaitForRefreshes(uint64_t n, std::chrono::milliseconds timeout) const;
 
  private:
   struct Connection;
@@ -91,9 +95,11 @@ class PodResourcesWatcher {
   bool failing_ = false;
   PodUidMap uids_;  // the last answer of list_pod_uids; same thread discipline as conn_
   bool uids_failing_ = false;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  uint64_t refreshes_ = 0;  // guarded by mu_
+  mutable std::condition_variable refreshed_;
   std::thread thread_;
 };
 

@@ -244,7 +244,8 @@ TEST_F(WatcherTest, TimerRefreshDeliversMapsAndKeepsLastOnFailure) {
   server.reset();
   std::filesystem::remove(socket_);
   const int calls_before = kubelet.calls.load();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // several failed refreshes
+  // Three more refreshes, each failing (the socket is gone).
+  ASSERT_TRUE(w.WaitForRefreshes(w.refreshes() + 3, std::chrono::seconds(30)));
   w.Stop();
   std::lock_guard lock(mu);
   EXPECT_EQ(kubelet.calls.load(), calls_before);

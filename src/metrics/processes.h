@@ -25,8 +25,8 @@ namespace gpulet::metrics {
 // The pod UID in the text of a /proc/<pid>/cgroup file (cgroup v1 or v2, cgroupfs or systemd
 // driver), or "" when the process is in no pod's cgroup. A path segment "pod<hex and -/_>" names
 // it: "/kubepods/burstable/pod1c7f…-…/<container>" (cgroupfs) or
-// "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1c7f…_…​.slice/…" (systemd,
-// underscores for dashes). Fewer than 32 characters is not a UID.
+// "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1c7f…_…​.slice/…"
+// (systemd, underscores for dashes). Fewer than 32 characters is not a UID.
 std::string PodUidFromCgroup(std::string_view cgroup_file);
 
 // Reads the processes of a GPU through NVML and resolves each one's pod UID under `proc_root`

@@ -71,8 +71,8 @@ TEST(SumByPod, AddsProcessesOfOnePodAndSkipsUnknownOnes) {
       {101, 500 * kMiB, true, 30, true, "uid-a"},
       {102, 300 * kMiB + 5, true, 45, true, "uid-a"},  // partial MiB rounds down
       {201, 1024 * kMiB, true, 50, true, "uid-b"},
-      {301, 9 * kMiB, true, 10, true, ""},      // not in a pod
-      {401, 0, false, 5, true, "uid-c"},        // memory not available
+      {301, 9 * kMiB, true, 10, true, ""},  // not in a pod
+      {401, 0, false, 5, true, "uid-c"},    // memory not available
   };
   auto sums = SumByPod(procs);
   ASSERT_EQ(sums.size(), 3u);
@@ -149,7 +149,8 @@ TEST(ProcessSeries, PerPodUtilAndMemoryBesideTheDeviceSeries) {
   for (const char* vgpu : {"1", "2"}) {
     const std::string labels = base +
                                ",container=\"main\",namespace=\"ml\",pod=\"a\",pod_uid=\"uid-a\","
-                               "vgpu=\"" + vgpu + "\"} ";
+                               "vgpu=\"" +
+                               vgpu + "\"} ";
     EXPECT_NE(text.find("DCGM_FI_DEV_GPU_UTIL" + labels + "45\n"), std::string::npos) << text;
     EXPECT_NE(text.find("DCGM_FI_DEV_FB_USED" + labels + "3000\n"), std::string::npos);
   }
@@ -157,7 +158,8 @@ TEST(ProcessSeries, PerPodUtilAndMemoryBesideTheDeviceSeries) {
   EXPECT_NE(text.find("pod=\"b\",pod_uid=\"uid-b\",vgpu=\"3\"} 3000\n"), std::string::npos);
   // An idle holder reads 0; one whose UID is unknown gets no process series.
   EXPECT_EQ(Count(text, "pod=\"c\",pod_uid=\"uid-c\",vgpu=\"4\"} 0\n"), 2u);
-  EXPECT_EQ(text.find("DCGM_FI_DEV_GPU_UTIL" + base + ",container=\"main\",namespace=\"ml\","
+  EXPECT_EQ(text.find("DCGM_FI_DEV_GPU_UTIL" + base +
+                      ",container=\"main\",namespace=\"ml\","
                       "pod=\"d\""),
             std::string::npos);
   // Other fields: one copy per holder with the device's value (no pod_uid without the flag).
@@ -165,7 +167,8 @@ TEST(ProcessSeries, PerPodUtilAndMemoryBesideTheDeviceSeries) {
   EXPECT_NE(text.find("DCGM_FI_DEV_GPU_TEMP" + base +
                       ",container=\"main\",namespace=\"ml\",pod=\"d\",vgpu=\"5\"} 50\n"),
             std::string::npos);
-  EXPECT_EQ(text.find("DCGM_FI_DEV_GPU_TEMP" + base + ",container=\"main\",namespace=\"ml\","
+  EXPECT_EQ(text.find("DCGM_FI_DEV_GPU_TEMP" + base +
+                      ",container=\"main\",namespace=\"ml\","
                       "pod=\"a\",pod_uid"),
             std::string::npos);
   // GPU 1, held by nobody: device series only.
@@ -202,8 +205,9 @@ TEST(ProcessSeries, NoProcessDataFallsBackToCopies) {
   o.series_per_pod = true;
   const std::string text = Render(s, SharedPods(), o);
   EXPECT_EQ(Count(text, "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\""), 5u);
-  EXPECT_EQ(Count(text, "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-0\",pci_bus_id=\"bus0\","
-                        "device=\"nvidia0\",modelName=\"H100\",Hostname=\"n\"} "),
+  EXPECT_EQ(Count(text,
+                  "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-0\",pci_bus_id=\"bus0\","
+                  "device=\"nvidia0\",modelName=\"H100\",Hostname=\"n\"} "),
             0u);  // no device-only series beside the copies
   EXPECT_NE(text.find("pod=\"a\",vgpu=\"1\"} 90\n"), std::string::npos) << text;
   EXPECT_NE(text.find("pod=\"a\",vgpu=\"1\"} 7000\n"), std::string::npos);
@@ -276,7 +280,8 @@ TEST_F(ProcessReaderTest, ResolvesPodsAndTakesTheNewestSamplePerPid) {
   // pid 300 has no /proc entry (exited between the two reads).
   const unsigned kNone = 0xFFFFFFFFu;
   for (unsigned i = 0; i < 12; ++i) {  // more than the reader's first guess of 8
-    fake::procs.push_back({i == 0 ? 100u : (i == 1 ? 200u : 300u + i), (i + 1) * kMiB, kNone, kNone});
+    fake::procs.push_back(
+        {i == 0 ? 100u : (i == 1 ? 200u : 300u + i), (i + 1) * kMiB, kNone, kNone});
   }
   fake::samples = {{100, 1000, 10, 0, 0, 0}, {100, 2000, 35, 0, 0, 0}, {200, 1500, 5, 0, 0, 0}};
   ProcessReader reader(fn_, root_.string());

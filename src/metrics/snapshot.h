@@ -88,7 +88,8 @@ struct PodRef {
   bool operator==(const PodRef&) const = default;
 };
 
-// Which containers hold each entity. A GPU shared by time-slicing or MPS has several.
+// Which containers hold each entity, one PodRef per container and replica (a GPU shared by
+// time-slicing or MPS has several; metrics/pod_resources.h).
 using PodMap = std::map<EntityKey, std::vector<PodRef>>;
 
 }  // namespace gpulet::metrics

@@ -31,8 +31,8 @@ std::vector<SimProcess> Visible(const Session& s, const Target& t) {
 }  // namespace gpulet::sim
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
-                                                                 unsigned int* infoCount,
-                                                                 nvmlProcessInfo_t* infos) {
+                                                                unsigned int* infoCount,
+                                                                nvmlProcessInfo_t* infos) {
   return Guard([&]() -> nvmlReturn_t {
     Session s;
     Target t;

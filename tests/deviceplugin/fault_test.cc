@@ -245,18 +245,21 @@ TEST_F(PluginFixture, DisabledXidIsIgnored) {
 
 TEST_F(PluginFixture, LostGpuStaysUnhealthyUntilRestored) {
   StartHarness();
-  StartPlugin();
+  // Debug: one event=health_probe line per probe cycle (every second), which this test counts.
+  StartPlugin({"--log-level", "debug"});
   WaitForDevices(8, 8);
   std::vector<std::string> ids = DeviceIds();
   Sim({"lose", "--gpu", "6"});
   Status s = WaitHealth(*harness_, ids, 6, false, 7);
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_TRUE(plugin_->WaitForLog("GPU is lost", 10s));
-  // Longer than the quiet period: still lost, so still unhealthy (the probe keeps failing).
-  const int probes = plugin_->CountInLog("event=device_recovered");
-  std::this_thread::sleep_for(3s);
+  // Three more probe cycles that find the GPU lost span more than the 2 s quiet period: it is
+  // still lost, so still unhealthy (the probe keeps failing) and nothing recovered.
+  const int recovered = plugin_->CountInLog("event=device_recovered");
+  const int lost_probes = plugin_->CountInLog("event=health_probe lost=1");
+  ASSERT_TRUE(plugin_->WaitForLog("event=health_probe lost=1", 30s, lost_probes + 3));
   EXPECT_EQ(harness_->State(kGpu)->HealthyCount(), 7u);
-  EXPECT_EQ(plugin_->CountInLog("event=device_recovered"), probes);
+  EXPECT_EQ(plugin_->CountInLog("event=device_recovered"), recovered);
   // The other GPUs keep working.
   EXPECT_TRUE(harness_->Allocate(kGpu, {ids[0]}).ok());
 

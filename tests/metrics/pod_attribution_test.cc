@@ -70,10 +70,10 @@ TEST_F(PodAttribution, WholeTimeSlicedAndMpsPodsGetLabels) {
   ServeKubelet();
   StartExporter("dgx-h100", {"--kubernetes-virtual-gpus"});
   const std::string gpu0_prefix = "DCGM_FI_DEV_GPU_TEMP{gpu=\"0\",UUID=\"" + gpu0 + "\"";
-  EXPECT_TRUE(Has(",container=\"main\",namespace=\"ml\",pod=\"ts-a\"} "));
+  EXPECT_TRUE(Has(",container=\"main\",namespace=\"ml\",pod=\"ts-a\",vgpu=\"1\"} "));
   const std::string text = HttpGet(port_, "/metrics");
-  // One series per pod on the shared GPU.
-  for (const char* pod : {"ts-a", "ts-b"}) {
+  // One series per pod and replica on the shared GPU (dcgm-exporter's vgpu label).
+  for (const char* pod : {"ts-a\",vgpu=\"1", "ts-b\",vgpu=\"2"}) {
     const size_t at = text.find(std::string("pod=\"") + pod + "\"} ");
     ASSERT_NE(at, std::string::npos) << pod;
   }
@@ -82,7 +82,7 @@ TEST_F(PodAttribution, WholeTimeSlicedAndMpsPodsGetLabels) {
   EXPECT_EQ(count, 2u);
   EXPECT_NE(text.find("pod=\"whole\""), std::string::npos);
   EXPECT_NE(text.find("DCGM_FI_DEV_GPU_TEMP{gpu=\"5\""), std::string::npos);
-  EXPECT_NE(text.find("pod=\"mps-c\"} "), std::string::npos);
+  EXPECT_NE(text.find("pod=\"mps-c\",vgpu=\"3\"} "), std::string::npos);
   // GPUs nobody holds carry no pod labels.
   EXPECT_NE(text.find("device=\"nvidia7\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"node-a\",DCGM_FI_DRIVER_VERSION="),
             std::string::npos);

@@ -85,9 +85,9 @@ class VirtualGpus : public ::testing::Test {
   }
   std::string Uuid(unsigned gpu) {
     std::string out;
-    EXPECT_EQ(RunShell(Gpulet() + " --simulate dgx-h100 --sim-state " + dir_ + "/sim info -o json",
-                       &out),
-              0)
+    EXPECT_EQ(
+        RunShell(Gpulet() + " --simulate dgx-h100 --sim-state " + dir_ + "/sim info -o json", &out),
+        0)
         << out;
     const auto j = nlohmann::json::parse(out.substr(out.find('{')));
     return j["gpus"][gpu]["uuid"];
@@ -96,12 +96,27 @@ class VirtualGpus : public ::testing::Test {
     Status s = kubelet_.Start(dir_ + "/kubelet");
     ASSERT_TRUE(s.ok()) << s.message();
     port_ = FreePort();
-    std::vector<std::string> argv = {
-        Gpulet(), "--simulate", "dgx-h100", "--sim-state", dir_ + "/sim", "exporter",
-        "--hostname", "node-a", "-c", "200", "-a", "127.0.0.1:" + std::to_string(port_),
-        "--kubernetes", "--pod-resources-socket", kubelet_.pod_resources_socket(),
-        "--pod-refresh-interval", "200", "--proc-root", dir_ + "/proc", "--kubeconfig",
-        dir_ + "/kubeconfig"};
+    std::vector<std::string> argv = {Gpulet(),
+                                     "--simulate",
+                                     "dgx-h100",
+                                     "--sim-state",
+                                     dir_ + "/sim",
+                                     "exporter",
+                                     "--hostname",
+                                     "node-a",
+                                     "-c",
+                                     "200",
+                                     "-a",
+                                     "127.0.0.1:" + std::to_string(port_),
+                                     "--kubernetes",
+                                     "--pod-resources-socket",
+                                     kubelet_.pod_resources_socket(),
+                                     "--pod-refresh-interval",
+                                     "200",
+                                     "--proc-root",
+                                     dir_ + "/proc",
+                                     "--kubeconfig",
+                                     dir_ + "/kubeconfig"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     ASSERT_TRUE(exporter_.Start(argv, dir_ + "/exporter.log"));
     ASSERT_TRUE(WaitHealthy(exporter_, port_)) << exporter_.log();
@@ -139,8 +154,8 @@ TEST_F(VirtualGpus, PerPodUtilisationAndMemoryFromProcesses) {
   Cgroup(3001, "0::/system.slice/nvidia-persistenced.service\n");
   Cgroup(4001, std::string("0::/kubepods.slice/kubepods-pod") + Underscored(kUidC) +
                    ".slice/crio-0011.scope\n");  // guaranteed: no QoS level in the path
-  SetProcesses(0, {{1001, 2048, 30, 10}, {1002, 1024, 15, 5}, {2001, 4096, 40, 20},
-                   {3001, 512, 5, 1}});
+  SetProcesses(
+      0, {{1001, 2048, 30, 10}, {1002, 1024, 15, 5}, {2001, 4096, 40, 20}, {3001, 512, 5, 1}});
   kubelet_.SetPodResources({{"ml", "a", "main", "nvidia.com/gpu.shared", {gpu0 + "::1"}},
                             {"ml", "b", "main", "nvidia.com/gpu.shared", {gpu0 + "::2"}},
                             {"ml", "c", "main", "nvidia.com/gpu.shared", {gpu0 + "::3"}},
@@ -191,7 +206,8 @@ TEST_F(VirtualGpus, PerPodUtilisationAndMemoryFromProcesses) {
   // Only node-a's pods were asked for.
   bool selected = false;
   for (const RecordedRequest& r : api_->requests()) {
-    if (r.path == "/api/v1/pods") selected = r.query.find("spec.nodeName%3Dnode-a") != std::string::npos;
+    if (r.path == "/api/v1/pods")
+      selected = r.query.find("spec.nodeName%3Dnode-a") != std::string::npos;
   }
   EXPECT_TRUE(selected);
 }
