@@ -15,6 +15,8 @@
 #include <set>
 #include <sstream>
 
+#include "config/memory_limits.h"
+
 namespace gpulet::config {
 namespace {
 
@@ -421,9 +423,13 @@ class Parser {
   void ParseSharing(const YAML::Node& node, const std::string& path, int line, Sharing& sharing) {
     if (node.IsNull()) return;
     ForEachKey(
-        node, path, line, {"timeSlicing", "mps"},
+        node, path, line, {"timeSlicing", "mps", "memory"},
         [&](const std::string& key, const YAML::Node& value, const std::string& child, int l) {
           if (value.IsNull()) return;
+          if (key == "memory") {
+            sharing.memory = ParseMemoryPool(value, child, l);
+            return;
+          }
           auto& slot = key == "timeSlicing" ? sharing.time_slicing : sharing.mps;
           slot = ParseReplicaSharing(value, child, l);
         });
@@ -433,6 +439,114 @@ class Parser {
            "ignored: mps is configured too, and MPS wins (as in NVIDIA's plugin)");
       sharing.time_slicing.reset();
     }
+  }
+
+  MemoryPool ParseMemoryPool(const YAML::Node& node, const std::string& path, int line) {
+    MemoryPool out;
+    out.where = Loc(node, path, line);
+    out.unit_where = SourceLocation{file_, out.where.line, Child(path, "unit")};
+    YAML::Node resources;
+    std::string resources_path = Child(path, "resources");
+    int resources_line = out.where.line;
+    ForEachKey(
+        node, path, line, {"unit", "placement", "rename", "resources"},
+        [&](const std::string& key, const YAML::Node& value, const std::string& child, int l) {
+          if (key == "unit") {
+            out.unit_where = Loc(value, child, l);
+            auto s = String(value, child, l);
+            if (!s) return;
+            std::optional<uint64_t> bytes = ParseByteSize(*s);
+            constexpr uint64_t kMi = uint64_t{1} << 20;
+            if (!bytes || *bytes % kMi != 0) {
+              Fail(out.unit_where,
+                   "must be a multiple of 1Mi such as 1Gi, 512Mi or 2Gi, got " + Quote(*s));
+            }
+            out.unit_bytes = *bytes;
+          } else if (key == "placement") {
+            auto s = String(value, child, l);
+            if (!s) return;
+            if (*s == "best-fit") {
+              out.placement = MemoryPlacement::kBestFit;
+            } else if (*s == "spread") {
+              out.placement = MemoryPlacement::kSpread;
+            } else {
+              Fail(Loc(value, child, l), "invalid value " + Quote(*s) + " (want best-fit|spread)");
+            }
+          } else if (key == "rename") {
+            auto s = String(value, child, l);
+            if (!s) return;
+            out.rename_where = Loc(value, child, l);
+            out.advertised_name = ExtendedResourceName(*s, out.rename_where);
+          } else {
+            resources = value;
+            resources_path = child;
+            resources_line = l;
+          }
+        });
+    if (out.advertised_name.empty())
+      out.advertised_name = DefaultMemoryResourceName(out.unit_bytes);
+    if (!resources.IsDefined() || resources.IsNull()) {
+      Fail(SourceLocation{file_, resources_line, resources_path},
+           "at least one resource is required");
+    }
+    if (!resources.IsSequence() || resources.size() == 0) {
+      Fail(Loc(resources, resources_path, resources_line),
+           "must be a non-empty list, got " + Describe(resources));
+    }
+    for (size_t i = 0; i < resources.size(); ++i) {
+      const std::string epath = resources_path + "[" + std::to_string(i) + "]";
+      MemoryPoolResource r;
+      r.where = Loc(resources[i], epath, Line(resources, resources_line));
+      if (!resources[i].IsMap()) Fail(r.where, "must be a mapping, got " + Describe(resources[i]));
+      bool have_name = false;
+      ForEachKey(
+          resources[i], epath, r.where.line, {"name", "devices"},
+          [&](const std::string& key, const YAML::Node& value, const std::string& child, int l) {
+            if (key == "name") {
+              r.name = ResourceName(value, child, l);
+              have_name = true;
+              if (r.name != "nvidia.com/gpu") {
+                Fail(Loc(value, child, l),
+                     "the memory pool takes whole GPUs: name must be "
+                     "nvidia.com/gpu, got " +
+                         Quote(r.name));
+              }
+            } else {
+              r.devices = Devices(value, child, l);
+            }
+          });
+      if (!have_name) Fail(SourceLocation{file_, r.where.line, epath + ".name"}, "required");
+      for (const MemoryPoolResource& prev : out.resources) {
+        using K = DeviceSelection::Kind;
+        if (prev.devices.kind != K::kList || r.devices.kind != K::kList) {
+          Fail(r.devices.where.line > 0 ? r.devices.where
+                                        : SourceLocation{file_, r.where.line, epath + ".devices"},
+               "overlaps the devices of " + prev.where.field + " (list disjoint devices)");
+        }
+      }
+      out.resources.push_back(std::move(r));
+    }
+    return out;
+  }
+
+  // "<domain>/<name>" as the kubelet accepts extended resources: both parts DNS-style, the name
+  // at most 63 characters, and not one of the names gpulet advertises for whole GPUs or MIG.
+  std::string ExtendedResourceName(const std::string& s, const SourceLocation& where) {
+    const size_t slash = s.find('/');
+    if (slash == std::string::npos || slash == 0 || s.find('/', slash + 1) != std::string::npos) {
+      Fail(where, "invalid resource name " + Quote(s) + ": must be <domain>/<name>");
+    }
+    const std::string domain = s.substr(0, slash);
+    const std::string name = s.substr(slash + 1);
+    if (!IsDnsSubdomain(domain) || !IsDnsSubdomain(name) || name.size() > 63) {
+      Fail(where, "invalid resource name " + Quote(s) +
+                      ": domain and name must be DNS subdomains (lowercase letters, digits, '-' "
+                      "and '.'), the name at most 63 characters");
+    }
+    if (IsStandardName(s)) {
+      Fail(where, Quote(s) + " clashes with a resource gpulet advertises itself");
+    }
+    return s;
   }
 
   ReplicaSharing ParseReplicaSharing(const YAML::Node& node, const std::string& path, int line) {
@@ -713,6 +827,26 @@ void Take(std::optional<T>& base, const std::optional<T>& over) {
 }
 
 }  // namespace
+
+const char* MemoryPlacementName(MemoryPlacement p) {
+  return p == MemoryPlacement::kSpread ? "spread" : "best-fit";
+}
+
+std::string UnitQuantity(uint64_t bytes) {
+  static constexpr std::pair<int, const char*> kUnits[] = {{40, "Ti"}, {30, "Gi"}, {20, "Mi"}};
+  for (const auto& [shift, suffix] : kUnits) {
+    const uint64_t unit = uint64_t{1} << shift;
+    if (bytes >= unit && bytes % unit == 0) return std::to_string(bytes / unit) + suffix;
+  }
+  return std::to_string(bytes);
+}
+
+std::string DefaultMemoryResourceName(uint64_t unit_bytes) {
+  std::string q = UnitQuantity(unit_bytes);
+  std::transform(q.begin(), q.end(), q.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return "gpulet.io/gpu-memory-" + q;
+}
 
 std::string SourceLocation::ToString() const {
   std::string out = file + ":" + std::to_string(line);

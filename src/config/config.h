@@ -8,7 +8,8 @@
 //                    sharedDevicesAllocationPolicy}}
 //   sharing: {timeSlicing: {renameByDefault, failRequestsGreaterThanOne,
 //                           resources: [{name, rename, devices, replicas}]},
-//             mps: {same schema}}
+//             mps: {same schema},
+//             memory: {unit, placement, resources: [{name, rename, devices}]}}   # gpulet's own
 //
 // Contract:
 // - Accept what NVIDIA's parser accepts. Keys it ignores (unknown keys anywhere) and keys it acts
@@ -33,6 +34,7 @@
 // - Never throws.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -151,10 +153,53 @@ struct ReplicaSharing {
   SourceLocation where;
 };
 
+// How GetPreferredAllocation picks the GPU of a memory request: the GPU with the least free
+// units that still fit (best fit, keeps large holes for large requests) or the most (spread).
+enum class MemoryPlacement { kBestFit, kSpread };
+const char* MemoryPlacementName(MemoryPlacement p);  // "best-fit", "spread"
+
+// One entry of sharing.memory.resources: the GPUs of `name` that go into the memory pool.
+struct MemoryPoolResource {
+  std::string name;         // full name; only "nvidia.com/gpu" (whole GPUs) is accepted
+  DeviceSelection devices;  // absent: all
+  SourceLocation where;     // of the list entry, "sharing.memory.resources[0]"
+};
+
+// sharing.memory (gpulet's extension; NVIDIA's parser ignores the key): whole GPUs advertised as
+// units of memory, one device per unit, under one resource whose name states the unit
+// (docs/sharing.md, "Memory pool"). A GPU is in exactly one pool: the planner rejects a GPU
+// selected here and by timeSlicing/mps.
+//
+//   sharing:
+//     memory:
+//       unit: 1Gi                 # a multiple of 1Mi (Mi, Gi, Ti or bytes); default 1Gi
+//       placement: best-fit       # or spread; default best-fit
+//       rename: gpulet.io/gpu-memory-1gi   # default gpulet.io/gpu-memory-<unit, lower case>
+//       resources:
+//         - name: nvidia.com/gpu
+//           devices: all          # all | N | [indexes or UUIDs]
+struct MemoryPool {
+  uint64_t unit_bytes = uint64_t{1} << 30;
+  SourceLocation unit_where;
+  MemoryPlacement placement = MemoryPlacement::kBestFit;
+  std::string advertised_name;                // rename, else DefaultMemoryResourceName(unit_bytes)
+  SourceLocation rename_where;                // line 0 when not renamed
+  std::vector<MemoryPoolResource> resources;  // non-empty
+  SourceLocation where;
+};
+
+// 1073741824 → "1Gi", 536870912 → "512Mi" (the largest of Ti, Gi, Mi that divides it; bytes
+// otherwise).
+std::string UnitQuantity(uint64_t bytes);
+// "gpulet.io/gpu-memory-" + the lower-cased UnitQuantity: "gpulet.io/gpu-memory-1gi".
+std::string DefaultMemoryResourceName(uint64_t unit_bytes);
+
 struct Sharing {
   // At most one of the two is set.
   std::optional<ReplicaSharing> time_slicing;
   std::optional<ReplicaSharing> mps;
+  // Independent of the two: it takes other GPUs.
+  std::optional<MemoryPool> memory;
 };
 
 struct Config {

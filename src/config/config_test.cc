@@ -381,3 +381,80 @@ TEST(ConfigErrors, InvalidAtFormat) {
 
 }  // namespace
 }  // namespace gpulet::config
+
+namespace gpulet::config {
+namespace {
+
+TEST(MemoryPoolConfig, DefaultsAndNames) {
+  Result<Config> c = ParseConfig(
+      "version: v1\nsharing:\n  memory:\n    resources:\n    - name: gpu\n      devices: [0, 1]\n",
+      "m.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  ASSERT_TRUE(c->sharing.memory.has_value());
+  const MemoryPool& m = *c->sharing.memory;
+  EXPECT_EQ(m.unit_bytes, uint64_t{1} << 30);
+  EXPECT_EQ(m.advertised_name, "gpulet.io/gpu-memory-1gi");
+  EXPECT_EQ(m.placement, MemoryPlacement::kBestFit);
+  ASSERT_EQ(m.resources.size(), 1u);
+  EXPECT_EQ(m.resources[0].name, "nvidia.com/gpu");
+  EXPECT_EQ(m.resources[0].devices.list.size(), 2u);
+  EXPECT_EQ(m.resources[0].where.field, "sharing.memory.resources[0]");
+  EXPECT_TRUE(c->warnings.empty());
+}
+
+TEST(MemoryPoolConfig, UnitPlacementRename) {
+  Result<Config> c = ParseConfig(
+      "sharing:\n  memory:\n    unit: 512Mi\n    placement: spread\n    resources:\n"
+      "    - name: nvidia.com/gpu\n",
+      "m.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->sharing.memory->unit_bytes, uint64_t{512} << 20);
+  EXPECT_EQ(c->sharing.memory->advertised_name, "gpulet.io/gpu-memory-512mi");
+  EXPECT_EQ(c->sharing.memory->placement, MemoryPlacement::kSpread);
+  c = ParseConfig(
+      "sharing:\n  memory:\n    unit: 2Gi\n    rename: example.com/vram\n    resources:\n"
+      "    - name: gpu\n",
+      "m.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->sharing.memory->advertised_name, "example.com/vram");
+  EXPECT_EQ(UnitQuantity(uint64_t{1} << 30), "1Gi");
+  EXPECT_EQ(UnitQuantity(uint64_t{3} << 29), "1536Mi");
+  EXPECT_EQ(UnitQuantity(uint64_t{1} << 40), "1Ti");
+  EXPECT_EQ(DefaultMemoryResourceName(uint64_t{2} << 30), "gpulet.io/gpu-memory-2gi");
+}
+
+TEST(MemoryPoolConfig, ErrorsNameFileLineField) {
+  struct Case {
+    const char* yaml;
+    const char* want;
+  } cases[] = {
+      {"sharing:\n  memory:\n    unit: 1000\n    resources:\n    - name: gpu\n",
+       "m.yaml:3: sharing.memory.unit: must be a multiple of 1Mi"},
+      {"sharing:\n  memory:\n    unit: lots\n    resources:\n    - name: gpu\n",
+       "m.yaml:3: sharing.memory.unit: must be a multiple of 1Mi"},
+      {"sharing:\n  memory:\n    placement: packed\n    resources:\n    - name: gpu\n",
+       "m.yaml:3: sharing.memory.placement: invalid value \"packed\" (want best-fit|spread)"},
+      {"sharing:\n  memory:\n    unit: 1Gi\n", "sharing.memory.resources: at least one resource"},
+      {"sharing:\n  memory:\n    resources:\n    - name: mig-1g.10gb\n",
+       "m.yaml:4: sharing.memory.resources[0].name: the memory pool takes whole GPUs"},
+      {"sharing:\n  memory:\n    resources:\n    - devices: all\n",
+       "sharing.memory.resources[0].name: required"},
+      {"sharing:\n  memory:\n    rename: nvidia.com/gpu\n    resources:\n    - name: gpu\n",
+       "m.yaml:3: sharing.memory.rename: \"nvidia.com/gpu\" clashes"},
+      {"sharing:\n  memory:\n    rename: vram\n    resources:\n    - name: gpu\n",
+       "m.yaml:3: sharing.memory.rename: invalid resource name \"vram\""},
+      {"sharing:\n  memory:\n    resources:\n    - name: gpu\n    - name: gpu\n      devices: "
+       "[1]\n",
+       "sharing.memory.resources[1].devices: overlaps the devices of sharing.memory.resources[0]"},
+  };
+  for (const Case& c : cases) {
+    Result<Config> r = ParseConfig(c.yaml, "m.yaml");
+    ASSERT_FALSE(r.ok()) << c.yaml;
+    EXPECT_EQ(r.status().code(), ErrorCode::kInvalidInput);
+    EXPECT_NE(r.status().message().find(c.want), std::string::npos)
+        << r.status().message() << "\nwant: " << c.want;
+  }
+}
+
+}  // namespace
+}  // namespace gpulet::config

@@ -38,6 +38,8 @@ const gpu::Gpu* GpuByIndex(const gpu::Inventory& inv, unsigned index) {
   return nullptr;
 }
 
+std::string BaseDeviceIdOf(const std::string& id) { return sharing::BaseDeviceId(id); }
+
 }  // namespace
 
 Result<v1beta1::ContainerAllocateResponse> BuildContainerAllocateResponse(
@@ -68,6 +70,25 @@ Result<v1beta1::ContainerAllocateResponse> BuildContainerAllocateResponse(
                       " replicas per device, failRequestsGreaterThanOne) and accepts requests "
                       "for 1 replica only, got a request for " +
                       std::to_string(devices.size()));
+  }
+  if (resource.sharing == sharing::SharingKind::kMemory) {
+    std::map<unsigned, std::vector<std::string>> by_gpu;
+    for (const sharing::AdvertisedDevice* d : devices) by_gpu[d->gpu_index].push_back(d->id);
+    if (by_gpu.size() > 1) {
+      std::string parts;
+      for (const auto& [index, ids] : by_gpu) {
+        std::vector<std::string> shown(ids.begin(), ids.begin() + std::min<size_t>(ids.size(), 3));
+        if (ids.size() > 3) shown.push_back("…");
+        if (!parts.empty()) parts += "; ";
+        parts += std::to_string(ids.size()) + " on GPU " + std::to_string(index) + " (" +
+                 BaseDeviceIdOf(ids[0]) + ": " + Join(shown, ", ") + ")";
+      }
+      return Status(ErrorCode::kInvalidInput,
+                    resource.name + ": a container's memory units must all be on one GPU, got " +
+                        parts +
+                        " (the kubelet did not follow GetPreferredAllocation; see "
+                        "docs/sharing.md, Memory pool)");
+    }
   }
   const MpsMount* mps = nullptr;
   if (resource.sharing == sharing::SharingKind::kMps) {
@@ -109,6 +130,12 @@ Result<v1beta1::ContainerAllocateResponse> BuildContainerAllocateResponse(
   }
   if (Has(options, config::DeviceListStrategy::kCdiCri)) {
     for (const std::string& n : cdi_names) r.add_cdi_devices()->set_name(n);
+  }
+
+  if (resource.sharing == sharing::SharingKind::kMemory) {
+    (*r.mutable_envs())[kMemoryLimitEnv] =
+        std::to_string(resource.unit_bytes * static_cast<uint64_t>(devices.size()));
+    (*r.mutable_envs())[kMemoryUnitsEnv] = std::to_string(devices.size());
   }
 
   if (mps) {

@@ -15,6 +15,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,15 @@ struct MpsMount {
   bool operator==(const MpsMount&) const = default;
 };
 
+// Told of every successful Allocate (the memory pool's publisher counts units with it). Called
+// on the gRPC thread that served the Allocate: must be quick and thread-safe.
+class AllocationListener {
+ public:
+  virtual ~AllocationListener() = default;
+  virtual void OnAllocate(const sharing::Resource& resource,
+                          const std::vector<std::string>& device_ids) = 0;
+};
+
 struct AllocateOptions {
   std::vector<config::DeviceListStrategy> device_list_strategies = {
       config::DeviceListStrategy::kEnvvar};
@@ -48,8 +58,13 @@ struct AllocateOptions {
   ReplicaPolicy replica_policy = ReplicaPolicy::kDistributed;
   // MPS resources' daemon directories, by resource name.
   std::map<std::string, MpsMount> mps;
-  // Time-sliced resources with enforced memory limits, by resource name (memory_limits.h).
+  // Time-sliced and memory-pool resources with enforced memory limits, by resource name
+  // (memory_limits.h).
   std::map<std::string, MemoryLimitSettings> memory_limits;
+  // GetPreferredAllocation's choice of GPU for memory-pool requests.
+  config::MemoryPlacement memory_placement = config::MemoryPlacement::kBestFit;
+  // Told of every successful Allocate; may be null. Compared by identity.
+  std::shared_ptr<AllocationListener> allocation_listener;
 
   bool operator==(const AllocateOptions&) const = default;
 };
@@ -64,6 +79,14 @@ Result<v1beta1::ContainerAllocateResponse> BuildContainerAllocateResponse(
     const sharing::Resource& resource, const gpu::Inventory& inventory,
     const AllocateOptions& options, const std::vector<std::string>& device_ids,
     const std::string& unique);
+
+// Memory-pool resources (sharing.memory): every ID must be a unit of one GPU, else kInvalidInput
+// naming the IDs per GPU (a kubelet that ignored GetPreferredAllocation); the container gets
+// GPULET_GPU_MEMORY_LIMIT (bytes: units × unit) and GPULET_GPU_MEMORY_UNITS. Whether the limit is
+// enforced depends on gpulet.memoryLimits naming the resource (memory_limits.h); without it the
+// limit is only accounted.
+inline constexpr const char* kMemoryLimitEnv = "GPULET_GPU_MEMORY_LIMIT";
+inline constexpr const char* kMemoryUnitsEnv = "GPULET_GPU_MEMORY_UNITS";
 
 // Where the volume-mounts strategy points NVIDIA_VISIBLE_DEVICES, and what each mount shows.
 inline constexpr const char* kVolumeMountsRoot = "/var/run/nvidia-container-devices";

@@ -25,6 +25,17 @@ Result<std::map<std::string, MemoryLimitSettings>> ResolveMemoryLimits(
     bool found = false;
     for (const sharing::Resource& r : plan.resources) {
       if (limits.Find(config, r.name) != &entry) continue;
+      if (r.sharing == sharing::SharingKind::kMemory) {
+        // A memory-pool container's limit is its units × the unit: nothing to choose.
+        if (entry.per_replica) {
+          return config::InvalidAt(entry.where, r.name +
+                                                    " is a memory-pool resource: its limit is "
+                                                    "units × unit, remove perReplica");
+        }
+        found = true;
+        out[r.name] = MemoryLimitSettings{r.unit_bytes, limits.library, limits.state_dir};
+        continue;
+      }
       if (r.sharing != sharing::SharingKind::kTimeSlicing) {
         unshared = &r;
         continue;
@@ -37,8 +48,8 @@ Result<std::map<std::string, MemoryLimitSettings>> ResolveMemoryLimits(
                                                 sharing::SharingKindName(unshared->sharing) + ")");
     }
     if (!found) {
-      return config::InvalidAt(entry.where,
-                               entry.name + ": no such time-sliced resource on this node");
+      return config::InvalidAt(
+          entry.where, entry.name + ": no such time-sliced or memory-pool resource on this node");
     }
   }
   return out;

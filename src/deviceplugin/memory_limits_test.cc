@@ -92,6 +92,7 @@ TEST_F(MemoryLimitsTest, OnlyTimeSlicedResourcesOfThisNode) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(),
             "cfg.yaml:4: gpulet.memoryLimits.resources[0]: nvidia.com/none: no such time-sliced "
+            "or memory-pool "
             "resource on this node");
   // GPUs 2 and 3 stay on nvidia.com/gpu, unshared.
   auto whole = config::ParseMemoryLimits(

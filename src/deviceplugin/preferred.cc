@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <map>
-#include <unordered_map>
 #include <set>
+#include <unordered_map>
 
 namespace gpulet::deviceplugin {
 namespace {
@@ -150,6 +150,72 @@ std::vector<size_t> ChooseReplicas(const sharing::Resource& resource, const std:
   return out;
 }
 
+// Memory units (see the header). `must` and `free` are plan positions.
+Result<std::vector<size_t>> ChooseMemoryUnits(const sharing::Resource& resource,
+                                              const std::set<size_t>& must,
+                                              const std::set<size_t>& free, size_t want,
+                                              config::MemoryPlacement placement) {
+  struct Gpu {
+    size_t first = 0;           // plan position of its first unit (tie-break)
+    std::vector<size_t> mine;   // must-include units
+    std::vector<size_t> spare;  // free units, ascending
+  };
+  std::map<unsigned, Gpu> gpus;  // by GPU index
+  auto gpu_of = [&](size_t p) -> Gpu& {
+    auto [it, fresh] = gpus.try_emplace(resource.devices[p].gpu_index);
+    if (fresh) it->second.first = p;
+    return it->second;
+  };
+  for (size_t p : must) gpu_of(p).mine.push_back(p);
+  for (size_t p : free) gpu_of(p).spare.push_back(p);
+  std::vector<unsigned> pinned;
+  for (const auto& [index, g] : gpus) {
+    if (!g.mine.empty()) pinned.push_back(index);
+  }
+  if (pinned.size() > 1) {
+    return Status(ErrorCode::kInvalidInput, "must-include units of " + resource.name +
+                                                " are on GPU " + std::to_string(pinned[0]) +
+                                                " and GPU " + std::to_string(pinned[1]) +
+                                                "; a container's memory units come from one GPU");
+  }
+  const Gpu* best = nullptr;
+  size_t largest = 0;
+  unsigned largest_index = 0;
+  for (const auto& [index, g] : gpus) {
+    const size_t have = g.mine.size() + g.spare.size();
+    if (have > largest) {
+      largest = have;
+      largest_index = index;
+    }
+    if (!pinned.empty() && index != pinned[0]) continue;
+    if (have < want) continue;
+    if (best != nullptr) {
+      const size_t b = best->mine.size() + best->spare.size();
+      const bool better = placement == config::MemoryPlacement::kBestFit ? have < b : have > b;
+      if (!better && !(have == b && g.first < best->first)) continue;
+    }
+    best = &g;
+  }
+  if (best == nullptr) {
+    std::string why =
+        !pinned.empty()
+            ? "GPU " + std::to_string(pinned[0]) + " (which holds the must-include units) has " +
+                  std::to_string(gpus[pinned[0]].mine.size() + gpus[pinned[0]].spare.size())
+            : "the largest free block is " + std::to_string(largest) + " on GPU " +
+                  std::to_string(largest_index);
+    return Status(ErrorCode::kInvalidInput, "no GPU of " + resource.name + " has " +
+                                                std::to_string(want) +
+                                                " free units for one container (" + why +
+                                                "); a container's memory units come from one GPU");
+  }
+  std::vector<size_t> out = best->mine;
+  for (size_t i = 0; out.size() < want && i < best->spare.size(); ++i) {
+    out.push_back(best->spare[i]);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 }  // namespace
 
 const char* ReplicaPolicyName(ReplicaPolicy p) {
@@ -167,7 +233,8 @@ Result<std::vector<std::string>> PreferredAllocation(const sharing::Resource& re
                                                      const gpu::Inventory& inventory,
                                                      const std::vector<std::string>& available,
                                                      const std::vector<std::string>& must_include,
-                                                     int size, ReplicaPolicy policy) {
+                                                     int size, ReplicaPolicy policy,
+                                                     config::MemoryPlacement memory_placement) {
   std::unordered_map<std::string, size_t> position;
   position.reserve(resource.devices.size());
   for (size_t i = 0; i < resource.devices.size(); ++i) position[resource.devices[i].id] = i;
@@ -201,6 +268,15 @@ Result<std::vector<std::string>> PreferredAllocation(const sharing::Resource& re
                                                 " exceeds the " +
                                                 std::to_string(must_set.size() + free_set.size()) +
                                                 " available devices of " + resource.name);
+  }
+
+  if (resource.sharing == sharing::SharingKind::kMemory) {
+    Result<std::vector<size_t>> units =
+        ChooseMemoryUnits(resource, must_set, free_set, want, memory_placement);
+    if (!units.ok()) return units.status();
+    std::vector<std::string> ids;
+    for (size_t p : *units) ids.push_back(resource.devices[p].id);
+    return ids;
   }
 
   if (IsShared(resource)) {

@@ -19,6 +19,13 @@
 //   load; kPacked takes it from the device with the most in use that still has a free replica,
 //   filling one device before the next. Ties go to plan order, and within a device the lowest
 //   replica number is taken first, so the answer is deterministic.
+// - Memory units (sharing.memory; IDs "<uuid>::mem-<k>") all come from one GPU: the one holding
+//   the must-include units (units on two GPUs are an error), else, among the GPUs with at least
+//   `size` free units, the one with the fewest free (config::MemoryPlacement::kBestFit: keeps
+//   the large holes for large requests) or the most (kSpread); ties go to plan order. Within the
+//   GPU the lowest free unit numbers are taken. NUMA: the kubelet's topology manager narrows
+//   `available` to the aligned NUMA node(s) and the must-include units pin the GPU, so the answer
+//   never leaves either. No GPU with enough free units is kInvalidInput naming the largest hole.
 #pragma once
 
 #include <string>
@@ -26,6 +33,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "config/config.h"
 #include "gpu/inventory.h"
 #include "sharing/plan.h"
 
@@ -39,6 +47,7 @@ Result<ReplicaPolicy> ParseReplicaPolicy(std::string_view text);
 Result<std::vector<std::string>> PreferredAllocation(
     const sharing::Resource& resource, const gpu::Inventory& inventory,
     const std::vector<std::string>& available, const std::vector<std::string>& must_include,
-    int size, ReplicaPolicy policy = ReplicaPolicy::kDistributed);
+    int size, ReplicaPolicy policy = ReplicaPolicy::kDistributed,
+    config::MemoryPlacement memory_placement = config::MemoryPlacement::kBestFit);
 
 }  // namespace gpulet::deviceplugin

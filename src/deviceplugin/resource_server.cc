@@ -147,8 +147,9 @@ grpc::Status ResourceServer::GetPreferredAllocation(grpc::ServerContext*,
                                        c.available_deviceids().end());
     std::vector<std::string> must(c.must_include_deviceids().begin(),
                                   c.must_include_deviceids().end());
-    Result<std::vector<std::string>> ids = PreferredAllocation(
-        resource_, *inventory_, available, must, c.allocation_size(), options_.replica_policy);
+    Result<std::vector<std::string>> ids =
+        PreferredAllocation(resource_, *inventory_, available, must, c.allocation_size(),
+                            options_.replica_policy, options_.memory_placement);
     if (!ids.ok()) {
       spdlog::warn("event=preferred_allocation_failed resource={} error=\"{}\"", resource_.name,
                    ids.status().message());
@@ -183,6 +184,7 @@ grpc::Status ResourceServer::Allocate(grpc::ServerContext*, const v1beta1::Alloc
       return ToGrpc(s);
     }
     spdlog::info("event=allocate resource={} devices={}", resource_.name, ids.size());
+    if (options_.allocation_listener) options_.allocation_listener->OnAllocate(resource_, ids);
     *resp->add_container_responses() = std::move(r).value();
   }
   return grpc::Status::OK;

@@ -29,6 +29,8 @@ const char* SharingKindName(SharingKind k) {
       return "time-slicing";
     case SharingKind::kMps:
       return "mps";
+    case SharingKind::kMemory:
+      return "memory";
   }
   return "none";
 }
@@ -50,6 +52,10 @@ std::string MigResourceName(const std::string& profile) {
 std::string BaseDeviceId(const std::string& id) {
   const size_t sep = id.rfind("::");
   return sep == std::string::npos ? id : id.substr(0, sep);
+}
+
+std::string MemoryUnitId(const std::string& gpu_uuid, int k) {
+  return gpu_uuid + "::mem-" + std::to_string(k);
 }
 
 int MpsClientLimit(int cc_major, int cc_minor) {
@@ -278,6 +284,74 @@ struct Target {
   int max_replicas = 1;
 };
 
+// sharing.memory: the pool's resource, and `pooled` (GPU UUID → the entry that pooled it).
+// nullopt (with a note) when the node has no GPU for it.
+Result<std::optional<Resource>> PlanMemoryPool(const gpu::Inventory& inventory,
+                                               config::MigStrategy mig, const BaseResources& base,
+                                               const config::MemoryPool& pool,
+                                               std::map<std::string, std::string>& pooled,
+                                               std::vector<std::string>& notes) {
+  Resource r;
+  r.name = pool.advertised_name;
+  r.socket_name = SocketNameFor(r.name);
+  r.sharing = SharingKind::kMemory;
+  r.unit_bytes = pool.unit_bytes;
+  for (const config::MemoryPoolResource& e : pool.resources) {
+    const config::SourceLocation devices_loc =
+        e.devices.where.line > 0 ? e.devices.where : Sub(e.where, ".devices");
+    auto b = base.find(e.name);
+    if (b == base.end()) {
+      if (e.devices.kind == config::DeviceSelection::Kind::kAll) {
+        notes.push_back(e.where.ToString() + ": " + e.name +
+                        " has no devices on this node; entry skipped");
+        continue;
+      }
+      return config::InvalidAt(devices_loc, e.name + " has no devices on this node");
+    }
+    Result<std::vector<size_t>> picked =
+        Select(inventory, mig, e.name, b->second, e.devices, devices_loc);
+    if (!picked.ok()) return picked.status();
+    for (size_t p : *picked) {
+      const AdvertisedDevice& d = b->second[p];
+      if (d.mig_index) {
+        return config::InvalidAt(devices_loc, "the memory pool takes whole GPUs, and " + d.id +
+                                                  " is a MIG device (GPU " +
+                                                  std::to_string(d.gpu_index) +
+                                                  " is in MIG mode under migStrategy " +
+                                                  config::MigStrategyName(mig) + ")");
+      }
+      pooled.emplace(d.uuid, e.where.field);
+      const gpu::Gpu* g = inventory.FindByUuid(d.uuid);
+      const uint64_t memory = g ? g->memory_mib * (uint64_t{1} << 20) : 0;
+      const uint64_t units = memory / pool.unit_bytes;
+      if (units == 0) {
+        return config::InvalidAt(
+            pool.unit_where, "unit " + config::UnitQuantity(pool.unit_bytes) +
+                                 " is larger than GPU " + std::to_string(d.gpu_index) +
+                                 "'s memory (" + std::to_string(g ? g->memory_mib : 0) + " MiB)");
+      }
+      if (units > kMaxUnitsPerGpu) {
+        return config::InvalidAt(
+            pool.unit_where, "unit " + config::UnitQuantity(pool.unit_bytes) + " splits GPU " +
+                                 std::to_string(d.gpu_index) + " into " + std::to_string(units) +
+                                 " devices, more than " + std::to_string(kMaxUnitsPerGpu) +
+                                 " (choose a larger unit)");
+      }
+      for (uint64_t k = 0; k < units; ++k) {
+        AdvertisedDevice u = d;
+        u.id = MemoryUnitId(d.uuid, static_cast<int>(k));
+        u.replica = static_cast<int>(k);
+        u.replicas = static_cast<int>(units);
+        r.devices.push_back(std::move(u));
+      }
+      r.replicas = std::max(r.replicas, static_cast<int>(units));
+    }
+  }
+  if (r.devices.empty()) return std::optional<Resource>();
+  std::sort(r.devices.begin(), r.devices.end(), DeviceOrder);
+  return std::optional<Resource>(std::move(r));
+}
+
 }  // namespace
 
 Result<Plan> BuildPlan(const gpu::Inventory& inventory, const config::Config& config) {
@@ -299,6 +373,15 @@ Result<Plan> BuildPlan(const gpu::Inventory& inventory, const config::Config& co
   } else if (config.sharing.mps) {
     section = &*config.sharing.mps;
     kind = SharingKind::kMps;
+  }
+
+  std::map<std::string, std::string> pooled;  // GPU UUID → memory entry field that pools it
+  std::optional<Resource> memory;
+  if (config.sharing.memory) {
+    Result<std::optional<Resource>> m =
+        PlanMemoryPool(inventory, mig, base, *config.sharing.memory, pooled, plan.notes);
+    if (!m.ok()) return m.status();
+    memory = std::move(m).value();
   }
 
   std::map<std::string, Target> targets;     // advertised name → shared resource
@@ -371,6 +454,12 @@ Result<Plan> BuildPlan(const gpu::Inventory& inventory, const config::Config& co
       t.max_replicas = std::max(t.max_replicas, e.replicas);
       for (size_t p : *picked) {
         const AdvertisedDevice& d = b->second[p];
+        if (auto pool = pooled.find(d.uuid); pool != pooled.end()) {
+          return config::InvalidAt(devices_loc, "GPU " + std::to_string(d.gpu_index) + " (" +
+                                                    d.uuid + ") is in the memory pool (" +
+                                                    pool->second +
+                                                    "); a GPU is in exactly one pool");
+        }
         auto [it, fresh] = taken.emplace(d.uuid, e.where.field);
         if (!fresh) {
           return config::InvalidAt(devices_loc, "device " + d.id + " (GPU " +
@@ -398,18 +487,30 @@ Result<Plan> BuildPlan(const gpu::Inventory& inventory, const config::Config& co
     }
   }
 
+  if (memory && (base.count(memory->name) || targets.count(memory->name))) {
+    const config::MemoryPool& pool = *config.sharing.memory;
+    return config::InvalidAt(
+        pool.rename_where.line > 0 ? pool.rename_where : Sub(pool.where, ".rename"),
+        "advertised name " + Quote(memory->name) + " clashes with a resource this node advertises");
+  }
+
   for (auto& [name, devs] : base) {
     std::vector<AdvertisedDevice> rest;
+    size_t pooled_here = 0;
     for (AdvertisedDevice& d : devs) {
-      if (!taken.count(d.uuid)) rest.push_back(std::move(d));
+      if (pooled.count(d.uuid)) {
+        ++pooled_here;
+      } else if (!taken.count(d.uuid)) {
+        rest.push_back(std::move(d));
+      }
     }
     auto t = targets.find(name);
     if (t != targets.end() && !rest.empty()) {
       const config::ReplicatedResource& e = *t->second.first;
       return config::InvalidAt(
           e.devices.where.line > 0 ? e.devices.where : Sub(e.where, ".devices"),
-          "shares " + std::to_string(devs.size() - rest.size()) + " of the " +
-              std::to_string(devs.size()) + " devices of " + name +
+          "shares " + std::to_string(devs.size() - pooled_here - rest.size()) + " of the " +
+              std::to_string(devs.size() - pooled_here) + " devices of " + name +
               " without renaming them; the others would be advertised unshared under the same "
               "name (select all devices, or set rename / renameByDefault)");
     }
@@ -433,6 +534,7 @@ Result<Plan> BuildPlan(const gpu::Inventory& inventory, const config::Config& co
     r.devices = std::move(t.devices);
     plan.resources.push_back(std::move(r));
   }
+  if (memory) plan.resources.push_back(std::move(*memory));
   std::sort(plan.resources.begin(), plan.resources.end(),
             [](const Resource& a, const Resource& b) { return a.name < b.name; });
   return plan;

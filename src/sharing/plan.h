@@ -29,10 +29,18 @@
 //    MIG ids without a MIG strategy, a MIG resource name under none/single, a count larger than
 //    the resource, MPS on MIG devices, MPS replicas above the client ceiling (48, or 16 on GPUs of
 //    compute capability < 7.5).
-// 4. An entry naming a MIG profile this node does not have, with `devices: all`, is skipped and
+// 4. sharing.memory puts whole GPUs into the memory pool: each selected GPU is advertised as
+//    floor(GPU memory / unit) devices "<GPU-UUID>::mem-<k>" (k from 0) under the pool's one
+//    resource (default gpulet.io/gpu-memory-<unit>). A GPU is in exactly one pool: one selected
+//    by sharing.memory and by timeSlicing/mps is an error naming the sharing entry's
+//    FILE:LINE: field and the memory entry; pooled GPUs leave nvidia.com/gpu. MIG-backed devices
+//    (migStrategy single on MIG GPUs) cannot be pooled; a GPU with more than kMaxUnitsPerGpu units
+//    is an error (choose a larger unit).
+// 5. An entry naming a MIG profile this node does not have, with `devices: all`, is skipped and
 //    reported in Plan::notes (one config serves many nodes).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,13 +61,14 @@ struct AdvertisedDevice {
   std::string parent_uuid;            // MIG only: the parent GPU's UUID (its health counts too)
   std::string index;                  // deviceIDStrategy=index form: "3" or "3:1" for MIG
   std::optional<int> numa_node;
-  int replicas = 1;  // replicas of the backing device in this resource (1 = not shared)
+  int replicas = 1;  // replicas of the backing device in this resource (1 = not shared);
+                     // memory units: the units of that GPU
 
   bool operator==(const AdvertisedDevice&) const = default;
 };
 
-enum class SharingKind { kNone, kTimeSlicing, kMps };
-const char* SharingKindName(SharingKind k);  // "none", "time-slicing", "mps"
+enum class SharingKind { kNone, kTimeSlicing, kMps, kMemory };
+const char* SharingKindName(SharingKind k);  // "none", "time-slicing", "mps", "memory"
 
 struct Resource {
   std::string name;         // "nvidia.com/gpu"
@@ -69,6 +78,7 @@ struct Resource {
   // different counts per GPU (each device's own count is AdvertisedDevice::replicas).
   int replicas = 1;
   bool fail_requests_greater_than_one = false;
+  uint64_t unit_bytes = 0;                // kMemory: bytes per device (unit)
   std::vector<AdvertisedDevice> devices;  // ordered by GPU index, then MIG index, then replica
 
   const AdvertisedDevice* Find(const std::string& id) const;
@@ -91,6 +101,11 @@ std::string MigResourceName(const std::string& profile);
 
 // "GPU-x::3" → "GPU-x"; an ID without "::" is returned unchanged.
 std::string BaseDeviceId(const std::string& id);
+
+// "<GPU-UUID>::mem-<k>": the ID of memory unit k of a GPU.
+std::string MemoryUnitId(const std::string& gpu_uuid, int k);
+// Memory units one GPU may be split into (more makes the kubelet's device list unwieldy).
+inline constexpr uint64_t kMaxUnitsPerGpu = 4096;
 
 // The most MPS clients one GPU of compute capability major.minor serves.
 int MpsClientLimit(int cc_major, int cc_minor);

@@ -307,6 +307,62 @@ const Case kCases[] = {
      "flags: {migStrategy: mixed}\nsharing:\n  mps:\n    resources:\n"
      "    - {name: mig-1g.5gb, replicas: 2}\n",
      "ERR cfg.yaml:5: sharing.mps.resources[0].name: MPS on MIG devices is not supported"},
+    // --- memory pool ---
+    {"mem_all_h100", H100x8, "sharing:\n  memory:\n    resources:\n    - name: gpu\n",
+     "gpulet.io/gpu-memory-1gi=632/79:memory"},
+    {"mem_two_gpus_rest_whole", H100x8,
+     "sharing:\n  memory:\n    resources:\n    - {name: gpu, devices: [0, GPU-1]}\n",
+     "gpulet.io/gpu-memory-1gi=158/79:memory nvidia.com/gpu=6"},
+    {"mem_and_time_slicing_on_other_gpus", H100x8,
+     "sharing:\n  timeSlicing:\n    resources:\n"
+     "    - {name: gpu, devices: [2, 3, 4, 5, 6, 7], replicas: 2}\n"
+     "  memory:\n    resources:\n    - {name: gpu, devices: 2}\n",
+     "gpulet.io/gpu-memory-1gi=158/79:memory nvidia.com/gpu=12/2:time-slicing"},
+    {"mem_512mi_unit", H100x8,
+     "sharing:\n  memory:\n    unit: 512Mi\n    resources:\n    - {name: gpu, devices: [0]}\n",
+     "gpulet.io/gpu-memory-512mi=159/159:memory nvidia.com/gpu=7"},
+    {"mem_renamed", H100x8,
+     "sharing:\n  memory:\n    rename: example.com/vram\n    resources:\n"
+     "    - {name: gpu, devices: [7]}\n",
+     "example.com/vram=79/79:memory nvidia.com/gpu=7"},
+    {"mem_mixed_a100_takes_whole_gpus", A100Mixed,
+     "flags: {migStrategy: mixed}\nsharing:\n  memory:\n    resources:\n    - name: gpu\n",
+     "gpulet.io/gpu-memory-1gi=240/40:memory nvidia.com/mig-1g.5gb=9 nvidia.com/mig-2g.10gb=1 "
+     "nvidia.com/mig-3g.20gb=1"},
+    {"mem_gpu_also_time_sliced", H100x8,
+     "sharing:\n  timeSlicing:\n    resources:\n    - {name: gpu, replicas: 2}\n"
+     "  memory:\n    resources:\n    - {name: gpu, devices: [0]}\n",
+     "ERR cfg.yaml:4: sharing.timeSlicing.resources[0].devices: GPU 0 (GPU-0) is in the memory "
+     "pool (sharing.memory.resources[0]); a GPU is in exactly one pool"},
+    {"mem_gpu_also_mps", H100x8,
+     "sharing:\n  mps:\n    resources:\n"
+     "    - {name: gpu, rename: gpu.mps, devices: [3, 1], replicas: 4}\n"
+     "  memory:\n    resources:\n    - {name: gpu, devices: [1]}\n",
+     "ERR cfg.yaml:4: sharing.mps.resources[0].devices: GPU 1 (GPU-1) is in the memory pool "
+     "(sharing.memory.resources[0])"},
+    {"mem_unit_larger_than_gpu", H100x8,
+     "sharing:\n  memory:\n    unit: 128Gi\n    resources:\n    - name: gpu\n",
+     "ERR cfg.yaml:3: sharing.memory.unit: unit 128Gi is larger than GPU 0's memory (81559 MiB)"},
+    {"mem_unit_too_small", H100x8,
+     "sharing:\n  memory:\n    unit: 1Mi\n    resources:\n    - name: gpu\n",
+     "ERR cfg.yaml:3: sharing.memory.unit: unit 1Mi splits GPU 0 into 81559 devices, more than "
+     "4096"},
+    {"mem_on_mig_single",
+     [] {
+       return MigEverywhere(2, {"3g.40gb", "3g.40gb"});
+     },
+     "flags: {migStrategy: single}\nsharing:\n  memory:\n    resources:\n    - name: gpu\n",
+     "ERR cfg.yaml:5: sharing.memory.resources[0].devices: the memory pool takes whole GPUs, and "
+     "MIG-0-0 is a MIG device"},
+    {"mem_unknown_device", H100x8,
+     "sharing:\n  memory:\n    resources:\n    - {name: gpu, devices: [9]}\n",
+     "ERR cfg.yaml:4: sharing.memory.resources[0].devices[0]: unknown device \"9\""},
+    {"mem_name_clashes_with_time_slicing", H100x8,
+     "sharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n"
+     "    - {name: gpu, devices: [1], replicas: 2}\n"
+     "  memory:\n    rename: nvidia.com/gpu.shared\n    resources:\n"
+     "    - {name: gpu, devices: [0]}\n",
+     "ERR cfg.yaml:7: sharing.memory.rename: advertised name \"nvidia.com/gpu.shared\" clashes"},
 };
 
 INSTANTIATE_TEST_SUITE_P(Cases, PlanTable, ::testing::ValuesIn(kCases),
@@ -427,6 +483,37 @@ TEST(SameDevicesTest, SeesMigChanges) {
   b = A100Mixed();
   b.gpus[3].memory_mib = 1;  // not a device change
   EXPECT_TRUE(SameDevices(a, b));
+}
+
+}  // namespace
+}  // namespace gpulet::sharing
+
+namespace gpulet::sharing {
+namespace {
+
+TEST(MemoryPoolPlanTest, UnitIdsNameTheGpuAndKeepItsNumaNode) {
+  Result<config::Config> c = config::ParseConfig(
+      "sharing:\n  memory:\n    resources:\n    - {name: gpu, devices: [4]}\n", "cfg.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  Result<Plan> p = BuildPlan(testing::WholeGpus(8), *c);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  const Resource* r = p->Find("gpulet.io/gpu-memory-1gi");
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->socket_name, "gpulet-gpu-memory-1gi.sock");
+  EXPECT_EQ(r->unit_bytes, uint64_t{1} << 30);
+  ASSERT_EQ(r->devices.size(), 79u);
+  for (size_t k = 0; k < r->devices.size(); ++k) {
+    const AdvertisedDevice& d = r->devices[k];
+    EXPECT_EQ(d.id, "GPU-4::mem-" + std::to_string(k));
+    EXPECT_EQ(d.uuid, "GPU-4");
+    EXPECT_EQ(d.gpu_index, 4u);
+    EXPECT_EQ(d.replica, static_cast<int>(k));
+    EXPECT_EQ(d.replicas, 79);
+    EXPECT_EQ(d.numa_node, 1);
+    EXPECT_EQ(BaseDeviceId(d.id), "GPU-4");
+  }
+  EXPECT_EQ(MemoryUnitId("GPU-x", 3), "GPU-x::mem-3");
+  EXPECT_EQ(p->Find("nvidia.com/gpu")->devices.size(), 7u);
 }
 
 }  // namespace
