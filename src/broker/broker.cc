@@ -331,9 +331,11 @@ std::string FormatStatus(const Journal& j, const BrokerConfig& c, TimeMs now) {
       << Age(now - e.since) << "\n";
   }
   for (const auto& [n, e] : j.nodes) {
-    if (!c.Manages(n) && c.PoolOf(n, nullptr) == nullptr)
-      o << n << "\t" << OwnerName(e.owner) << "\t" << e.step << "\t" << Age(now - e.since)
-        << " (not in config)\n";
+    if (c.Manages(n)) continue;
+    // Slurm on Kubernetes: the slurmd pods lent or in transit (the others are Slurm's).
+    const bool pod = c.PoolOf(n, nullptr) != nullptr;
+    o << n << "\t" << OwnerName(e.owner) << "\t" << e.step << "\t" << Age(now - e.since)
+      << (pod ? "" : " (not in config)") << "\n";
   }
   return o.str();
 }
