@@ -38,6 +38,11 @@ struct PluginArgs {
   // servers across a restart or upgrade); "quit" stops them and restores compute modes.
   std::string mps_on_exit = "keep";
   std::string rescan_interval = "30s";
+  // The memory pool's publication (sharing.memory): this node's name, the API server, and the
+  // namespace of the gpulet-memory-<node> ConfigMap.
+  std::string node_name;
+  std::string kubeconfig;
+  std::string memory_namespace = "gpulet-system";
 };
 
 // Adds the plugin's flags to `cmd`. Call the returned function in the command's callback: it
@@ -86,6 +91,11 @@ struct ExporterFlags {
   std::string memory_limits_state_dir;  // gpulet.memoryLimits stateDir (docs/memory-limits.md)
   // `gpulet exporter` only (`gpulet node` follows the plugin's --rescan-interval).
   std::string rescan_interval = "30s";
+  // The memory pool's publication (sharing.memory): this node's name, the API server, and the
+  // namespace of the gpulet-memory-<node> ConfigMap.
+  std::string node_name;
+  std::string kubeconfig;
+  std::string memory_namespace = "gpulet-system";
 };
 
 void AddExporterOptions(CLI::App* cmd, ExporterFlags* flags);
