@@ -26,6 +26,7 @@
 #include "k8s/access.h"
 #include "k8s/client.h"
 #include "labels/labels.h"
+#include "metrics/memory_pool.h"
 #include "mig/layout_lock.h"
 #include "mps/supervisor.h"
 #include "node/health_watch.h"
@@ -164,7 +165,8 @@ struct MemoryPublication {
   std::shared_ptr<deviceplugin::MemoryPoolPublisher> publisher;
 };
 MemoryPublication StartMemoryPublication(const PluginArgs& args, const sharing::Plan& plan,
-                                         Clock& clock, const gpu::HealthBoard& board) {
+                                         Clock& clock, const gpu::HealthBoard& board,
+                                         std::shared_ptr<metrics::MemoryPoolGauges> gauges) {
   MemoryPublication out;
   Result<k8s::ClusterAccess> access = k8s::ResolveClusterAccess(args.kubeconfig);
   if (!access.ok()) {
@@ -180,6 +182,11 @@ MemoryPublication StartMemoryPublication(const PluginArgs& args, const sharing::
     if (::gethostname(host, sizeof(host) - 1) == 0) o.node_name = host;
   }
   o.namespace_name = args.memory_namespace;
+  if (gauges) {
+    o.on_publish = [gauges](const nlohmann::json& doc) {
+      gauges->Set(metrics::MemoryPoolFromDocument(doc));
+    };
+  }
   const char* socket_env = std::getenv("GPULET_POD_RESOURCES_SOCKET");
   const std::string socket =
       socket_env != nullptr && *socket_env != '\0' ? socket_env : deviceplugin::kPodResourcesSocket;
@@ -308,7 +315,8 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
   mo.config_path = args.config_file;
   const config::Flags cli_flags = *cli;
   uint64_t applied_generation = 0;
-  MemoryPublication memory = StartMemoryPublication(args, setup->plan, clock, board);
+  MemoryPublication memory = StartMemoryPublication(
+      args, setup->plan, clock, board, companion != nullptr ? companion->memory_pool : nullptr);
   // Runs on the manager's thread (reloads) only.
   auto loader = [&]() -> Result<deviceplugin::ServingSetup> {
     uint64_t generation = 0;

@@ -227,6 +227,7 @@ Status MemoryPoolPublisher::Publish(const nlohmann::json& document) {
     ++publications_;
   }
   published_cv_.notify_all();
+  if (options_.on_publish) options_.on_publish(doc);
   spdlog::debug("event=memory_pool_published generation={} path={}", generation_, path);
   return Status::Ok();
 }

@@ -56,6 +56,8 @@ struct MemoryPublisherOptions {
   std::chrono::milliseconds list_interval{5000};  // pod-resources List this often
   // An allocated unit counts until a List begun this long after the Allocate omits it.
   std::chrono::milliseconds allocate_settle{2000};
+  // Called with every document published (on the publisher's thread); may be empty.
+  std::function<void(const nlohmann::json& document)> on_publish;
 };
 
 // "gpulet-memory-<node>" and its API path in `namespace_name`.
