@@ -3,11 +3,15 @@
 // GetPreferredAllocation places a sequence of memory-sized pods (1–79 GiB, multi-container pods
 // among them): every container's units come from one GPU, releases (pods leaving the
 // pod-resources listing) return units, and the published ConfigMap follows. A request larger than
-// any GPU's free memory, and a kubelet that ignores the preference, get clear errors.
+// any GPU's free memory, and a kubelet that ignores the preference, get clear errors. `gpulet
+// node` exports the allocated units per GPU.
+#include <httplib.h>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -25,7 +29,7 @@ std::string GpuOf(const std::string& id) { return id.substr(0, id.find("::")); }
 
 class MemoryPoolFixture : public PluginFixture {
  protected:
-  void StartAll() {
+  void StartAll(const std::string& verb = "plugin") {
     auto pki = MakeTestPki(tmp_.path());
     ASSERT_TRUE(pki.ok()) << pki.status().message();
     auto api = FakeApiServer::Start(*pki, {});
@@ -43,9 +47,19 @@ class MemoryPoolFixture : public PluginFixture {
                           "    - name: nvidia.com/gpu\n      devices: all\n";
     labels_ = tmp_.path() + "/labels";
     StartHarness();
-    StartPlugin({"--config", cfg, "--kubeconfig", kubeconfig, "--node-name", "n1", "--labels-file",
-                 labels_},
-                {{"GPULET_POD_RESOURCES_SOCKET", harness_->pod_resources_socket()}});
+    std::vector<std::string> args = {"--config",    cfg,  "--kubeconfig",  kubeconfig,
+                                     "--node-name", "n1", "--labels-file", labels_};
+    if (verb == "node") {
+      // `gpulet node`: the exporter too, on a free port, collecting twice a second.
+      args.insert(args.end(), {"-a", "127.0.0.1:0", "-c", "500"});
+    }
+    std::vector<std::string> all = PluginArgs(args);
+    std::replace(all.begin(), all.end(), std::string("plugin"), verb);
+    plugin_ = std::make_unique<GpuletProcess>(
+        all, tmp_.path() + "/" + verb + ".log",
+        std::map<std::string, std::string>{
+            {"GPULET_POD_RESOURCES_SOCKET", harness_->pod_resources_socket()}});
+    ASSERT_TRUE(plugin_->Start());
     WaitForDevices(8 * kUnitsPerGpu, 8 * kUnitsPerGpu, 60s, kMem);
     for (const std::string& id : DeviceIds(kMem)) {
       ASSERT_NE(id.find("::mem-"), std::string::npos) << id;
@@ -227,6 +241,30 @@ TEST_F(MemoryPoolFixture, TooLargeAndSpanningRequestsGetClearErrors) {
   EXPECT_NE(msg.find(a + "::mem-0"), std::string::npos) << msg;
   EXPECT_NE(msg.find(b + "::mem-0"), std::string::npos) << msg;
   EXPECT_NE(msg.find("did not follow GetPreferredAllocation"), std::string::npos) << msg;
+}
+
+TEST_F(MemoryPoolFixture, NodeExportsAllocatedUnitsPerGpu) {
+  StartAll("node");
+  ASSERT_TRUE(plugin_->WaitForLog("event=listening", 30s)) << plugin_->Log();
+  std::smatch m;
+  const std::string log = plugin_->Log();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("event=listening [^\\n]* port=([0-9]+)")));
+  httplib::Client http("127.0.0.1", std::stoi(m[1]));
+  ASSERT_TRUE(Place("gauge", "c0", 20).ok());
+  const std::string gpu = held_.begin()->first.substr(0, held_.begin()->first.find("::"));
+  std::string body;
+  const bool seen = Eventually(
+      [&] {
+        httplib::Result r = http.Get("/metrics");
+        if (!r || r->status != 200) return false;
+        body = r->body;
+        return body.find("UUID=\"" + gpu + "\",resource=\"gpulet.io/gpu-memory-1gi\"} 20\n") !=
+               std::string::npos;
+      },
+      30s);
+  ASSERT_TRUE(seen) << body.substr(0, 4000);
+  EXPECT_NE(body.find("# TYPE gpulet_memory_pool_allocated_units gauge"), std::string::npos);
+  EXPECT_NE(body.find("gpulet_memory_pool_units{"), std::string::npos);
 }
 
 }  // namespace
