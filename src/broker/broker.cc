@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "broker/journal.h"
+#include "broker/scaled_engine.h"
 #include "metrics/http_server.h"
 
 namespace gpulet::broker {
@@ -37,7 +38,7 @@ std::string Escape(const std::string& v) {
 bool IsTransition(Action a) {
   return a == Action::kDrain || a == Action::kAdmit || a == Action::kCancelLend ||
          a == Action::kStartReturn || a == Action::kResume || a == Action::kAbortReturn ||
-         a == Action::kRelease;
+         a == Action::kRelease || a == Action::kScaleDown || a == Action::kScaleUp;
 }
 
 }  // namespace
@@ -173,7 +174,8 @@ Decision Broker::Tick(TimeMs now) {
   KubeView kube = kube_.Observe();
   if (!slurm.ok) metrics_.CountError("slurm");
   if (!kube.ok) metrics_.CountError("kubernetes");
-  Decision d = Evaluate(slurm, kube, journal_, config_, now);
+  Decision d = config_.SlurmOnKubernetes() ? EvaluateScaled(slurm, kube, journal_, config_, now)
+                                           : Evaluate(slurm, kube, journal_, config_, now);
   bool ok = true;
   std::string error;
   if (lease_ && !options_.dry_run &&
@@ -229,7 +231,8 @@ Status Broker::Act(const Decision& d) {
       return slurm_.Drain(d.node, d.drain_reason);
     case Action::kCancelLend:
     case Action::kResume: {
-      Result<bool> r = slurm_.ResumeIfOurs(d.node);
+      Result<bool> r = slurm_.ResumeIfOurs(
+          d.node, config_.SlurmOnKubernetes() ? kScaleDownReasonPrefix : kBrokerReasonPrefix);
       if (!r.ok()) return r.status();
       if (!*r)
         spdlog::info("event=broker_resume_skipped node={} why=\"not drained by us\"", d.node);
@@ -249,6 +252,9 @@ Status Broker::Act(const Decision& d) {
     }
     case Action::kRelease:
       return {};
+    case Action::kScaleDown:
+    case Action::kScaleUp:
+      return kube_.ScaleStatefulSet(d.stateful_set, d.replicas_from, d.replicas_to);
   }
   return {};
 }
@@ -278,7 +284,9 @@ Status BrokerHttp::Start(const std::string& address) {
   o.routes["/status"] = [this] {
     return std::make_pair(std::string("application/json"), metrics_.StatusJson());
   };
-  o.routes["/health"] = [] { return std::make_pair(std::string("text/plain"), std::string("OK\n")); };
+  o.routes["/health"] = [] {
+    return std::make_pair(std::string("text/plain"), std::string("OK\n"));
+  };
   server_ = std::make_unique<metrics::MetricsServer>(*unused_publisher_, o);
   Status s = server_->Start();
   if (!s.ok()) {
@@ -297,11 +305,20 @@ std::string FormatStatus(const Journal& j, const BrokerConfig& c, TimeMs now) {
     if (owner == Owner::kSlurm) ++slurm;
     if (owner == Owner::kKubernetes) ++k8s;
   }
-  o << "pools: slurm=" << slurm << " kubernetes=" << k8s << " in-transit=" << j.InTransit()
-    << " (managed " << c.nodes.size() << ", cap " << c.k8s_max_nodes << ")\n";
+  if (c.SlurmOnKubernetes()) {
+    o << "slurmd pools: " << c.pools.size() << " lent=" << j.Lent()
+      << " in-transit=" << j.InTransit() << " (cap " << c.k8s_max_nodes << " pods)\n";
+  } else {
+    o << "pools: slurm=" << slurm << " kubernetes=" << k8s << " in-transit=" << j.InTransit()
+      << " (managed " << c.nodes.size() << ", cap " << c.k8s_max_nodes << ")\n";
+  }
   o << "demand: " << j.demand_streak << " consecutive evaluations (lend at " << c.demand_evaluations
     << ")\n";
   if (j.last_transition > 0) o << "last transition: " << Age(now - j.last_transition) << " ago\n";
+  for (const ScaledPool& p : c.pools) {
+    o << "pool " << p.stateful_set << ": size " << p.replicas << ", floor " << p.min_replicas
+      << ", " << p.gpus << (p.gpu_type.empty() ? "" : " " + p.gpu_type) << " GPUs per pod\n";
+  }
   o << "NODE\tOWNER\tSTEP\tAGE\n";
   for (const std::string& n : c.nodes) {
     auto it = j.nodes.find(n);
@@ -314,7 +331,7 @@ std::string FormatStatus(const Journal& j, const BrokerConfig& c, TimeMs now) {
       << Age(now - e.since) << "\n";
   }
   for (const auto& [n, e] : j.nodes) {
-    if (!c.Manages(n))
+    if (!c.Manages(n) && c.PoolOf(n, nullptr) == nullptr)
       o << n << "\t" << OwnerName(e.owner) << "\t" << e.step << "\t" << Age(now - e.since)
         << " (not in config)\n";
   }

@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <set>
 
@@ -101,16 +102,99 @@ bool SplitPair(const std::string& s, std::string* key, std::string* value) {
   return true;
 }
 
+// A DNS-1123 label, as Kubernetes requires of namespace names (and StatefulSet names, whose
+// pods append "-<ordinal>").
+bool IsDnsLabel(const std::string& s) {
+  if (s.empty() || s.size() > 63) return false;
+  for (char ch : s) {
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-')) return false;
+  }
+  return s.front() != '-' && s.back() != '-';
+}
+
+void ParseSlurmOnKubernetes(const YAML::Node& sok, const Reader& r, BrokerConfig& c) {
+  r.CheckKeys(sok, "slurmOnKubernetes", {"namespace", "pools"});
+  if (!sok["namespace"]) r.Fail(sok, "slurmOnKubernetes.namespace", "required");
+  c.slurm_namespace = r.String(sok["namespace"], "slurmOnKubernetes.namespace");
+  if (!IsDnsLabel(c.slurm_namespace)) {
+    r.Fail(sok["namespace"], "slurmOnKubernetes.namespace",
+           "must be a namespace name (lower-case letters, digits, '-'), got \"" +
+               c.slurm_namespace + "\"");
+  }
+  const YAML::Node pools = sok["pools"];
+  if (!pools) r.Fail(sok, "slurmOnKubernetes.pools", "required: the slurmd StatefulSets");
+  if (!pools.IsSequence() || pools.size() == 0) {
+    r.Fail(pools, "slurmOnKubernetes.pools", "must be a non-empty list");
+  }
+  std::set<std::string> seen;
+  for (size_t i = 0; i < pools.size(); ++i) {
+    const std::string f = "slurmOnKubernetes.pools[" + std::to_string(i) + "]";
+    const YAML::Node p = pools[i];
+    r.CheckKeys(p, f, {"statefulSet", "replicas", "minReplicas", "gpus", "gpuType"});
+    ScaledPool pool;
+    if (!p["statefulSet"]) r.Fail(p, f + ".statefulSet", "required");
+    pool.stateful_set = r.String(p["statefulSet"], f + ".statefulSet");
+    if (!IsDnsLabel(pool.stateful_set)) {
+      r.Fail(p["statefulSet"], f + ".statefulSet",
+             "must be a StatefulSet name (lower-case letters, digits, '-'), got \"" +
+                 pool.stateful_set + "\"");
+    }
+    if (!seen.insert(pool.stateful_set).second) {
+      r.Fail(p["statefulSet"], f + ".statefulSet", "\"" + pool.stateful_set + "\" is listed twice");
+    }
+    if (!p["replicas"]) r.Fail(p, f + ".replicas", "required: the pool's size with nothing lent");
+    pool.replicas = r.Int(p["replicas"], f + ".replicas", 1, 10000);
+    if (p["minReplicas"]) {
+      pool.min_replicas = r.Int(p["minReplicas"], f + ".minReplicas", 0, 10000);
+      if (pool.min_replicas > pool.replicas) {
+        r.Fail(p["minReplicas"], f + ".minReplicas",
+               "must not exceed replicas (" + std::to_string(pool.replicas) + ")");
+      }
+    }
+    if (!p["gpus"]) r.Fail(p, f + ".gpus", "required: the GPUs each pod requests");
+    pool.gpus = r.Int(p["gpus"], f + ".gpus", 1, 1024);
+    if (p["gpuType"]) {
+      pool.gpu_type = r.String(p["gpuType"], f + ".gpuType");
+      for (char& ch : pool.gpu_type)
+        ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    }
+    c.pools.push_back(pool);
+  }
+  // Two pools whose pod names could collide ("a" ordinal 1-0 vs "a-1" ordinal 0) would make a
+  // Slurm node name ambiguous.
+  for (const ScaledPool& a : c.pools) {
+    for (const ScaledPool& b : c.pools) {
+      if (&a != &b && b.stateful_set.rfind(a.stateful_set + "-", 0) == 0) {
+        r.Fail(pools, "slurmOnKubernetes.pools",
+               "\"" + a.stateful_set + "\" and \"" + b.stateful_set +
+                   "\": pod names of one would be pod names of the other");
+      }
+    }
+  }
+}
+
 void Parse(const YAML::Node& root, const Reader& r, BrokerConfig& c) {
-  r.CheckKeys(root, "", {"slurm", "kubernetes", "rules", "journal", "lease", "metrics"});
+  r.CheckKeys(root, "",
+              {"slurm", "kubernetes", "rules", "journal", "lease", "metrics", "slurmOnKubernetes"});
   const YAML::Node slurm = root["slurm"];
   if (!slurm) r.Fail(root, "slurm", "required");
   r.CheckKeys(slurm, "slurm",
               {"nodes", "minNodes", "idleTime", "reservationLookahead", "scontrol", "sinfo",
                "squeue", "timeout"});
-  if (!slurm["nodes"]) r.Fail(slurm, "slurm.nodes", "required: the nodes the broker may lend");
-  c.nodes = r.Names(slurm["nodes"], "slurm.nodes");
-  if (c.nodes.empty()) r.Fail(slurm["nodes"], "slurm.nodes", "must name at least one node");
+  const YAML::Node sok = root["slurmOnKubernetes"];
+  if (sok) {
+    ParseSlurmOnKubernetes(sok, r, c);
+    for (const char* key : {"nodes", "minNodes"}) {
+      if (slurm[key]) {
+        r.Fail(slurm[key], std::string("slurm.") + key,
+               "not used with slurmOnKubernetes (its pools name the nodes and their floors)");
+      }
+    }
+  } else {
+    if (!slurm["nodes"]) r.Fail(slurm, "slurm.nodes", "required: the nodes the broker may lend");
+    c.nodes = r.Names(slurm["nodes"], "slurm.nodes");
+    if (c.nodes.empty()) r.Fail(slurm["nodes"], "slurm.nodes", "must name at least one node");
+  }
   if (slurm["minNodes"]) {
     c.slurm_min_nodes = r.Int(slurm["minNodes"], "slurm.minNodes", 0, 1 << 20);
   }
@@ -143,7 +227,7 @@ void Parse(const YAML::Node& root, const Reader& r, BrokerConfig& c) {
     r.Fail(k8s["minNodes"], "kubernetes.minNodes",
            "must not exceed kubernetes.maxNodes (" + std::to_string(c.k8s_max_nodes) + ")");
   }
-  if (c.slurm_min_nodes > static_cast<int>(c.nodes.size())) {
+  if (!c.SlurmOnKubernetes() && c.slurm_min_nodes > static_cast<int>(c.nodes.size())) {
     r.Fail(slurm["minNodes"], "slurm.minNodes",
            "must not exceed the number of slurm.nodes (" + std::to_string(c.nodes.size()) + ")");
   }
@@ -215,6 +299,21 @@ void Parse(const YAML::Node& root, const Reader& r, BrokerConfig& c) {
 }
 
 }  // namespace
+
+const ScaledPool* BrokerConfig::PoolOf(const std::string& node, int* ordinal) const {
+  for (const ScaledPool& p : pools) {
+    const std::string prefix = p.stateful_set + "-";
+    if (node.size() <= prefix.size() || node.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string digits = node.substr(prefix.size());
+    if (digits.size() > 6 || (digits.size() > 1 && digits[0] == '0')) continue;
+    int v = 0;
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+    if (ec != std::errc() || end != digits.data() + digits.size()) continue;
+    if (ordinal != nullptr) *ordinal = v;
+    return &p;
+  }
+  return nullptr;
+}
 
 bool BrokerConfig::Manages(const std::string& node) const {
   return std::find(nodes.begin(), nodes.end(), node) != nodes.end();

@@ -30,6 +30,19 @@
 //   lease: {namespace: kube-system, name: gpulet-broker, duration: 90s}   # optional; duration
 //                              # must exceed 2 x rules.interval (default 3 x rules.interval)
 //   metrics: {address: ":9402"}
+//
+// Slurm on Kubernetes (docs/slurm-on-kubernetes.md): slurmd runs in StatefulSet pods, each pod
+// is the Slurm node of its name, and lending GPUs to Kubernetes is scaling a pool down. Then
+// `slurm.nodes`, `slurm.minNodes`, `kubernetes.poolLabel` and `kubernetes.taint` do not apply
+// (slurm.nodes and slurm.minNodes are errors); kubernetes.maxNodes/minNodes count lent pods.
+//   slurmOnKubernetes:
+//     namespace: slurm          # where the slurmd StatefulSets are (required)
+//     pools:                    # at least one
+//       - statefulSet: slurmd-h100
+//         replicas: 4           # its size with nothing lent (required, >= 1)
+//         minReplicas: 1        # Slurm's floor for this pool (default 0)
+//         gpus: 4               # GPUs each pod requests (required, >= 1)
+//         gpuType: h100         # the gres type its nodes register ("" = untyped)
 #pragma once
 
 #include <chrono>
@@ -40,6 +53,15 @@
 #include "common/status.h"
 
 namespace gpulet::broker {
+
+// One slurmd StatefulSet the broker may scale (Slurm on Kubernetes).
+struct ScaledPool {
+  std::string stateful_set;
+  int replicas = 0;
+  int min_replicas = 0;
+  int gpus = 0;
+  std::string gpu_type;  // lower case
+};
 
 struct BrokerConfig {
   // slurm
@@ -69,7 +91,14 @@ struct BrokerConfig {
   TimeMs lease_duration = 3 * 30 * 1000;    // 3 x interval unless set
   std::string metrics_address = ":9402";
 
+  // Slurm on Kubernetes (empty pools: whole-node lending).
+  std::string slurm_namespace;
+  std::vector<ScaledPool> pools;
+
   bool Manages(const std::string& node) const;
+  bool SlurmOnKubernetes() const { return !pools.empty(); }
+  // The pool whose pods include Slurm node `node` ("<statefulSet>-<ordinal>"), with the ordinal.
+  const ScaledPool* PoolOf(const std::string& node, int* ordinal) const;
 };
 
 // Parses YAML text; `source` names it in errors. Errors: kInvalidInput "SOURCE:LINE: field: …".

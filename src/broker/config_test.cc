@@ -142,5 +142,74 @@ TEST(BrokerConfig, Durations) {
   }
 }
 
+// Slurm on Kubernetes: the pools replace slurm.nodes.
+const char* kScaled = R"(slurm:
+  idleTime: 5m
+kubernetes:
+  namespaces: [inference]
+  maxNodes: 2
+slurmOnKubernetes:
+  namespace: slurm
+  pools:
+    - statefulSet: slurmd-h100
+      replicas: 4
+      minReplicas: 1
+      gpus: 4
+      gpuType: H100
+    - {statefulSet: slurmd-l4, replicas: 2, gpus: 2}
+)";
+
+TEST(BrokerConfig, ParsesSlurmOnKubernetesPools) {
+  Result<BrokerConfig> c = ParseBrokerConfig(kScaled, "b.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_TRUE(c->SlurmOnKubernetes());
+  EXPECT_TRUE(c->nodes.empty());
+  EXPECT_EQ(c->slurm_namespace, "slurm");
+  ASSERT_EQ(c->pools.size(), 2u);
+  EXPECT_EQ(c->pools[0].stateful_set, "slurmd-h100");
+  EXPECT_EQ(c->pools[0].replicas, 4);
+  EXPECT_EQ(c->pools[0].min_replicas, 1);
+  EXPECT_EQ(c->pools[0].gpus, 4);
+  EXPECT_EQ(c->pools[0].gpu_type, "h100");  // Slurm matches gres types case-insensitively
+  EXPECT_EQ(c->pools[1].min_replicas, 0);
+  EXPECT_EQ(c->pools[1].gpu_type, "");
+  int ordinal = 0;
+  EXPECT_EQ(c->PoolOf("slurmd-l4-1", &ordinal), &c->pools[1]);
+  EXPECT_EQ(ordinal, 1);
+  EXPECT_FALSE(ParseBrokerConfig(kGood, "b.yaml")->SlurmOnKubernetes());
+}
+
+TEST(BrokerConfig, SlurmOnKubernetesErrorsNameFileLineAndField) {
+  auto with = [](const std::string& from, const std::string& to) {
+    std::string text = kScaled;
+    text.replace(text.find(from), from.size(), to);
+    Result<BrokerConfig> c = ParseBrokerConfig(text, "b.yaml");
+    return c.ok() ? std::string("ok") : c.status().message();
+  };
+  EXPECT_EQ(with("  idleTime: 5m", "  nodes: [gpua]"),
+            "b.yaml:2: slurm.nodes: not used with slurmOnKubernetes (its pools name the nodes and "
+            "their floors)");
+  EXPECT_THAT(with("      gpus: 4\n", ""),
+              HasSubstr("b.yaml:9: slurmOnKubernetes.pools[0].gpus: required"));
+  EXPECT_THAT(with("minReplicas: 1", "minReplicas: 5"),
+              HasSubstr("b.yaml:11: slurmOnKubernetes.pools[0].minReplicas: must not exceed "
+                        "replicas (4)"));
+  EXPECT_THAT(with("replicas: 4", "replicas: 0"),
+              HasSubstr("b.yaml:10: slurmOnKubernetes.pools[0].replicas: must be between 1"));
+  EXPECT_THAT(with("statefulSet: slurmd-h100", "statefulSet: Slurmd_H100"),
+              HasSubstr("b.yaml:9: slurmOnKubernetes.pools[0].statefulSet: must be a StatefulSet "
+                        "name"));
+  EXPECT_THAT(with("statefulSet: slurmd-l4", "statefulSet: slurmd-h100"),
+              HasSubstr("b.yaml:14: slurmOnKubernetes.pools[1].statefulSet: \"slurmd-h100\" is "
+                        "listed twice"));
+  EXPECT_THAT(with("statefulSet: slurmd-l4", "statefulSet: slurmd-h100-1"),
+              HasSubstr("slurmOnKubernetes.pools: \"slurmd-h100\" and \"slurmd-h100-1\""));
+  EXPECT_THAT(with("  namespace: slurm\n", ""),
+              HasSubstr("b.yaml:7: slurmOnKubernetes.namespace: required"));
+  EXPECT_THAT(with("gpuType: H100", "gpuTyp: H100"),
+              HasSubstr("b.yaml:13: slurmOnKubernetes.pools[0].gpuTyp: unknown field"));
+  EXPECT_THAT(with("  pools:\n", "  pool:\n"), HasSubstr("slurmOnKubernetes.pool: unknown field"));
+}
+
 }  // namespace
 }  // namespace gpulet::broker

@@ -5,8 +5,10 @@
 #include <map>
 #include <set>
 
+#include "broker/engine_internal.h"
+
 namespace gpulet::broker {
-namespace {
+namespace detail {
 
 std::string Seconds(TimeMs ms) { return std::to_string(ms / 1000) + "s"; }
 
@@ -79,18 +81,6 @@ std::vector<const SlurmJob*> LargestPerType(const std::vector<const SlurmJob*>& 
   return out;
 }
 
-// What the lend rules need from all jobs and nodes, computed once per evaluation (the rules
-// then cost O(1) per candidate: 1,000 nodes x 10,000 jobs stays cheap).
-struct TypePool {
-  const SlurmJob* largest = nullptr;  // the largest capacity-bound job of this GPU type
-  int pool_total = 0;                 // GPUs of that type in Slurm's schedulable pool
-  int pool_fit = 0;                   // nodes in it with >= largest->gpus_per_node of them
-};
-struct LendContext {
-  std::map<std::string, std::string> named;  // node → a pending job naming it
-  std::vector<TypePool> types;
-};
-
 LendContext MakeLendContext(const SlurmView& slurm, const Journal& j,
                             const std::vector<const SlurmJob*>& largest_per_type) {
   LendContext ctx;
@@ -128,15 +118,18 @@ const SlurmJob* NeededBy(const LendContext& ctx, const SlurmNode& n) {
   return nullptr;
 }
 
-// Why `name` may not be lent now ("" when it may).
 std::string LendBlocker(const std::string& name, const SlurmView& slurm, const KubeView& kube,
-                        const Journal& j, const BrokerConfig& c, TimeMs now,
-                        const LendContext& ctx) {
+                        const Journal& j, const BrokerConfig& c, TimeMs now, const LendContext& ctx,
+                        bool need_kube_node) {
   auto it = slurm.nodes.find(name);
   if (it == slurm.nodes.end()) return "not in sinfo";
   const SlurmNode& n = it->second;
-  if (kube.nodes.count(name) == 0) return "no Kubernetes node of that name";
-  if (n.state != "idle" || !n.flags.empty()) return "not plainly idle (" + FlagsText(n) + ")";
+  if (need_kube_node && kube.nodes.count(name) == 0) return "no Kubernetes node of that name";
+  // DYNAMIC (22.05) / DYNAMIC_NORM (23.02+) say how the node registered (slurmd -Z), not a state.
+  const bool flagged = std::any_of(n.flags.begin(), n.flags.end(), [](const std::string& f) {
+    return f != "DYNAMIC" && f != "DYNAMIC_NORM";
+  });
+  if (n.state != "idle" || flagged) return "not plainly idle (" + FlagsText(n) + ")";
   if (n.alloc_cpus > 0 || n.gpus_used > 0) return "a job holds resources on it";
   if (now - n.last_busy < c.idle_time) {
     return "idle for " + Seconds(now - n.last_busy) + " < " + Seconds(c.idle_time);
@@ -159,6 +152,11 @@ std::string LendBlocker(const std::string& name, const SlurmView& slurm, const K
   }
   return "";
 }
+
+}  // namespace detail
+
+namespace {
+using namespace detail;
 
 Decision CarryLending(const std::string& name, const SlurmNode& n, Journal j, const BrokerConfig& c,
                       TimeMs now) {
@@ -285,6 +283,10 @@ const char* ActionName(Action a) {
       return "abort-return";
     case Action::kRelease:
       return "release";
+    case Action::kScaleDown:
+      return "scale-down";
+    case Action::kScaleUp:
+      return "scale-up";
   }
   return "?";
 }
@@ -443,7 +445,7 @@ Decision Evaluate(const SlurmView& slurm, const KubeView& kube, const Journal& j
   TimeMs pick_busy = 0;
   for (const std::string& name : c.nodes) {
     if (j.OwnerOf(name) != Owner::kSlurm) continue;
-    const std::string why = LendBlocker(name, slurm, kube, j, c, now, ctx);
+    const std::string why = LendBlocker(name, slurm, kube, j, c, now, ctx, true);
     if (!why.empty()) {
       blockers += (blockers.empty() ? "" : "; ") + name + ": " + why;
       continue;

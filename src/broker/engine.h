@@ -48,6 +48,10 @@ enum class Action {
   kResume,       // RESUME (only when the drain reason is still ours)
   kAbortReturn,  // like kAdmit: the return gave up, the node stays in Kubernetes
   kRelease,      // forget the node without touching Slurm (an admin's drain stays)
+  // Slurm on Kubernetes (scaled_engine.h): set a slurmd StatefulSet's spec.replicas from
+  // Decision::replicas_from to Decision::replicas_to (refused when it is no longer `from`).
+  kScaleDown,  // the highest ordinal's node is drained and idle: replicas - 1
+  kScaleUp,    // capacity back to Slurm: replicas + 1
 };
 const char* ActionName(Action a);
 
@@ -58,7 +62,9 @@ struct Decision {
   std::string reason;  // one human sentence
   std::string drain_reason;        // kDrain: the Slurm reason to set
   std::vector<std::string> evict;  // kEvict: "namespace/name" of the pods
-  Journal journal;                 // persist before acting
+  std::string stateful_set;        // kScaleDown/kScaleUp: the slurmd StatefulSet
+  int replicas_from = 0, replicas_to = 0;
+  Journal journal;  // persist before acting
 };
 
 Decision Evaluate(const SlurmView& slurm, const KubeView& kube, const Journal& journal,

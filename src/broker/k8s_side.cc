@@ -55,6 +55,25 @@ bool IsUnschedulableGpuPod(const json& pod) {
                            RequestsGpu(pod["spec"].value("initContainers", json::array())));
 }
 
+bool IsBoundGpuPod(const json& pod) {
+  if (!pod.is_object() || !pod.contains("spec") || Terminated(pod)) return false;
+  const json& spec = pod["spec"];
+  if (!spec.contains("nodeName") || !spec["nodeName"].is_string() ||
+      spec["nodeName"].get<std::string>().empty()) {
+    return false;
+  }
+  return RequestsGpu(spec.value("containers", json::array())) ||
+         RequestsGpu(spec.value("initContainers", json::array()));
+}
+
+namespace {
+
+std::string StatefulSetPath(const std::string& ns, const std::string& name) {
+  return "/apis/apps/v1/namespaces/" + ns + "/statefulsets/" + name;
+}
+
+}  // namespace
+
 KubeSide::KubeSide(const k8s::Client& client, const BrokerConfig& config)
     : client_(client), config_(config) {}
 
@@ -67,6 +86,41 @@ KubeView KubeSide::Observe() const {
     return v;
   };
   try {
+    if (config_.SlurmOnKubernetes()) {
+      for (const std::string& ns : config_.namespaces) {
+        Result<json> pods = client_.Get("/api/v1/namespaces/" + ns + "/pods?fieldSelector=" +
+                                        k8s::EscapeQueryValue("status.phase!=Succeeded"));
+        if (!pods.ok()) return fail(pods.status());
+        if (!(*pods).contains("items") || !(*pods)["items"].is_array()) {
+          return fail(Status(ErrorCode::kUnavailable, "pods of " + ns + ": no items"));
+        }
+        for (const json& p : (*pods)["items"]) {
+          if (IsUnschedulableGpuPod(p)) ++v.unschedulable_gpu_pods;
+          if (IsBoundGpuPod(p)) ++v.inference_gpu_pods;
+        }
+      }
+      for (const ScaledPool& pool : config_.pools) {
+        k8s::ApiResult<json> sts =
+            client_.Get(StatefulSetPath(config_.slurm_namespace, pool.stateful_set));
+        if (!sts.ok()) {
+          if (sts.http_status() == 404) continue;
+          return fail(sts.status());
+        }
+        StatefulSetState s;
+        s.name = pool.stateful_set;
+        const json& spec = (*sts).value("spec", json::object());
+        if (!spec.contains("replicas") || !spec["replicas"].is_number_integer()) {
+          return fail(Status(ErrorCode::kUnavailable,
+                             "statefulset " + pool.stateful_set + ": no spec.replicas"));
+        }
+        s.replicas = spec["replicas"].get<int>();
+        s.ready_replicas = (*sts).value("status", json::object()).value("readyReplicas", 0);
+        s.resource_version = (*sts)["metadata"].value("resourceVersion", "");
+        v.stateful_sets[s.name] = s;
+      }
+      v.ok = true;
+      return v;
+    }
     for (const std::string& ns : config_.namespaces) {
       Result<json> pods = client_.Get("/api/v1/namespaces/" + ns + "/pods?fieldSelector=" +
                                       k8s::EscapeQueryValue("status.phase=Pending"));
@@ -166,6 +220,23 @@ Result<EvictionResult> KubeSide::Evict(const std::vector<std::string>& pods) con
     }
   }
   return out;
+}
+
+Status KubeSide::ScaleStatefulSet(const std::string& name, int from, int to) const {
+  const std::string path = StatefulSetPath(config_.slurm_namespace, name);
+  Result<json> sts = client_.Get(path);
+  if (!sts.ok()) return sts.status();
+  const int now_replicas = (*sts).value("spec", json::object()).value("replicas", -1);
+  if (now_replicas == to) return {};  // done already (a re-issue after a crash)
+  if (now_replicas != from) {
+    return Status(ErrorCode::kUnavailable, "statefulset " + name + " has " +
+                                               std::to_string(now_replicas) + " replicas, not " +
+                                               std::to_string(from) + ": not scaled");
+  }
+  json patch = {
+      {"metadata", {{"resourceVersion", (*sts)["metadata"].value("resourceVersion", "")}}},
+      {"spec", {{"replicas", to}}}};
+  return client_.Patch(path, patch, k8s::PatchType::kMerge).status();
 }
 
 std::string FormatMicroTime(TimeMs t) {

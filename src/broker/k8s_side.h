@@ -10,6 +10,14 @@
 // Evict posts an Eviction for each pod: the API server refuses one that a PodDisruptionBudget
 // protects (HTTP 429) and the broker simply tries again next evaluation.
 //
+// Slurm on Kubernetes (config.SlurmOnKubernetes()): Observe also reads each pool's StatefulSet
+// (a 404 leaves it out of the view) and counts the inference namespaces' GPU pods bound to a node
+// (all pods of those namespaces are listed, not only the Pending ones); no Node is read.
+// ScaleStatefulSet sets spec.replicas from a fresh read, refusing (kConflict) when the
+// StatefulSet no longer has `from` replicas, and sends that read's resourceVersion with the patch
+// so a change in between is refused by the API server (409) rather than overwritten: scaling down
+// by one removes exactly the pod the broker drained.
+//
 // Leader election is lease.h, on the same client.
 #pragma once
 
@@ -36,6 +44,7 @@ class KubeSide {
   Status Admit(const std::string& node) const;
   Status StartReturn(const std::string& node) const;
   Result<EvictionResult> Evict(const std::vector<std::string>& pods) const;
+  Status ScaleStatefulSet(const std::string& name, int from, int to) const;
 
   const k8s::Client& client() const { return client_; }
 
@@ -46,6 +55,8 @@ class KubeSide {
 
 // Whether a pod object is demand: Unschedulable and asking for nvidia.com/*.
 bool IsUnschedulableGpuPod(const nlohmann::json& pod);
+// Whether a pod is bound to a node, not finished, and asks for nvidia.com/*.
+bool IsBoundGpuPod(const nlohmann::json& pod);
 // RFC 3339 with microseconds ("2026-12-02T23:10:41.123456Z") ↔ ms since the epoch.
 std::string FormatMicroTime(TimeMs t);
 bool ParseMicroTime(const std::string& text, TimeMs* out);

@@ -21,6 +21,11 @@ using TimeMs = int64_t;
 // with slurm::kReasonPrefix ("gpulet:"), so the health drainer never resumes the broker's drains.
 inline constexpr const char* kBrokerReasonPrefix = "gpulet-broker:";
 
+// Slurm on Kubernetes: the drain reason the broker sets on the highest ordinal's node before it
+// scales a slurmd StatefulSet down. It starts with "gpulet:" as every drain gpulet makes in this
+// mode (contract of issue 17); only a drain with exactly this prefix is resumed by the broker.
+inline constexpr const char* kScaleDownReasonPrefix = "gpulet: broker scale-down";
+
 // One Slurm node as sinfo reports it.
 struct SlurmNode {
   std::string name;
@@ -96,12 +101,26 @@ struct KubeNode {
   std::vector<std::string> evictable;  // "namespace/name" of the non-DaemonSet pods
 };
 
+// A slurmd StatefulSet (Slurm on Kubernetes): its pods are <name>-<ordinal>, ordinals
+// 0..replicas-1, and each is the Slurm node of the same name.
+struct StatefulSetState {
+  std::string name;
+  int replicas = 0;        // spec.replicas
+  int ready_replicas = 0;  // status.readyReplicas
+  std::string resource_version;
+};
+
 // Kubernetes as read in one evaluation; ok == false as for SlurmView.
 struct KubeView {
   bool ok = false;
   std::string error;
   std::map<std::string, KubeNode> nodes;
   int unschedulable_gpu_pods = 0;  // Unschedulable pods requesting nvidia.com/* in the namespaces
+  // Slurm on Kubernetes only: the slurmd StatefulSets (absent when 404) and the pods of the
+  // inference namespaces bound to a node and asking for nvidia.com/* (Kubernetes' use of the
+  // GPUs it borrowed).
+  std::map<std::string, StatefulSetState> stateful_sets;
+  int inference_gpu_pods = 0;
 };
 
 // Who owns a node. Nodes absent from the journal belong to Slurm.

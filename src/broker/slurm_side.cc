@@ -275,10 +275,10 @@ Status SlurmSide::Drain(const std::string& node, const std::string& reason) cons
   return client_.Drain(node, reason);
 }
 
-Result<bool> SlurmSide::ResumeIfOurs(const std::string& node) const {
+Result<bool> SlurmSide::ResumeIfOurs(const std::string& node, const std::string& prefix) const {
   Result<slurm::NodeStatus> st = client_.ShowNode(node);
   if (!st.ok()) return st.status();
-  if (!st->drained() || st->reason.rfind(kBrokerReasonPrefix, 0) != 0) return false;
+  if (!st->drained() || st->reason.rfind(prefix, 0) != 0) return false;
   Status s = client_.Resume(node);
   if (!s.ok()) return s;
   return true;

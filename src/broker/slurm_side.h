@@ -38,8 +38,10 @@ class SlurmSide {
 
   SlurmView Observe(TimeMs now) const;
   Status Drain(const std::string& node, const std::string& reason) const;
-  // RESUME only when DRAIN with our reason (fresh read). Returns whether it resumed.
-  Result<bool> ResumeIfOurs(const std::string& node) const;
+  // RESUME only when DRAIN with our reason (fresh read): one that starts with `prefix`
+  // (kScaleDownReasonPrefix in the Slurm-on-Kubernetes mode). Returns whether it resumed.
+  Result<bool> ResumeIfOurs(const std::string& node,
+                            const std::string& prefix = kBrokerReasonPrefix) const;
 
  private:
   Result<std::string> RunJson(const std::vector<std::string>& argv) const;

@@ -93,6 +93,10 @@ struct ExporterFlags {
   std::string memory_limits_state_dir;  // gpulet.memoryLimits stateDir (docs/memory-limits.md)
   // `gpulet node`: the memory pool's gauges, written by the plugin's publisher.
   std::shared_ptr<metrics::MemoryPoolGauges> memory_pool;
+  // --kubernetes-virtual-gpus / --kubernetes-enable-pod-uid: where processes' cgroups are read,
+  // and the API server that names pod UIDs (default: in-cluster).
+  std::string proc_root = "/proc";
+  std::string kubeconfig;
   // `gpulet exporter` only (`gpulet node` follows the plugin's --rescan-interval).
   std::string rescan_interval = "30s";
 };

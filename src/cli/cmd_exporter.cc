@@ -5,12 +5,16 @@
 #include <cstdlib>
 #include <ctime>
 #include <memory>
+#include <unistd.h>
 
 #include "cli/agents.h"
 #include "cli/commands.h"
 #include "common/clock.h"
 #include "common/signals.h"
+#include "k8s/access.h"
+#include "k8s/client.h"
 #include "metrics/exporter.h"
+#include "metrics/pod_uids.h"
 #include "mig/layout_lock.h"
 #include "node/inventory_watch.h"
 #include "node/rescanner.h"
@@ -77,8 +81,9 @@ void WarnIgnoredExporterFlags(const ExporterFlags& f) {
     warn("--kubernetes-enable-pod-labels",
          "pod labels need the API server; gpulet labels series with pod, namespace and container");
   }
-  if (f.kubernetes_enable_pod_uid) {
-    warn("--kubernetes-enable-pod-uid", "the kubelet's pod-resources API gives no pod UID");
+  if ((f.kubernetes_virtual_gpus || f.kubernetes_enable_pod_uid) && !f.kubernetes) {
+    warn(f.kubernetes_virtual_gpus ? "--kubernetes-virtual-gpus" : "--kubernetes-enable-pod-uid",
+         "needs -k/--kubernetes (pod attribution is off)");
   }
   if (f.devices != "f") {
     warn("--devices", "gpulet publishes every GPU and MIG device (as -d f)");
@@ -116,6 +121,32 @@ Result<std::unique_ptr<metrics::Exporter>> StartExporter(std::shared_ptr<gpu::Nv
   // dcgm-exporter: one series per device; per-pod series on shared GPUs with
   // --kubernetes-virtual-gpus.
   opts.series_per_pod = f.kubernetes_virtual_gpus && !f.one_series_per_gpu;
+  // Per-pod GPU_UTIL / FB_USED from the GPUs' processes, as dcgm-exporter 4.6+.
+  opts.process_metrics = f.kubernetes && opts.series_per_pod;
+  opts.proc_root = f.proc_root;
+  opts.pod_uid_label = f.kubernetes_enable_pod_uid;
+  if (f.kubernetes && (opts.process_metrics || f.kubernetes_enable_pod_uid)) {
+    // A process's cgroup names its pod by UID, which the kubelet's pod-resources API does not
+    // give: ask the API server for this node's pods, as dcgm-exporter's pod informer does.
+    Result<k8s::ClusterAccess> access = k8s::ResolveClusterAccess(f.kubeconfig);
+    if (access.ok()) {
+      std::string node_name;
+      if (const char* n = std::getenv("NODE_NAME"); n != nullptr && *n != '\0') node_name = n;
+      if (node_name.empty()) node_name = f.hostname;
+      if (node_name.empty()) {
+        char buf[256] = {};
+        if (::gethostname(buf, sizeof buf - 1) == 0) node_name = buf;
+      }
+      auto client = std::make_shared<k8s::Client>(std::move(access).value());
+      opts.pod_resources.list_pod_uids = [client, node_name] {
+        return metrics::ListPodUids(*client, node_name);
+      };
+    } else {
+      spdlog::warn("event=pod_uids_unavailable error=\"{}\" effect=\"no pod UIDs: per-pod "
+                   "DCGM_FI_DEV_GPU_UTIL and DCGM_FI_DEV_FB_USED and pod_uid are left out\"",
+                   access.status().message());
+    }
+  }
   opts.hostname = f.hostname;
   // dcgm-exporter takes the Hostname label from NODE_NAME when it is set.
   if (const char* node = std::getenv("NODE_NAME"); opts.hostname.empty() && node != nullptr) {
@@ -160,9 +191,19 @@ void AddExporterOptions(CLI::App* cmd, ExporterFlags* f) {
       ->check(CLI::Range(int64_t{100}, int64_t{3600000}))
       ->capture_default_str();
   cmd->add_flag("--kubernetes-virtual-gpus", f->kubernetes_virtual_gpus,
-                "On a GPU shared by several pods (time-slicing, MPS), one series per pod instead "
-                "of one series per GPU")
+                "On a GPU shared by several pods (time-slicing, MPS), one series per pod and "
+                "replica instead of one series per GPU; DCGM_FI_DEV_GPU_UTIL and "
+                "DCGM_FI_DEV_FB_USED per pod from its processes (needs hostPID and `list` on "
+                "pods)")
       ->envname("DCGM_EXPORTER_KUBERNETES_VIRTUAL_GPUS");
+  cmd->add_option("--proc-root", f->proc_root,
+                  "Where processes' cgroup files are read (<root>/<pid>/cgroup) for per-pod "
+                  "process metrics")
+      ->envname("GPULET_EXPORTER_PROC_ROOT")
+      ->capture_default_str();
+  cmd->add_option("--kubeconfig", f->kubeconfig,
+                  "Kubeconfig for the pod UIDs of --kubernetes-virtual-gpus and "
+                  "--kubernetes-enable-pod-uid (default: in-cluster)");
   cmd->add_flag("--one-series-per-gpu", f->one_series_per_gpu,
                 "One series per GPU, the sharing pods' labels joined by ',' (the default; wins "
                 "over --kubernetes-virtual-gpus)")
@@ -177,7 +218,8 @@ void AddExporterOptions(CLI::App* cmd, ExporterFlags* f) {
                 "Accepted for dcgm-exporter; ignored with a warning")
       ->envname("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS");
   cmd->add_flag("--kubernetes-enable-pod-uid", f->kubernetes_enable_pod_uid,
-                "Accepted for dcgm-exporter; ignored with a warning")
+                "Add the pod_uid label to pod-labelled series (pod UIDs from the API server: "
+                "`list` on pods)")
       ->envname("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID");
   cmd->add_option("--nvidia-resource-names", f->nvidia_resource_names,
                   "More resource names (or prefixes) whose devices are NVIDIA GPUs, for pod "

@@ -477,8 +477,11 @@ std::function<void()> AddPluginOptions(CLI::App* cmd, PluginArgs* args) {
                   "This node's Kubernetes name: names the memory pool's ConfigMap "
                   "gpulet-memory-<node> (default: the host name)")
       ->envname("NODE_NAME");
-  cmd->add_option("--kubeconfig", args->kubeconfig,
-                  "Kubeconfig for publishing the memory pool (default: in-cluster)");
+  // `gpulet node` shares the exporter's --kubeconfig (added first; see cmd_node.cc).
+  if (cmd->get_option_no_throw("--kubeconfig") == nullptr) {
+    cmd->add_option("--kubeconfig", args->kubeconfig,
+                    "Kubeconfig for publishing the memory pool (default: in-cluster)");
+  }
   cmd->add_option("--memory-pool-namespace", args->memory_namespace,
                   "Namespace of the memory pool's ConfigMap (gpulet's own)")
       ->envname("POD_NAMESPACE")

@@ -249,6 +249,8 @@ int RunHealth(const GlobalOptions& global, HealthFlags& f) {
 
 }  // namespace
 
+void RegisterSlurmPod(CLI::App* slurm, GlobalOptions& global, int& exit_code);  // cmd_slurm_pod.cc
+
 void RegisterSlurm(CLI::App& app, GlobalOptions& global, int& exit_code) {
   CLI::App* slurm = app.add_subcommand("slurm",
                                        "Describe this node to Slurm (gres.conf, slurm.conf), drain "
@@ -338,6 +340,8 @@ void RegisterSlurm(CLI::App& app, GlobalOptions& global, int& exit_code) {
     }
     exit_code = 0;
   });
+
+  RegisterSlurmPod(slurm, global, exit_code);
 }
 
 }  // namespace gpulet::cli

@@ -66,5 +66,6 @@ void RegisterMig(CLI::App& app, GlobalOptions& global, int& exit_code);
 void RegisterBroker(CLI::App& app, GlobalOptions& global, int& exit_code);
 void RegisterLabels(CLI::App& app, GlobalOptions& global, int& exit_code);
 void RegisterReplay(CLI::App& app, GlobalOptions& global, int& exit_code);
+void RegisterExtender(CLI::App& app, GlobalOptions& global, int& exit_code);
 
 }  // namespace gpulet::cli

@@ -79,6 +79,7 @@ Result<std::shared_ptr<Nvml>> Nvml::Load(const std::string& library_path) {
   nvml->fn_.name = reinterpret_cast<ret(*) params>(dlsym(handle, #name));
   GPULET_NVML_OPTIONAL_FUNCTIONS(GPULET_NVML_RESOLVE_OPTIONAL)
   GPULET_NVML_TELEMETRY_FUNCTIONS(GPULET_NVML_RESOLVE_OPTIONAL)
+  GPULET_NVML_PROCESS_FUNCTIONS(GPULET_NVML_RESOLVE_OPTIONAL)
 #undef GPULET_NVML_RESOLVE_OPTIONAL
 
   nvmlReturn_t rc = nvml->fn_.nvmlInit_v2();

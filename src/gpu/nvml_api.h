@@ -350,6 +350,29 @@ typedef struct {
   unsigned int isSupportedDevice;
 } nvmlGpmSupport_t;
 
+// Per-process data (nvmlDeviceGetComputeRunningProcesses_v3, nvmlDeviceGetProcessUtilization),
+// for attributing a shared GPU's use to the pods whose processes run on it.
+// usedGpuMemory is NVML_VALUE_NOT_AVAILABLE (all ones) when the driver cannot tell; on a GPU with
+// MIG enabled the parent's list carries each process's GPU and compute instance ids (all ones
+// otherwise).
+typedef struct {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;  // bytes
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+} nvmlProcessInfo_t;
+inline constexpr unsigned long long kNvmlValueNotAvailableUll = ~0ULL;
+
+// One utilisation sample of a process, over the driver's sample period ending at timeStamp.
+typedef struct {
+  unsigned int pid;
+  unsigned long long timeStamp;  // CPU time, microseconds
+  unsigned int smUtil;           // percent
+  unsigned int memUtil;          // percent
+  unsigned int encUtil;
+  unsigned int decUtil;
+} nvmlProcessUtilizationSample_t;
+
 // The functions gpulet resolves, as X(name, return type, parameter list). Required ones fail the
 // load when absent; optional ones are left null and their features report "not supported".
 #define GPULET_NVML_REQUIRED_FUNCTIONS(X)                                                      \
@@ -463,7 +486,20 @@ typedef struct {
     (nvmlDevice_t device, unsigned int gpuInstanceId, nvmlGpmSample_t sample))                 \
   X(nvmlGpmMetricsGet, nvmlReturn_t, (nvmlGpmMetricsGet_t * metricsGet))
 
+// Per-process data. Both follow NVML's two-call protocol: *count in = capacity of the array, out
+// = entries written; NVML_ERROR_INSUFFICIENT_SIZE with *count = the entries needed when the
+// array is too small (or null). nvmlDeviceGetProcessUtilization returns the samples newer than
+// lastSeenTimeStamp (0: every sample in the driver's buffer) and NVML_ERROR_NOT_FOUND when there
+// are none.
+#define GPULET_NVML_PROCESS_FUNCTIONS(X)                                                       \
+  X(nvmlDeviceGetComputeRunningProcesses_v3, nvmlReturn_t,                                     \
+    (nvmlDevice_t device, unsigned int* infoCount, nvmlProcessInfo_t* infos))                  \
+  X(nvmlDeviceGetProcessUtilization, nvmlReturn_t,                                             \
+    (nvmlDevice_t device, nvmlProcessUtilizationSample_t* utilization,                         \
+     unsigned int* processSamplesCount, unsigned long long lastSeenTimeStamp))
+
 #define GPULET_NVML_ALL_FUNCTIONS(X) \
   GPULET_NVML_REQUIRED_FUNCTIONS(X)  \
   GPULET_NVML_OPTIONAL_FUNCTIONS(X)  \
-  GPULET_NVML_TELEMETRY_FUNCTIONS(X)
+  GPULET_NVML_TELEMETRY_FUNCTIONS(X) \
+  GPULET_NVML_PROCESS_FUNCTIONS(X)

@@ -40,8 +40,9 @@ std::shared_ptr<const Rendered> Publisher::Current() const {
 
 void Publisher::RenderLocked() {
   auto r = std::make_shared<Rendered>();
-  r->text = Render(*snapshot_, pods_, {Format::kText004, series_per_pod_}, &jobs_);
-  r->openmetrics = Render(*snapshot_, pods_, {Format::kOpenMetrics, series_per_pod_}, &jobs_);
+  r->text = Render(*snapshot_, pods_, {Format::kText004, series_per_pod_, pod_uid_label_}, &jobs_);
+  r->openmetrics =
+      Render(*snapshot_, pods_, {Format::kOpenMetrics, series_per_pod_, pod_uid_label_}, &jobs_);
   if (!extra_.empty()) {
     r->text += extra_;
     const size_t eof = r->openmetrics.rfind("# EOF\n");

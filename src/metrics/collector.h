@@ -36,7 +36,8 @@ struct Rendered {
 
 class Publisher {
  public:
-  explicit Publisher(bool series_per_pod = true) : series_per_pod_(series_per_pod) {}
+  explicit Publisher(bool series_per_pod = true, bool pod_uid_label = false)
+      : series_per_pod_(series_per_pod), pod_uid_label_(pod_uid_label) {}
 
   void SetSnapshot(std::shared_ptr<const Snapshot> snapshot);
   // Re-renders only when the map differs from the current one.
@@ -53,6 +54,7 @@ class Publisher {
   void RenderLocked();  // holds render_mu_
 
   const bool series_per_pod_;
+  const bool pod_uid_label_;
   std::mutex render_mu_;  // serialises renderings; guards snapshot_ and pods_
   std::shared_ptr<const Snapshot> snapshot_;
   PodMap pods_;

@@ -22,7 +22,7 @@ Exporter::Exporter(std::shared_ptr<const gpu::Nvml> nvml, gpu::Inventory invento
     : nvml_(std::move(nvml)),
       inventory_(std::move(inventory)),
       options_(std::move(options)),
-      publisher_(options_.series_per_pod) {}
+      publisher_(options_.series_per_pod, options_.pod_uid_label) {}
 
 Exporter::~Exporter() { Stop(); }
 
@@ -56,6 +56,7 @@ Result<std::unique_ptr<Exporter>> Exporter::Create(std::shared_ptr<const gpu::Nv
     e->options_.hostname = LocalHostname();
   }
   e->sampler_ = std::make_unique<Sampler>(e->nvml_->fn(), e->inventory_, e->options_.hostname, &e->xids_);
+  if (e->options_.process_metrics) e->sampler_->EnableProcesses(e->options_.proc_root);
   return e;
 }
 

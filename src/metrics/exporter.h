@@ -29,6 +29,12 @@ struct ExporterOptions {
   bool kubernetes = false;
   PodResourcesOptions pod_resources;
   bool series_per_pod = true;
+  // --kubernetes-virtual-gpus: per-pod DCGM_FI_DEV_GPU_UTIL / DCGM_FI_DEV_FB_USED from the GPUs'
+  // processes (needs series_per_pod, and pod UIDs through pod_resources.list_pod_uids). Each
+  // process's pod is read from <proc_root>/<pid>/cgroup.
+  bool process_metrics = false;
+  std::string proc_root = "/proc";
+  bool pod_uid_label = false;  // --kubernetes-enable-pod-uid
   std::string hostname;  // empty: gethostname()
   bool no_hostname = false;  // dcgm-exporter's --no-hostname: no Hostname label at all
   // dcgm-exporter's --xid-count-window-size: the window of DCGM_EXP_XID_ERRORS_COUNT.

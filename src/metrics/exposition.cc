@@ -1,5 +1,7 @@
 #include "metrics/exposition.h"
 
+#include "metrics/processes.h"
+
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
@@ -82,6 +84,26 @@ std::string Join(const std::vector<PodRef>& pods, std::string PodRef::*member) {
   return s;
 }
 
+// One entry per container (replicas of the same container folded), for the joined labels.
+std::vector<PodRef> Containers(const std::vector<PodRef>& pods) {
+  std::vector<PodRef> out;
+  for (const PodRef& p : pods) {
+    const bool seen = std::any_of(out.begin(), out.end(), [&](const PodRef& o) {
+      return o.namespace_ == p.namespace_ && o.pod == p.pod && o.container == p.container;
+    });
+    if (!seen) out.push_back(p);
+  }
+  return out;
+}
+
+// The fields dcgm-exporter splits per process (its isPerProcessMetric).
+enum class PerProcess { kNo, kGpuUtil, kFbUsed };
+PerProcess PerProcessField(std::string_view field) {
+  if (field == "DCGM_FI_DEV_GPU_UTIL") return PerProcess::kGpuUtil;
+  if (field == "DCGM_FI_DEV_FB_USED") return PerProcess::kFbUsed;
+  return PerProcess::kNo;
+}
+
 }  // namespace
 
 std::string EscapeLabelValue(std::string_view v) {
@@ -157,6 +179,8 @@ std::string Render(const Snapshot& snapshot, const PodMap& pods, const RenderOpt
   std::vector<std::string> bases(snapshot.entities.size());
   std::vector<const std::vector<PodRef>*> entity_pods(snapshot.entities.size(), nullptr);
   std::vector<const std::string*> entity_job(snapshot.entities.size(), nullptr);
+  std::vector<std::vector<PodRef>> entity_containers(snapshot.entities.size());
+  std::vector<std::map<std::string, PodUse>> entity_use(snapshot.entities.size());
   for (size_t e = 0; e < snapshot.entities.size(); ++e) {
     const EntitySample& ent = snapshot.entities[e];
     bool first = true;
@@ -166,7 +190,11 @@ std::string Render(const Snapshot& snapshot, const PodMap& pods, const RenderOpt
       if (li < ent.labels.size()) AppendLabel(bases[e], cs.labels[li].field, ent.labels[li], first);
     }
     auto it = pods.find(ent.key);
-    if (it != pods.end() && !it->second.empty()) entity_pods[e] = &it->second;
+    if (it != pods.end() && !it->second.empty()) {
+      entity_pods[e] = &it->second;
+      if (!options.series_per_pod) entity_containers[e] = Containers(it->second);
+      if (ent.processes_read) entity_use[e] = SumByPod(ent.processes);
+    }
     if (jobs != nullptr) {
       auto j = jobs->find(ent.key.gpu);
       if (j != jobs->end() && !j->second.empty()) entity_job[e] = &j->second;
@@ -207,11 +235,31 @@ std::string Render(const Snapshot& snapshot, const PodMap& pods, const RenderOpt
         variants.emplace_back("", FormatValue(*ent.values[m]));
       }
       // One series per pod holding the entity (or one series with joined pods, or no pods).
-      size_t n_series = 1;
+      // Per-process fields: the device-wide series (s == -1), then one per holder with a UID.
       const std::vector<PodRef>* holders = entity_pods[e];
-      if (holders != nullptr && options.series_per_pod) n_series = holders->size();
+      const PerProcess per_process = PerProcessField(c.field);
+      const bool per_pod_values = holders != nullptr && options.series_per_pod &&
+                                  per_process != PerProcess::kNo && ent.processes_read;
+      long first_series = 0;
+      long n_series = 1;
+      if (holders != nullptr && options.series_per_pod) n_series = static_cast<long>(holders->size());
+      if (per_pod_values) first_series = -1;
       for (const auto& [xid_label, value] : variants) {
-        for (size_t s = 0; s < n_series; ++s) {
+        for (long s = first_series; s < n_series; ++s) {
+          const PodRef* holder = (holders != nullptr && options.series_per_pod && s >= 0)
+                                     ? &(*holders)[static_cast<size_t>(s)]
+                                     : nullptr;
+          std::string series_value = value;
+          if (per_pod_values && holder != nullptr) {
+            if (holder->uid.empty()) continue;  // its processes cannot be told apart
+            auto use = entity_use[e].find(holder->uid);
+            int64_t v = 0;
+            if (use != entity_use[e].end()) {
+              v = per_process == PerProcess::kGpuUtil ? use->second.sm_util
+                                                      : use->second.fb_used_mib;
+            }
+            series_value = std::to_string(v);
+          }
           attrs.clear();
           if (is_xid_count) attrs.emplace_back("xid", xid_label);
           if (is_xid) {
@@ -220,17 +268,20 @@ std::string Render(const Snapshot& snapshot, const PodMap& pods, const RenderOpt
             attrs.emplace_back("err_msg", std::string(XidMessage(code)));
           }
           if (entity_job[e] != nullptr) attrs.emplace_back("hpc_job", *entity_job[e]);
-          if (holders != nullptr) {
-            if (options.series_per_pod) {
-              const PodRef& p = (*holders)[s];
-              attrs.emplace_back("container", p.container);
-              attrs.emplace_back("namespace", p.namespace_);
-              attrs.emplace_back("pod", p.pod);
-            } else {
-              attrs.emplace_back("container", Join(*holders, &PodRef::container));
-              attrs.emplace_back("namespace", Join(*holders, &PodRef::namespace_));
-              attrs.emplace_back("pod", Join(*holders, &PodRef::pod));
+          if (holder != nullptr) {
+            attrs.emplace_back("container", holder->container);
+            attrs.emplace_back("namespace", holder->namespace_);
+            attrs.emplace_back("pod", holder->pod);
+            if (!holder->uid.empty() && (per_pod_values || options.pod_uid_label)) {
+              attrs.emplace_back("pod_uid", holder->uid);
             }
+            if (!holder->vgpu.empty()) attrs.emplace_back("vgpu", holder->vgpu);
+          } else if (holders != nullptr && !options.series_per_pod) {
+            const std::vector<PodRef>& cs_ = entity_containers[e];
+            attrs.emplace_back("container", Join(cs_, &PodRef::container));
+            attrs.emplace_back("namespace", Join(cs_, &PodRef::namespace_));
+            attrs.emplace_back("pod", Join(cs_, &PodRef::pod));
+            if (options.pod_uid_label) attrs.emplace_back("pod_uid", Join(cs_, &PodRef::uid));
           }
           std::sort(attrs.begin(), attrs.end(),
                     [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -240,7 +291,7 @@ std::string Render(const Snapshot& snapshot, const PodMap& pods, const RenderOpt
           bool first = bases[e].empty();
           for (const auto& [k, v] : attrs) AppendLabel(out, k, v, first);
           out += "} ";
-          out += value;
+          out += series_value;
           out += '\n';
         }
       }

@@ -32,12 +32,21 @@ struct RenderOptions {
   // With several pods on one GPU: true = one series per pod (default), false = one series whose
   // container/namespace/pod values are the pods' values joined by ",".
   bool series_per_pod = true;
+  // dcgm-exporter's --kubernetes-enable-pod-uid: pod-labelled series also carry pod_uid (when
+  // known). The per-pod process series of --kubernetes-virtual-gpus always carry it.
+  bool pod_uid_label = false;
 };
 
 // GPU index → Slurm job id(s) ("12" or "12,15"), rendered as the `hpc_job` attribute (the label
 // dcgm-exporter's HPC job mapping uses).
 using JobMap = std::map<unsigned, std::string>;
 
+// With series_per_pod, a GPU (or MIG instance) several pods share gets one series per pod and
+// replica (labels container, namespace, pod, [pod_uid], vgpu) carrying the device's value; except
+// DCGM_FI_DEV_GPU_UTIL and DCGM_FI_DEV_FB_USED when the snapshot carries the entity's processes
+// (as dcgm-exporter 4.6+): then the device-wide series stays, without pod labels, and each
+// holder whose UID is known gets a series with its pod's own value (metrics/processes.h: the
+// sum over its processes, 0 when none runs).
 std::string Render(const Snapshot& snapshot, const PodMap& pods, const RenderOptions& options,
                    const JobMap* jobs = nullptr);
 

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -37,6 +38,9 @@ struct Request {
   std::string accept;
   std::string connection;
   bool has_body = false;
+  bool chunked = false;
+  size_t content_length = 0;
+  std::string body;  // POST routes only
 };
 
 std::string Lower(std::string s) {
@@ -79,6 +83,14 @@ bool ParseRequest(const std::string& head, Request* r) {
     if ((name == "content-length" && value != "0") || name == "transfer-encoding") {
       r->has_body = true;
     }
+    if (name == "transfer-encoding") r->chunked = true;
+    if (name == "content-length") {
+      errno = 0;
+      char* end = nullptr;
+      const unsigned long long n = std::strtoull(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || errno != 0) return false;
+      r->content_length = static_cast<size_t>(n);
+    }
   }
   return true;
 }
@@ -93,6 +105,10 @@ const char* Reason(int status) {
       return "Not Found";
     case 405:
       return "Method Not Allowed";
+    case 411:
+      return "Length Required";
+    case 500:
+      return "Internal Server Error";
     case 413:
       return "Payload Too Large";
     case 429:
@@ -149,6 +165,8 @@ class MetricsServer::Loop {
     Watch(wake_fd_, EPOLLIN, EPOLL_CTL_ADD);
     const int workers = auth_->enabled() ? std::max(1, options_.threads) : 0;
     for (int i = 0; i < workers; ++i) auth_threads_.emplace_back([this] { AuthWorker(); });
+    const int post_workers = options_.post_routes.empty() ? 0 : std::max(1, options_.threads);
+    for (int i = 0; i < post_workers; ++i) post_threads_.emplace_back([this] { PostWorker(); });
     thread_ = std::thread([this] { Run(); });
     return Status::Ok();
   }
@@ -160,10 +178,17 @@ class MetricsServer::Loop {
       stopping_ = true;
     }
     auth_cv_.notify_all();
+    {
+      std::lock_guard<std::mutex> l(post_mu_);
+      post_stopping_ = true;
+    }
+    post_cv_.notify_all();
     Wake();
     if (thread_.joinable()) thread_.join();
     for (std::thread& t : auth_threads_) t.join();
     auth_threads_.clear();
+    for (std::thread& t : post_threads_) t.join();
+    post_threads_.clear();
   }
 
   HttpStats stats() const {
@@ -172,7 +197,7 @@ class MetricsServer::Loop {
   }
 
  private:
-  enum class Phase { kHandshake, kReading, kAuthWait, kWriting };
+  enum class Phase { kHandshake, kReading, kAuthWait, kPostWait, kWriting };
   struct Conn {
     int fd = -1;
     uint64_t id = 0;
@@ -201,6 +226,15 @@ class MetricsServer::Loop {
     uint64_t conn_id;
     std::string key;
     bool ok;
+  };
+  struct PostJob {
+    uint64_t conn_id;
+    const std::function<HttpOptions::PostReply(const std::string&)>* handler;
+    std::string body;
+  };
+  struct PostDone {
+    uint64_t conn_id;
+    HttpOptions::PostReply reply;
   };
 
   void Count(uint64_t HttpStats::*field, uint64_t n = 1) {
@@ -258,6 +292,7 @@ class MetricsServer::Loop {
           uint64_t v;
           [[maybe_unused]] ssize_t r = ::read(wake_fd_, &v, sizeof v);
           AuthCompletions();
+          PostCompletions();
         } else {
           Handle(fd, events[i].events);
         }
@@ -339,6 +374,7 @@ class MetricsServer::Loop {
       case Phase::kWriting:
         return WriteResponse(c);
       case Phase::kAuthWait:
+      case Phase::kPostWait:
         if (ev & (EPOLLHUP | EPOLLRDHUP)) Close(fd);
         return;
     }
@@ -362,8 +398,9 @@ class MetricsServer::Loop {
   int Receive(Conn& c) {
     char buf[16384];
     for (;;) {
-      const size_t room =
-          options_.max_header_bytes + 1 - std::min(c.in.size(), options_.max_header_bytes + 1);
+      const size_t cap = options_.max_header_bytes + 1 +
+                         (options_.post_routes.empty() ? 0 : options_.max_body_bytes);
+      const size_t room = cap - std::min(c.in.size(), cap);
       if (room == 0) return 0;
       const size_t want = std::min(room, sizeof buf);
       ssize_t n;
@@ -414,11 +451,22 @@ class MetricsServer::Loop {
     }
     Request req;
     const bool parsed = ParseRequest(c.in.substr(0, end), &req);
-    c.in.erase(0, end + 4);
+    const bool post_route = parsed && req.method == "POST" && options_.post_routes.count(req.path);
+    if (post_route && req.has_body && !req.chunked &&
+        req.content_length <= options_.max_body_bytes) {
+      if (c.in.size() < end + 4 + req.content_length) return;  // wait for the rest of the body
+      req.body = c.in.substr(end + 4, req.content_length);
+      c.in.erase(0, end + 4 + req.content_length);
+    } else {
+      c.in.erase(0, end + 4);
+    }
     if (!parsed) return Respond(c, 400, "text/plain", "bad request\n", true);
-    if (req.has_body)
+    if (post_route && req.chunked) {
+      return Respond(c, 411, "text/plain", "a Content-Length is required\n", true);
+    }
+    if (req.has_body && !(post_route && req.content_length <= options_.max_body_bytes))
       return Respond(c, 413, "text/plain", "request bodies are not accepted\n", true);
-    if (req.method != "GET" && req.method != "HEAD") {
+    if (req.method != "GET" && req.method != "HEAD" && !post_route) {
       return Respond(c, 405, "text/plain", "method not allowed\n", true);
     }
     if (!auth_->enabled()) return Route(c, req);
@@ -490,7 +538,67 @@ class MetricsServer::Loop {
     }
   }
 
+  // Hands a POST to the workers; the answer comes back through PostCompletions.
+  void Post(Conn& c, Request req) {
+    const auto& handler = options_.post_routes.at(req.path);
+    {
+      std::lock_guard<std::mutex> l(post_mu_);
+      if (post_queue_.size() >= options_.max_pending_posts) {
+        return Respond(c, 503, "text/plain", "too many requests pending, retry\n", false,
+                       "Retry-After: 1\r\n", &req);
+      }
+      post_queue_.push_back({c.id, &handler, std::move(req.body)});
+    }
+    post_cv_.notify_one();
+    req.body.clear();
+    c.pending = std::move(req);
+    c.phase = Phase::kPostWait;
+    c.deadline = Steady::now() + options_.post_timeout;
+    SetInterest(c, EPOLLRDHUP);
+  }
+
+  void PostWorker() {
+    for (;;) {
+      PostJob job;
+      {
+        std::unique_lock<std::mutex> l(post_mu_);
+        post_cv_.wait(l, [this] { return post_stopping_ || !post_queue_.empty(); });
+        if (post_stopping_) return;
+        job = std::move(post_queue_.front());
+        post_queue_.pop_front();
+      }
+      HttpOptions::PostReply reply;
+      try {
+        reply = (*job.handler)(job.body);
+      } catch (const std::exception& e) {
+        reply = {500, "text/plain", std::string("internal error: ") + e.what() + "\n"};
+      }
+      {
+        std::lock_guard<std::mutex> l(post_mu_);
+        post_done_.push_back({job.conn_id, std::move(reply)});
+      }
+      Wake();
+    }
+  }
+
+  void PostCompletions() {
+    std::vector<PostDone> done;
+    {
+      std::lock_guard<std::mutex> l(post_mu_);
+      done.swap(post_done_);
+    }
+    for (PostDone& d : done) {
+      auto id = by_id_.find(d.conn_id);
+      if (id == by_id_.end()) continue;  // the client left meanwhile
+      Conn& c = *conns_.at(id->second);
+      if (c.phase != Phase::kPostWait) continue;
+      Request req = std::move(c.pending);
+      Respond(c, d.reply.status, d.reply.content_type, d.reply.body, false, "", &req);
+    }
+  }
+
   void Route(Conn& c, const Request& req) {
+    if (req.method == "POST") return Post(c, req);
     if (auto it = options_.routes.find(req.path); it != options_.routes.end()) {
       auto [type, body] = it->second();
       return Respond(c, 200, type, body, false, "", &req);
@@ -641,6 +749,13 @@ class MetricsServer::Loop {
   mutable std::mutex stats_mu_;
   HttpStats stats_;
   std::vector<std::thread> auth_threads_;
+  // Shared with the POST workers.
+  std::mutex post_mu_;
+  std::condition_variable post_cv_;
+  bool post_stopping_ = false;
+  std::deque<PostJob> post_queue_;
+  std::vector<PostDone> post_done_;
+  std::vector<std::thread> post_threads_;
   std::thread thread_;
 };
 

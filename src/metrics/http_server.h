@@ -50,6 +50,19 @@ struct HttpOptions {
   // same bounds and authentication. Handlers run on the event thread: they must be quick (render
   // from state kept elsewhere). The broker serves its /metrics and /status this way.
   std::map<std::string, std::function<std::pair<std::string, std::string>()>> routes;
+  // Extra POST paths (path → handler of the request body). Only these accept a body: its
+  // Content-Length at most max_body_bytes (else 413; chunked bodies get 411). Handlers run on
+  // `threads` worker thread(s), not on the event thread, so they may block (the scheduler
+  // extender's bind calls the API server); at most max_pending_posts wait, beyond that 503.
+  struct PostReply {
+    int status = 200;
+    std::string content_type = "application/json";
+    std::string body;
+  };
+  std::map<std::string, std::function<PostReply(const std::string& body)>> post_routes;
+  size_t max_body_bytes = 16 << 20;
+  size_t max_pending_posts = 1024;
+  std::chrono::milliseconds post_timeout{30000};  // body complete → handler's answer written
 };
 
 // Counters, for tests and the log line at Stop().

@@ -64,19 +64,33 @@ PodMap BuildPodMap(const v1::ListPodResourcesResponse& response, const gpu::Inve
         for (const std::string& id : devices.device_ids()) {
           auto key = ResolveDeviceId(inventory, id, allow_index);
           if (!key) continue;
-          map[*key].push_back({pod.namespace_(), pod.name(), container.name()});
+          const size_t replica = id.find("::");
+          std::string vgpu = replica == std::string::npos ? "" : id.substr(replica + 2);
+          map[*key].push_back({pod.namespace_(), pod.name(), container.name(), std::move(vgpu), ""});
         }
       }
     }
   }
-  // Stable order; one entry per container even when it holds several replicas of a GPU.
+  // Stable order; one entry per container and replica.
   for (auto& [key, pods] : map) {
-    auto tie = [](const PodRef& p) { return std::tie(p.namespace_, p.pod, p.container); };
+    auto tie = [](const PodRef& p) { return std::tie(p.namespace_, p.pod, p.container, p.vgpu); };
     std::sort(pods.begin(), pods.end(),
               [&](const PodRef& a, const PodRef& b) { return tie(a) < tie(b); });
     pods.erase(std::unique(pods.begin(), pods.end()), pods.end());
   }
   return map;
+}
+
+bool ApplyPodUids(PodMap& map, const PodUidMap& uids) {
+  bool all = true;
+  for (auto& [key, pods] : map) {
+    for (PodRef& p : pods) {
+      auto it = uids.find({p.namespace_, p.pod});
+      p.uid = it != uids.end() ? it->second : "";
+      all = all && !p.uid.empty();
+    }
+  }
+  return all;
 }
 
 struct PodResourcesWatcher::Connection {
@@ -115,7 +129,23 @@ Result<PodMap> PodResourcesWatcher::ListOnce() {
     conn_.reset();
     return resp.status();
   }
-  return BuildPodMap(*resp, inventory_, options_.index_resource_prefixes);
+  PodMap map = BuildPodMap(*resp, inventory_, options_.index_resource_prefixes);
+  if (options_.list_pod_uids && !ApplyPodUids(map, uids_)) {
+    // A pod we have no UID for yet: ask the API server again (once per refresh at most).
+    Result<PodUidMap> uids = options_.list_pod_uids();
+    if (uids.ok()) {
+      if (uids_failing_) spdlog::info("event=pod_uids_recovered");
+      uids_failing_ = false;
+      uids_ = std::move(uids).value();
+      ApplyPodUids(map, uids_);
+    } else if (!uids_failing_) {
+      uids_failing_ = true;
+      spdlog::warn("event=pod_uids_unavailable error=\"{}\" effect=\"per-pod DCGM_FI_DEV_GPU_UTIL "
+                   "and DCGM_FI_DEV_FB_USED left out for pods without a known UID\"",
+                   uids.status().message());
+    }
+  }
+  return map;
 }
 
 void PodResourcesWatcher::Start() {

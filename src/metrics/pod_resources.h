@@ -16,6 +16,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -41,14 +42,27 @@ inline constexpr std::string_view kDefaultPodResourcesSocket =
 std::optional<EntityKey> ResolveDeviceId(const gpu::Inventory& inventory, std::string_view id,
                                          bool allow_index);
 
+// One PodRef per container and device ID: a container holding two replicas of a shared GPU
+// ("GPU-…::1", "GPU-…::2") is listed twice, with vgpu "1" and "2", as dcgm-exporter's
+// --kubernetes-virtual-gpus series are.
 PodMap BuildPodMap(const v1::ListPodResourcesResponse& response, const gpu::Inventory& inventory,
                    const std::vector<std::string>& index_resource_prefixes);
+
+// Pod UIDs by (namespace, name): the kubelet's pod-resources API names pods but gives no UID, and
+// a process's cgroup gives a UID but no name.
+using PodUidMap = std::map<std::pair<std::string, std::string>, std::string>;
+
+// Sets PodRef::uid from `uids` (left "" for a pod not in it). True when every pod had one.
+bool ApplyPodUids(PodMap& map, const PodUidMap& uids);
 
 struct PodResourcesOptions {
   std::string socket = std::string(kDefaultPodResourcesSocket);
   std::chrono::milliseconds refresh{std::chrono::seconds(10)};
   std::chrono::milliseconds call_timeout{std::chrono::seconds(5)};
   std::vector<std::string> index_resource_prefixes = {"nvidia.com/"};
+  // Lists the UIDs of this node's pods (the API server); null: pods carry no UID. Called when a
+  // pod the kubelet lists is not in the last answer.
+  std::function<Result<PodUidMap>()> list_pod_uids;
 };
 
 class PodResourcesWatcher {
@@ -75,6 +89,8 @@ class PodResourcesWatcher {
   std::function<void(PodMap)> on_map_;
   std::unique_ptr<Connection> conn_;  // used by one thread at a time (Start's caller, then Run)
   bool failing_ = false;
+  PodUidMap uids_;  // the last answer of list_pod_uids; same thread discipline as conn_
+  bool uids_failing_ = false;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;

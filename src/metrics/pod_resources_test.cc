@@ -80,11 +80,28 @@ TEST(BuildPodMap, EveryResourceKindMapsBackToItsGpu) {
   PodMap map = BuildPodMap(Cluster(), Node(), {"nvidia.com/"});
   ASSERT_EQ(map.size(), 2u);
   const auto& gpu0 = map.at({0, -1});
-  ASSERT_EQ(gpu0.size(), 3u);  // ts-b holds two replicas but is listed once; fpga is not a GPU
-  EXPECT_EQ(gpu0[0], (PodRef{"ml", "mps-c", "worker"}));
-  EXPECT_EQ(gpu0[1], (PodRef{"ml", "ts-a", "main"}));
-  EXPECT_EQ(gpu0[2], (PodRef{"ml", "ts-b", "main"}));
-  EXPECT_EQ(map.at({1, 6}), (std::vector<PodRef>{{"ml", "mig-d", "main"}}));
+  // One entry per replica (ts-b holds two, as dcgm-exporter's vgpu label tells them apart);
+  // fpga is not a GPU.
+  ASSERT_EQ(gpu0.size(), 4u);
+  EXPECT_EQ(gpu0[0], (PodRef{"ml", "mps-c", "worker", "4", ""}));
+  EXPECT_EQ(gpu0[1], (PodRef{"ml", "ts-a", "main", "1", ""}));
+  EXPECT_EQ(gpu0[2], (PodRef{"ml", "ts-b", "main", "2", ""}));
+  EXPECT_EQ(gpu0[3], (PodRef{"ml", "ts-b", "main", "3", ""}));
+  EXPECT_EQ(map.at({1, 6}), (std::vector<PodRef>{{"ml", "mig-d", "main", "", ""}}));
+}
+
+TEST(ApplyPodUids, NamesEveryKnownPod) {
+  PodMap map = BuildPodMap(Cluster(), Node(), {"nvidia.com/"});
+  PodUidMap uids = {{{"ml", "ts-a"}, "uid-a"}, {{"ml", "ts-b"}, "uid-b"}, {{"ml", "mig-d"}, "uid-d"}};
+  EXPECT_FALSE(ApplyPodUids(map, uids));  // mps-c has none
+  const auto& gpu0 = map.at({0, -1});
+  EXPECT_EQ(gpu0[0].uid, "");
+  EXPECT_EQ(gpu0[1].uid, "uid-a");
+  EXPECT_EQ(gpu0[2].uid, "uid-b");
+  EXPECT_EQ(gpu0[3].uid, "uid-b");
+  EXPECT_EQ(map.at({1, 6})[0].uid, "uid-d");
+  uids[{"ml", "mps-c"}] = "uid-c";
+  EXPECT_TRUE(ApplyPodUids(map, uids));
 }
 
 class FakeKubelet final : public v1::PodResourcesLister::Service {
@@ -132,7 +149,7 @@ TEST_F(WatcherTest, ListsReconnectsAfterRestartAndSurvivesSocketLoss) {
   PodResourcesWatcher w(inv_, opts, [](PodMap) {});
   auto map = w.ListOnce();
   ASSERT_TRUE(map.ok()) << map.status().message();
-  EXPECT_EQ(map->at({0, -1}).size(), 3u);
+  EXPECT_EQ(map->at({0, -1}).size(), 4u);
 
   // Kubelet gone: the socket disappears.
   server->Shutdown();
@@ -150,8 +167,54 @@ TEST_F(WatcherTest, ListsReconnectsAfterRestartAndSurvivesSocketLoss) {
   ASSERT_TRUE(server);
   map = w.ListOnce();
   ASSERT_TRUE(map.ok()) << map.status().message();
-  EXPECT_EQ(map->at({0, -1}), (std::vector<PodRef>{{"ml", "new", "main"}}));
+  EXPECT_EQ(map->at({0, -1}), (std::vector<PodRef>{{"ml", "new", "main", "", ""}}));
   EXPECT_EQ(second.calls.load(), 1);
+}
+
+// Pod UIDs come from the API server only when the kubelet lists a pod not named before.
+TEST_F(WatcherTest, AsksForPodUidsOnlyForNewPods) {
+  FakeKubelet kubelet(Cluster());
+  auto server = Serve(socket_, &kubelet);
+  ASSERT_TRUE(server);
+  PodResourcesOptions opts;
+  opts.socket = socket_;
+  int uid_lists = 0;
+  bool api_down = false;
+  opts.list_pod_uids = [&]() -> Result<PodUidMap> {
+    ++uid_lists;
+    if (api_down) return Status(ErrorCode::kUnavailable, "GET /api/v1/pods: connection refused");
+    return PodUidMap{{{"ml", "ts-a"}, "uid-a"},
+                     {{"ml", "ts-b"}, "uid-b"},
+                     {{"ml", "mps-c"}, "uid-c"},
+                     {{"ml", "mig-d"}, "uid-d"}};
+  };
+  PodResourcesWatcher w(inv_, opts, [](PodMap) {});
+  auto map = w.ListOnce();
+  ASSERT_TRUE(map.ok()) << map.status().message();
+  EXPECT_EQ(uid_lists, 1);
+  EXPECT_EQ(map->at({0, -1})[1].uid, "uid-a");
+  map = w.ListOnce();
+  ASSERT_TRUE(map.ok());
+  EXPECT_EQ(uid_lists, 1);  // every pod known
+  EXPECT_EQ(map->at({1, 6})[0].uid, "uid-d");
+
+  // A new pod while the API server is down: listed without a UID, asked again next time.
+  server->Shutdown();
+  server.reset();
+  std::filesystem::remove(socket_);
+  v1::ListPodResourcesResponse later = Cluster();
+  AddPod(later, "ml", "late", "main", "nvidia.com/gpu", {"GPU-0::9"});
+  FakeKubelet second(later);
+  server = Serve(socket_, &second);
+  ASSERT_TRUE(server);
+  api_down = true;
+  map = w.ListOnce();
+  ASSERT_TRUE(map.ok()) << map.status().message();
+  EXPECT_EQ(uid_lists, 2);
+  const auto& gpu0 = map->at({0, -1});  // late, mps-c, ts-a, ts-b, ts-b
+  EXPECT_EQ(gpu0[0].pod, "late");
+  EXPECT_EQ(gpu0[0].uid, "");
+  EXPECT_EQ(gpu0[2].uid, "uid-a");  // known pods keep their last UIDs
 }
 
 TEST_F(WatcherTest, TimerRefreshDeliversMapsAndKeepsLastOnFailure) {

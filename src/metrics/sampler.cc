@@ -568,6 +568,16 @@ Snapshot Sampler::Sample(std::shared_ptr<const CounterSet> counters) {
       }
     }
 
+    if (health.up && processes_) {
+      std::map<EntityKey, std::vector<ProcessUse>> procs;
+      if (processes_->Read(g, dev, &procs)) {
+        for (Entity& e : entities) {
+          e.sample.processes_read = true;
+          auto it = procs.find(e.sample.key);
+          if (it != procs.end()) e.sample.processes = std::move(it->second);
+        }
+      }
+    }
     if (health.up) {
       if (logged_lost_.erase(g.index) > 0) {
         spdlog::info("event=gpu_readable gpu={} uuid={}", g.index, g.uuid);
@@ -579,7 +589,12 @@ Snapshot Sampler::Sample(std::shared_ptr<const CounterSet> counters) {
     }
     snap.gpus.push_back(std::move(health));
   }
+  if (processes_) processes_->EndCollection();
   return snap;
+}
+
+void Sampler::EnableProcesses(std::string proc_root) {
+  processes_ = std::make_unique<ProcessReader>(fn_, std::move(proc_root));
 }
 
 }  // namespace gpulet::metrics

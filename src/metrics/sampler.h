@@ -19,6 +19,7 @@
 
 #include "gpu/inventory.h"
 #include "gpu/nvml.h"
+#include "metrics/processes.h"
 #include "metrics/snapshot.h"
 
 namespace gpulet::metrics {
@@ -63,6 +64,9 @@ class Sampler {
   Sampler& operator=(const Sampler&) = delete;
 
   Snapshot Sample(std::shared_ptr<const CounterSet> counters);
+  // From now on every entity also carries its compute processes and their pods (cgroups read
+  // under `proc_root`): --kubernetes-virtual-gpus's per-pod GPU_UTIL and FB_USED.
+  void EnableProcesses(std::string proc_root);
 
   const gpu::Inventory& inventory() const { return inventory_; }
   // The handle of physical GPU `index` (null until NVML gives one).
@@ -96,6 +100,7 @@ class Sampler {
   std::set<unsigned> logged_lost_;
   std::map<unsigned, bool> gpm_supported_;  // by GPU index, once known
   std::map<EntityKey, GpmState> gpm_;
+  std::unique_ptr<ProcessReader> processes_;  // null unless EnableProcesses
   std::unique_ptr<nvmlGpmMetricsGet_t> gpm_request_;  // 13 KiB: allocated once, on first use
 };
 

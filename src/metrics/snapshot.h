@@ -38,6 +38,17 @@ struct GpuIdentity {
   std::string model;
 };
 
+// One compute process on an entity (metrics/processes.h), with the pod its cgroup names.
+struct ProcessUse {
+  uint32_t pid = 0;
+  uint64_t used_bytes = 0;
+  bool has_memory = false;  // NVML gave the bytes used
+  unsigned sm_util = 0;
+  bool has_util = false;  // NVML gave a utilisation sample since the last collection
+  std::string pod_uid;    // "" when the process is in no pod's cgroup
+  bool operator==(const ProcessUse&) const = default;
+};
+
 struct EntitySample {
   EntityKey key;
   GpuIdentity gpu;
@@ -48,6 +59,9 @@ struct EntitySample {
   std::vector<std::string> labels;
   // DCGM_EXP_XID_ERRORS_COUNT: XID code → count in the window (one series each, label xid).
   std::map<uint64_t, int64_t> xid_counts;
+  // Compute processes (only with --kubernetes-virtual-gpus). processes_read: NVML listed them.
+  bool processes_read = false;
+  std::vector<ProcessUse> processes;
 };
 
 struct GpuHealth {
@@ -69,6 +83,8 @@ struct PodRef {
   std::string namespace_;
   std::string pod;
   std::string container;
+  std::string vgpu;  // the replica of a shared GPU ("3" of "GPU-…::3"); "" for whole devices
+  std::string uid;   // the pod's UID when known (API server), else ""
   bool operator==(const PodRef&) const = default;
 };
 

@@ -44,6 +44,19 @@ const std::regex kMigProfile("([0-9]+c\\.)?[0-9]+g\\.[0-9]+gb(\\+me)?");
 
 }  // namespace
 
+Result<int64_t> MemoryUnitBytes(const std::string& resource) {
+  static const std::regex name("gpulet\\.io/gpu-memory-([0-9]{1,6})(ki|mi|gi)");
+  std::smatch m;
+  if (!std::regex_match(resource, m, name) || std::stoll(m[1].str()) == 0) {
+    return Status(ErrorCode::kInvalidInput,
+                  "\"" + resource +
+                      "\" is not a GPU memory resource (gpulet.io/gpu-memory-<n><ki|mi|gi>, "
+                      "like gpulet.io/gpu-memory-1gi)");
+  }
+  const int shift = m[2] == "ki" ? 10 : m[2] == "mi" ? 20 : 30;
+  return std::stoll(m[1].str()) << shift;
+}
+
 std::string MigResourceName(const std::string& profile) {
   std::string p = profile;
   const size_t plus = p.find('+');
@@ -63,8 +76,19 @@ Result<TenantsFile> ParseTenants(const std::string& text, const std::string& pat
   if (!root.IsMap())
     return InvalidAt(path, LineOf(root), "(document)", "must be a mapping with tenants:");
   for (const auto& kv : root) {
-    if (kv.first.Scalar() != "tenants") {
-      return InvalidAt(path, LineOf(kv.first), kv.first.Scalar(), "unknown key (want tenants)");
+    if (kv.first.Scalar() == "memoryResource") {
+      if (!kv.second.IsScalar()) {
+        return InvalidAt(path, LineOf(kv.second), "memoryResource", "must be a resource name");
+      }
+      Result<int64_t> unit = MemoryUnitBytes(kv.second.Scalar());
+      if (!unit.ok()) {
+        return InvalidAt(path, LineOf(kv.second), "memoryResource", unit.status().message());
+      }
+      out.memory_resource = kv.second.Scalar();
+      out.memory_unit_bytes = *unit;
+    } else if (kv.first.Scalar() != "tenants") {
+      return InvalidAt(path, LineOf(kv.first), kv.first.Scalar(),
+                       "unknown key (want tenants, memoryResource)");
     }
   }
   const YAML::Node list = root["tenants"];
@@ -92,10 +116,14 @@ Result<TenantsFile> ParseTenants(const std::string& text, const std::string& pat
               path, LineOf(kv.second), field,
               "\"" + t.namespace_name + "\" is not a valid namespace name (DNS-1123 label)");
         }
-      } else if (key == "gpus" || key == "sharedGpus" || key == "maxPerContainer") {
+      } else if (key == "gpus" || key == "sharedGpus" || key == "maxPerContainer" ||
+                 key == "gpuMemory") {
         Result<int> n = Count(kv.second, path, field);
         if (!n.ok()) return n.status();
-        (key == "gpus" ? t.gpus : key == "sharedGpus" ? t.shared_gpus : t.max_per_container) = *n;
+        (key == "gpus"         ? t.gpus
+         : key == "sharedGpus" ? t.shared_gpus
+         : key == "gpuMemory"  ? t.gpu_memory
+                               : t.max_per_container) = *n;
       } else if (key == "mig") {
         if (!kv.second.IsMap()) {
           return InvalidAt(path, LineOf(kv.second), field, "must map MIG profiles to counts");
@@ -114,7 +142,8 @@ Result<TenantsFile> ParseTenants(const std::string& text, const std::string& pat
         }
       } else {
         return InvalidAt(path, LineOf(kv.first), field,
-                         "unknown key (want namespace, gpus, sharedGpus, mig, maxPerContainer)");
+                         "unknown key (want namespace, gpus, sharedGpus, mig, gpuMemory, "
+                         "maxPerContainer)");
       }
     }
     if (t.namespace_name.empty()) return InvalidAt(path, t.line, base + ".namespace", "missing");
@@ -157,6 +186,16 @@ Status AddInventory(FleetCapacity& fleet, const std::string& text, const std::st
     }
     if (enabled.Scalar() == "false") {
       ++fleet.whole_gpus;
+      const YAML::Node mib = g["memory_mib"];
+      int64_t memory = 0;
+      if (mib && mib.IsScalar() && !mib.Scalar().empty() &&
+          mib.Scalar().find_first_not_of("0123456789") == std::string::npos &&
+          mib.Scalar().size() <= 12) {
+        memory = std::stoll(mib.Scalar());
+      } else if (mib) {
+        return InvalidAt(path, LineOf(mib), base + ".memory_mib", "must be an integer >= 0");
+      }
+      fleet.whole_gpu_memory_mib.push_back(memory);
       continue;
     }
     const YAML::Node migs = g["mig_devices"];
@@ -233,6 +272,36 @@ Result<CheckReport> CheckAgainstFleet(const TenantsFile& tf, const FleetCapacity
     Status s = over(tf.tenants_line, "tenants", what + ", the fleet has " + whole);
     if (!s.ok()) return s;
   }
+  // Memory units: a GPU is in one pool, so the memory budget must fit on the GPUs the whole and
+  // shared budgets leave. Those take the GPUs with the least memory first (the plan that leaves
+  // the most units; placement is the operator's config, so this is the bound a plan must meet).
+  int64_t memory = 0;
+  int memory_line = tf.tenants_line;
+  for (const Tenant& t : tf.tenants) {
+    if (t.gpu_memory > 0 && memory == 0) {
+      const auto it = t.field_lines.find("gpuMemory");
+      memory_line = it == t.field_lines.end() ? t.line : it->second;
+    }
+    memory += t.gpu_memory;
+  }
+  if (memory > 0) {
+    std::vector<int64_t> units;
+    for (int64_t mib : fleet.whole_gpu_memory_mib) {
+      units.push_back((mib << 20) / tf.memory_unit_bytes);
+    }
+    std::sort(units.begin(), units.end());
+    const size_t taken = std::min(units.size(), static_cast<size_t>(std::max(needed, 0)));
+    int64_t capacity = 0;
+    for (size_t i = taken; i < units.size(); ++i) capacity += units[i];
+    if (memory > capacity) {
+      Status s = over(memory_line, "tenants[*].gpuMemory",
+                      "requests." + tf.memory_resource + " sums to " + std::to_string(memory) +
+                          " units, the " + std::to_string(units.size() - taken) +
+                          " GPUs left after the whole and shared budgets hold " +
+                          std::to_string(capacity));
+      if (!s.ok()) return s;
+    }
+  }
   for (const auto& [profile, n] : mig) {
     if (n > fleet.mig.at(profile)) {
       Status s = over(mig_first_line[profile], "tenants[*].mig." + profile,
@@ -303,6 +372,8 @@ std::string RenderManifests(const TenantsFile& tf) {
         << "spec:\n  hard:\n";
     // Extended resources are quota'd on requests only; a 0 line forbids the resource.
     for (const auto& [name, n] : resources) out << "    requests." << name << ": \"" << n << "\"\n";
+    // GPU memory in units of the pool's resource (not capped by maxPerContainer, a GPU count).
+    out << "    requests." << tf.memory_resource << ": \"" << t.gpu_memory << "\"\n";
     if (t.max_per_container > 0) RenderContainerCap(out, t, resources);
   }
   return out.str();

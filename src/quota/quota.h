@@ -7,11 +7,14 @@
 //       gpus: 4                  # requests.nvidia.com/gpu (whole GPUs)
 //       sharedGpus: 8            # requests.nvidia.com/gpu.shared (time-sliced / MPS replicas)
 //       mig: {1g.10gb: 7}        # requests.nvidia.com/mig-1g.10gb (+me profiles as .me)
-//       maxPerContainer: 2       # optional cap per container for each of the above
+//       gpuMemory: 160           # requests.<memoryResource>: units of GPU memory (docs/memory-requests.md)
+//       maxPerContainer: 2       # optional cap per container for each GPU count above
+//   memoryResource: gpulet.io/gpu-memory-1gi   # optional, the memory pool's resource (unit in name)
 // Every count is an integer >= 0; unknown keys are errors. Errors are kInvalidInput with
 // "FILE:LINE: field: problem".
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -25,6 +28,7 @@ struct Tenant {
   int gpus = 0;
   int shared_gpus = 0;
   std::map<std::string, int> mig;          // profile as in the inventory ("1g.10gb", "1g.10gb+me")
+  int gpu_memory = 0;                      // units of the memory resource
   int max_per_container = 0;               // 0: no LimitRange max
   int line = 0;                            // of the entry, for errors
   std::map<std::string, int> field_lines;  // "gpus", "sharedGpus", "mig.<profile>" → line
@@ -34,7 +38,13 @@ struct TenantsFile {
   std::string path;
   std::vector<Tenant> tenants;
   int tenants_line = 0;
+  std::string memory_resource = "gpulet.io/gpu-memory-1gi";
+  int64_t memory_unit_bytes = int64_t{1} << 30;
 };
+
+// The unit a memory resource name states: "gpulet.io/gpu-memory-512mi" → 512 MiB. kInvalidInput
+// for a name that is not gpulet.io/gpu-memory-<n>(ki|mi|gi).
+Result<int64_t> MemoryUnitBytes(const std::string& resource);
 
 Result<TenantsFile> ParseTenants(const std::string& yaml_text, const std::string& path);
 Result<TenantsFile> LoadTenants(const std::string& path);
@@ -42,6 +52,7 @@ Result<TenantsFile> LoadTenants(const std::string& path);
 // What a fleet can grant, summed over its inventory files.
 struct FleetCapacity {
   int whole_gpus = 0;                // GPUs without MIG
+  std::vector<int64_t> whole_gpu_memory_mib;  // per GPU without MIG
   std::map<std::string, int> mig;    // profile → MIG devices
   std::vector<std::string> sources;  // files read
 };

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cstdio>
 #include <map>
 
 namespace gpulet::quota {
@@ -239,6 +240,96 @@ TEST(Render, OrdinaryPodsPassTheLimitRanger) {
 TEST(Render, MeProfilesBecomeDotMeResourceNames) {
   EXPECT_EQ(MigResourceName("1g.10gb+me"), "nvidia.com/mig-1g.10gb.me");
   EXPECT_EQ(MigResourceName("3g.40gb"), "nvidia.com/mig-3g.40gb");
+}
+
+}  // namespace
+}  // namespace gpulet::quota
+
+namespace gpulet::quota {
+namespace {
+
+// Four whole 80 GiB GPUs.
+FleetCapacity FourGpus() {
+  FleetCapacity fleet;
+  std::string gpus;
+  for (int i = 0; i < 4; ++i) {
+    gpus += std::string(i ? "," : "") + "{\"mig_enabled\": false, \"memory_mib\": 81920}";
+  }
+  EXPECT_TRUE(AddInventory(fleet, "{\"gpus\": [" + gpus + "]}", "fleet.json").ok());
+  return fleet;
+}
+
+TEST(Memory, BudgetsAreUnitsOfThePoolsResource) {
+  auto tf = ParseTenants(
+      "memoryResource: gpulet.io/gpu-memory-512mi\ntenants:\n  - namespace: a\n    gpuMemory: 40\n",
+      "t.yaml");
+  ASSERT_TRUE(tf.ok()) << tf.status().message();
+  EXPECT_EQ(tf->memory_resource, "gpulet.io/gpu-memory-512mi");
+  EXPECT_EQ(tf->memory_unit_bytes, int64_t{512} << 20);
+  EXPECT_EQ(tf->tenants[0].gpu_memory, 40);
+  EXPECT_EQ(*MemoryUnitBytes("gpulet.io/gpu-memory-2gi"), int64_t{2} << 30);
+  auto bad = ParseTenants("memoryResource: nvidia.com/gpu\ntenants:\n  - namespace: a\n", "t.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("t.yaml:1: memoryResource: \"nvidia.com/gpu\" is not a GPU "
+                                        "memory resource"),
+            std::string::npos)
+      << bad.status().message();
+  bad = ParseTenants("tenants:\n  - namespace: a\n    gpuMemory: 1.5\n", "t.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("t.yaml:3: tenants[0].gpuMemory: must be an integer"),
+            std::string::npos)
+      << bad.status().message();
+}
+
+TEST(Memory, CheckedAgainstTheGpusTheOtherBudgetsLeave) {
+  FleetCapacity fleet = FourGpus();
+  ASSERT_EQ(fleet.whole_gpu_memory_mib.size(), 4u);
+  const char* text =
+      "tenants:\n  - namespace: a\n    gpus: 1\n  - namespace: b\n    gpuMemory: %d\n";
+  char buf[256];
+  std::snprintf(buf, sizeof buf, text, 240);  // 3 GPUs × 80 GiB left
+  auto tf = ParseTenants(buf, "t.yaml");
+  ASSERT_TRUE(tf.ok());
+  EXPECT_TRUE(CheckAgainstFleet(*tf, fleet, {}).ok());
+  std::snprintf(buf, sizeof buf, text, 241);
+  tf = ParseTenants(buf, "t.yaml");
+  auto r = CheckAgainstFleet(*tf, fleet, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(
+                "t.yaml:5: tenants[*].gpuMemory: requests.gpulet.io/gpu-memory-1gi sums to 241 "
+                "units, the 3 GPUs left after the whole and shared budgets hold 240"),
+            std::string::npos)
+      << r.status().message();
+  CheckOptions o;
+  o.allow_overcommit = true;
+  r = CheckAgainstFleet(*tf, fleet, o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->warnings.size(), 1u);
+  // A smaller unit: twice the units on the same GPUs.
+  tf = ParseTenants(
+      "memoryResource: gpulet.io/gpu-memory-512mi\ntenants:\n  - namespace: b\n    gpuMemory: 640\n",
+      "t.yaml");
+  EXPECT_TRUE(CheckAgainstFleet(*tf, fleet, {}).ok());
+}
+
+TEST(Memory, RenderedNextToTheGpuAndMigLines) {
+  auto tf = ParseTenants(
+      "tenants:\n  - namespace: a\n    gpus: 1\n    maxPerContainer: 1\n"
+      "  - namespace: b\n    gpuMemory: 160\n",
+      "t.yaml");
+  ASSERT_TRUE(tf.ok());
+  std::vector<YAML::Node> docs = YAML::LoadAll(RenderManifests(*tf));
+  std::map<std::string, YAML::Node> quotas;
+  for (const YAML::Node& d : docs) {
+    if (d["kind"].as<std::string>() == "ResourceQuota") {
+      quotas[d["metadata"]["namespace"].as<std::string>()] = d;
+    }
+  }
+  ASSERT_EQ(quotas.size(), 2u);
+  EXPECT_EQ(quotas["a"]["spec"]["hard"]["requests.gpulet.io/gpu-memory-1gi"].as<std::string>(), "0");
+  EXPECT_EQ(quotas["b"]["spec"]["hard"]["requests.gpulet.io/gpu-memory-1gi"].as<std::string>(),
+            "160");
+  EXPECT_EQ(quotas["b"]["spec"]["hard"]["requests.nvidia.com/gpu"].as<std::string>(), "0");
 }
 
 }  // namespace

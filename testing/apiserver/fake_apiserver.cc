@@ -302,6 +302,10 @@ struct FakeApiServer::State {
                       "application/json");
       return;
     }
+    if (seg.size() >= 3 && seg.back() == "binding" && seg[seg.size() - 3] == "pods") {
+      HandleBinding(req.path, body, res);
+      return;
+    }
     if (!IsCollection(req.path)) {
       Fail(res, 405, "MethodNotAllowed", "POST " + req.path + ": not a collection");
       return;
@@ -319,6 +323,46 @@ struct FakeApiServer::State {
     Record("ADDED", path, body);
     res.status = 201;
     res.set_content(objects[path].dump(), "application/json");
+  }
+
+  // POST .../pods/NAME/binding (caller holds mu): sets spec.nodeName from target.name; 404 without
+  // the pod, 409 when it is already bound, 409 when metadata.uid is given and differs.
+  void HandleBinding(const std::string& path, const nlohmann::json& body, httplib::Response& res) {
+    const std::string pod_path = path.substr(0, path.rfind('/'));
+    const std::string name = pod_path.substr(pod_path.rfind('/') + 1);
+    auto pod = objects.find(pod_path);
+    if (pod == objects.end()) {
+      Fail(res, 404, "NotFound", "pods \"" + name + "\" not found");
+      return;
+    }
+    const std::string node = body.contains("target") && body["target"].is_object()
+                                 ? body["target"].value("name", "")
+                                 : "";
+    if (node.empty()) {
+      Fail(res, 422, "Invalid", "target.name: Required value");
+      return;
+    }
+    const std::string uid = body.contains("metadata") && body["metadata"].is_object()
+                                ? body["metadata"].value("uid", "")
+                                : "";
+    if (!uid.empty() && uid != pod->second["metadata"].value("uid", "")) {
+      Fail(res, 409, "Conflict", "Operation cannot be fulfilled on pods/binding \"" + name +
+                                     "\": the UID in the binding does not match the pod");
+      return;
+    }
+    const nlohmann::json spec = pod->second.value("spec", nlohmann::json::object());
+    if (!spec.value("nodeName", "").empty()) {
+      Fail(res, 409, "Conflict", "Operation cannot be fulfilled on pods/binding \"" + name +
+                                     "\": pod " + name + " is already assigned to node \"" +
+                                     spec.value("nodeName", "") + "\"");
+      return;
+    }
+    nlohmann::json updated = pod->second;
+    updated["spec"]["nodeName"] = node;
+    Record("MODIFIED", pod_path, updated);
+    res.status = 201;
+    res.set_content(nlohmann::json{{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Success"}}.dump(),
+                    "application/json");
   }
 
   void HandlePatch(const httplib::Request& req, httplib::Response& res) {
@@ -365,6 +409,16 @@ struct FakeApiServer::State {
                    const std::shared_ptr<State>& self) {
     const std::string name = SelectedName(req);
     const std::string object_path = req.path + "/" + name;
+    // Without a metadata.name field selector: a watch of the whole collection, filtered by the
+    // label (and field) selectors.
+    const std::string collection = name.empty() ? req.path : "";
+    const std::string field_selector = req.get_param_value("fieldSelector");
+    const std::string label_selector = req.get_param_value("labelSelector");
+    auto selected = [collection, object_path, field_selector, label_selector](
+                        const std::string& path, const nlohmann::json& obj) {
+      if (collection.empty()) return path == object_path;
+      return InCollection(collection, path) && Matches(obj, field_selector, label_selector);
+    };
     const std::string rv_text = req.get_param_value("resourceVersion");
     uint64_t from = 0;
     bool initial_added = rv_text.empty() || rv_text == "0";
@@ -395,7 +449,7 @@ struct FakeApiServer::State {
     }
     res.set_chunked_content_provider(
         "application/json",
-        [self, stream, name, object_path](size_t, httplib::DataSink& sink) {
+        [self, stream, name, object_path, collection, selected](size_t, httplib::DataSink& sink) {
           std::unique_lock<std::mutex> lock(self->mu);
           if (!stream->started) {
             stream->started = true;
@@ -409,6 +463,17 @@ struct FakeApiServer::State {
               sink.write(line.data(), line.size());
               sink.done();
               return true;
+            }
+            if (stream->initial_added && !collection.empty()) {
+              std::string out;
+              for (const auto& [path, obj] : self->objects) {
+                if (selected(path, obj)) {
+                  out += nlohmann::json{{"type", "ADDED"}, {"object", obj}}.dump() + "\n";
+                }
+              }
+              lock.unlock();
+              if (out.empty()) return true;
+              return sink.write(out.data(), out.size());
             }
             if (stream->initial_added) {
               auto it = self->objects.find(object_path);
@@ -440,7 +505,7 @@ struct FakeApiServer::State {
           for (const Event& e : self->history) {
             if (e.version <= stream->cursor) continue;
             stream->cursor = e.version;
-            if (e.path != object_path) continue;
+            if (!selected(e.path, e.object)) continue;
             out += nlohmann::json{{"type", e.type}, {"object", e.object}}.dump() + "\n";
           }
           lock.unlock();

@@ -21,6 +21,10 @@
 //          status.disruptionsAllowed < 1; otherwise the pod is deleted (and the PDB's allowance
 //          decremented)
 //   PATCH  with metadata.resourceVersion in a merge patch → 409 Conflict when it is stale
+//   POST   .../pods/NAME/binding                 → sets the pod's spec.nodeName to target.name;
+//          404 without the pod, 409 when already bound or metadata.uid differs
+//   GET    <collection>?watch=1[&labelSelector=..][&resourceVersion=R] (no metadata.name field
+//          selector) → the same stream for every object of the collection the selectors match
 // Every request must carry `Authorization: Bearer <token>` (401 otherwise); with
 // require_client_cert the TLS handshake also demands a certificate signed by the test CA.
 // Tests change objects with Put/Delete and cut open watch streams mid-line with BreakWatches.

@@ -91,6 +91,22 @@ std::string ControlStateToJson(const ControlState& state, int indent) {
   if (state.mig_create_fail_countdown > 0) {
     j["mig_create_fail_countdown"] = state.mig_create_fail_countdown;
   }
+  if (!state.processes.empty()) {
+    json processes = json::object();
+    for (const auto& [index, list] : state.processes) {
+      json entries = json::array();
+      for (const SimProcess& p : list) {
+        entries.push_back({{"pid", p.pid},
+                           {"memory_mib", p.memory_mib},
+                           {"sm_util", p.sm_util},
+                           {"mem_util", p.mem_util},
+                           {"gi", p.gi},
+                           {"ci", p.ci}});
+      }
+      processes[std::to_string(index)] = entries;
+    }
+    j["processes"] = processes;
+  }
   return j.dump(indent);
 }
 
@@ -145,6 +161,22 @@ Result<ControlState> ControlStateFromJson(const std::string& text, const std::st
     }
     field = "mig_create_fail_countdown";
     s.mig_create_fail_countdown = j.value("mig_create_fail_countdown", 0u);
+    if (j.contains("processes")) {
+      for (const auto& [key, list] : j.at("processes").items()) {
+        field = "processes." + key;
+        std::vector<SimProcess>& out = s.processes[static_cast<unsigned>(std::stoul(key))];
+        for (const auto& p : list) {
+          SimProcess sp;
+          sp.pid = p.at("pid").get<unsigned>();
+          sp.memory_mib = p.value("memory_mib", uint64_t{0});
+          sp.sm_util = p.value("sm_util", 0u);
+          sp.mem_util = p.value("mem_util", 0u);
+          sp.gi = p.value("gi", kNoInstance);
+          sp.ci = p.value("ci", kNoInstance);
+          out.push_back(sp);
+        }
+      }
+    }
   } catch (const std::exception& e) {
     return Status(ErrorCode::kInvalidInput, source + ": " + field + ": " + e.what());
   }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "sim/sim_process.h"
 
 namespace gpulet::sim {
 
@@ -70,6 +71,9 @@ struct ControlState {
   // Fault hook: when > 0, counts down on every GPU- or compute-instance create; the create that
   // brings it to 0 fails with NVML_ERROR_INSUFFICIENT_RESOURCES (1: the next create fails).
   unsigned mig_create_fail_countdown = 0;
+  // Compute processes by GPU index, replacing the fixture's `processes:` of that GPU (an empty
+  // list: no processes). Absent: the fixture's.
+  std::map<unsigned, std::vector<SimProcess>> processes;
 
   // Every writer and every reader parses the whole file, so the queue stays short: an event set
   // that falls more than this many events behind misses the oldest ones.

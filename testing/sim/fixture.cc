@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cstdio>
@@ -250,6 +251,35 @@ class Parser {
         if (!have_gi) Fail(v[i], mf + ".gi", "required");
         g.mig.push_back(m);
       }
+    } else if (key == "processes") {
+      RequireSeq(v, field);
+      g.processes.clear();
+      for (size_t i = 0; i < v.size(); ++i) {
+        const std::string pf = field + "[" + std::to_string(i) + "]";
+        SimProcess p;
+        bool have_pid = false;
+        ForEachKey(v[i], pf, {"pid", "memory_mib", "sm_util", "mem_util", "gi", "ci"},
+                   [&](const std::string& k, const YAML::Node& pv) {
+                     const std::string kf = pf + "." + k;
+                     if (k == "pid") {
+                       p.pid = Uint32(pv, kf);
+                       have_pid = p.pid > 0;
+                       if (!have_pid) Fail(pv, kf, "must be > 0");
+                     } else if (k == "memory_mib") {
+                       p.memory_mib = Uint(pv, kf);
+                     } else if (k == "sm_util") {
+                       p.sm_util = Uint32(pv, kf, 100);
+                     } else if (k == "mem_util") {
+                       p.mem_util = Uint32(pv, kf, 100);
+                     } else if (k == "gi") {
+                       p.gi = Uint32(pv, kf, 14);
+                     } else if (k == "ci") {
+                       p.ci = Uint32(pv, kf, 7);
+                     }
+                   });
+        if (!have_pid) Fail(v[i], pf + ".pid", "required");
+        g.processes.push_back(p);
+      }
     }
   }
 
@@ -276,7 +306,8 @@ class Parser {
                                                    "max_sm_clock_mhz",
                                                    "mem_clock_mhz",
                                                    "mig_capable",
-                                                   "mig"};
+                                                   "mig",
+                                                   "processes"};
 
     // Order matters: numa_nodes and mig_profiles before the GPUs that refer to them.
     std::optional<YAML::Node> defaults_n, gpus_n, count_n, nvlink_n;
@@ -656,6 +687,74 @@ void FillMigProfileDefaults(MigProfile& p, bool have_id) {
 
 std::string DerivedMigUuid(const std::string& gpu_uuid, unsigned gi, unsigned ci) {
   return DerivedUuid("MIG-", gpu_uuid + "/" + std::to_string(gi) + "/" + std::to_string(ci));
+}
+
+bool VisibleDevices::MigVisible(unsigned gpu, const std::string& mig_uuid) const {
+  auto it = migs.find(gpu);
+  if (it == migs.end()) return true;
+  return std::find(it->second.begin(), it->second.end(), mig_uuid) != it->second.end();
+}
+
+Result<std::optional<VisibleDevices>> ParseVisibleDevices(const Fixture& fixture,
+                                                          const std::string& spec) {
+  if (spec.empty() || spec == "all") return std::optional<VisibleDevices>();
+  VisibleDevices v;
+  if (spec == "none" || spec == "void") return std::optional<VisibleDevices>(v);
+  std::set<unsigned> gpus, whole;
+  std::stringstream in(spec);
+  for (std::string entry; std::getline(in, entry, ',');) {
+    const std::string what = "GPULET_SIM_VISIBLE_DEVICES entry \"" + entry + "\"";
+    auto index_of = [&](const std::string& text) -> std::optional<unsigned> {
+      unsigned n = 0;
+      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+      if (ec != std::errc() || end != text.data() + text.size() || n >= fixture.gpus.size()) {
+        return std::nullopt;
+      }
+      return n;
+    };
+    std::optional<unsigned> gpu;
+    std::string mig_uuid;
+    if (entry.rfind("MIG-", 0) == 0) {
+      for (const GpuSpec& g : fixture.gpus) {
+        for (const MigDeviceSpec& m : g.mig) {
+          if (m.uuid == entry) gpu = g.index, mig_uuid = m.uuid;
+        }
+      }
+    } else if (entry.rfind("GPU-", 0) == 0) {
+      for (const GpuSpec& g : fixture.gpus) {
+        if (g.uuid == entry) gpu = g.index;
+      }
+    } else if (size_t colon = entry.find(':'); colon != std::string::npos) {
+      gpu = index_of(entry.substr(0, colon));
+      std::optional<unsigned> m;
+      if (gpu) {
+        const std::string mi = entry.substr(colon + 1);
+        unsigned n = 0;
+        auto [end, ec] = std::from_chars(mi.data(), mi.data() + mi.size(), n);
+        if (ec == std::errc() && end == mi.data() + mi.size() &&
+            n < fixture.gpus[*gpu].mig.size()) {
+          mig_uuid = fixture.gpus[*gpu].mig[n].uuid;
+        } else {
+          gpu.reset();
+        }
+      }
+    } else {
+      gpu = index_of(entry);
+    }
+    if (!gpu) {
+      return Status(ErrorCode::kInvalidInput,
+                    fixture.path + ": " + what + ": no such GPU or MIG device in the fixture");
+    }
+    gpus.insert(*gpu);
+    if (mig_uuid.empty()) {
+      whole.insert(*gpu);
+    } else {
+      v.migs[*gpu].push_back(mig_uuid);
+    }
+  }
+  for (unsigned g : whole) v.migs.erase(g);  // a whole GPU shows every MIG device of it
+  v.gpus.assign(gpus.begin(), gpus.end());
+  return std::optional<VisibleDevices>(std::move(v));
 }
 
 }  // namespace gpulet::sim

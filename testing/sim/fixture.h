@@ -19,7 +19,9 @@
 // Per-GPU keys: name, uuid, bus_id ("0000:18:00.0"), minor, memory_mib, compute_capability
 //   ("9.0"), architecture, sm_count, pci_device_id, pci_subsystem_id, numa, pcie_switch,
 //   power_limit_w, idle_power_w, max_sm_clock_mhz, mem_clock_mhz, mig_capable,
-//   mig: [{profile: 3g.20gb, gi: 2, ci: 0, placement: 4, uuid: …}, …] (non-empty = MIG enabled).
+//   mig: [{profile: 3g.20gb, gi: 2, ci: 0, placement: 4, uuid: …}, …] (non-empty = MIG enabled),
+//   processes: [{pid: 4242, memory_mib: 2048, sm_util: 30, mem_util: 10, gi: 1, ci: 0}, …]
+//   (compute processes; gi/ci only on a MIG GPU).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +31,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "sim/sim_process.h"
 
 namespace gpulet::sim {
 
@@ -74,6 +77,7 @@ struct GpuSpec {
   bool mig_capable = false;
   std::vector<MigDeviceSpec> mig;  // non-empty: MIG mode enabled
   bool mig_mode = false;           // MIG enabled with no devices (set by the simulated driver)
+  std::vector<SimProcess> processes;  // compute processes (fixture `processes:`)
 
   bool mig_enabled() const { return mig_mode || !mig.empty(); }
   // "00000000:18:00.0": NVML's busId form (8-hex-digit domain, upper-case).
@@ -123,6 +127,22 @@ Result<Fixture> ParseFixture(const std::string& text, const std::string& file);
 // The UUID the simulated driver gives MIG device gi/ci of a GPU that names none: stable, so a
 // device destroyed and created again at the same ids keeps its UUID.
 std::string DerivedMigUuid(const std::string& gpu_uuid, unsigned gi, unsigned ci);
+
+// What a container runtime leaves visible to NVML inside a container, as the NVIDIA runtime does
+// with NVIDIA_VISIBLE_DEVICES: the simulated driver reads it from GPULET_SIM_VISIBLE_DEVICES.
+// `spec` is a comma list of GPU indexes ("3"), GPU UUIDs ("GPU-…"), MIG UUIDs ("MIG-…") or
+// "<gpu>:<mig>" (MIG index on that GPU); "", "all" = everything; "none"/"void" = nothing.
+// A MIG device makes its parent GPU visible with only the named MIG devices. The visible GPUs
+// are numbered from 0 in index (PCI) order, whatever the order in `spec`, as NVML numbers them
+// in a container; their UUIDs, minors and bus ids stay the host's.
+struct VisibleDevices {
+  std::vector<unsigned> gpus;                         // host GPU indexes, ascending
+  std::map<unsigned, std::vector<std::string>> migs;  // GPU → visible MIG UUIDs; absent: all
+  bool MigVisible(unsigned gpu, const std::string& mig_uuid) const;
+};
+// nullopt: no restriction. Errors (kInvalidInput) name the entry that matches no device.
+Result<std::optional<VisibleDevices>> ParseVisibleDevices(const Fixture& fixture,
+                                                          const std::string& spec);
 
 // NVML return code for a name like "DRIVER_NOT_LOADED" or "NVML_ERROR_DRIVER_NOT_LOADED".
 std::optional<int> NvmlReturnFromName(const std::string& name);

@@ -170,6 +170,31 @@ TEST(FixtureTest, BadFixturesNameFileLineAndField) {
   EXPECT_GE(checked, 15);
 }
 
+TEST(FixtureTest, ProcessesPerGpu) {
+  Result<Fixture> f = ParseFixture(
+      "driver_version: 550.54.15\ncuda_version: 12040\n"
+      "defaults: {name: NVIDIA L4, memory_mib: 23034, compute_capability: \"8.9\", "
+      "architecture: ada}\n"
+      "gpus:\n"
+      "  - bus_id: \"0000:18:00.0\"\n"
+      "    processes: [{pid: 4242, memory_mib: 2048, sm_util: 30, mem_util: 10}, {pid: 7}]\n"
+      "  - {bus_id: \"0000:19:00.0\"}\n",
+      "procs.yaml");
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  ASSERT_EQ(f->gpus[0].processes.size(), 2u);
+  EXPECT_EQ(f->gpus[0].processes[0], (SimProcess{4242, 2048, 30, 10, 0xFFFFFFFFu, 0xFFFFFFFFu}));
+  EXPECT_EQ(f->gpus[0].processes[1].pid, 7u);
+  EXPECT_TRUE(f->gpus[1].processes.empty());
+  Result<Fixture> bad = ParseFixture(
+      "driver_version: 550.54.15\ncuda_version: 12040\n"
+      "defaults: {name: NVIDIA L4, memory_mib: 23034, compute_capability: \"8.9\", "
+      "architecture: ada}\n"
+      "gpus:\n  - {bus_id: \"0000:18:00.0\", processes: [{pid: 1, sm_util: 101}]}\n",
+      "procs.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("procs.yaml:5: gpus[0].processes[0].sm_util"));
+}
+
 TEST(FixtureTest, MissingFileIsNotFound) {
   Result<Fixture> f = LoadFixture("/nonexistent/gpulet/fixture.yaml");
   ASSERT_FALSE(f.ok());
@@ -183,6 +208,48 @@ TEST(FixtureTest, UnknownBuiltinNameListsKnownNames) {
   EXPECT_THAT(p.status().message(), HasSubstr("dgx-z900"));
   EXPECT_THAT(p.status().message(), HasSubstr("dgx-h100"));
   EXPECT_THAT(p.status().message(), HasSubstr("l4-pcie"));
+}
+
+TEST(VisibleDevicesTest, UnsetOrAllMeansEverything) {
+  Fixture f = MustLoad("dgx-a100");
+  for (const char* spec : {"", "all"}) {
+    Result<std::optional<VisibleDevices>> v = ParseVisibleDevices(f, spec);
+    ASSERT_TRUE(v.ok()) << v.status().message();
+    EXPECT_FALSE(v->has_value()) << spec;
+  }
+  Result<std::optional<VisibleDevices>> none = ParseVisibleDevices(f, "none");
+  ASSERT_TRUE(none.ok() && none->has_value());
+  EXPECT_TRUE((*none)->gpus.empty());
+}
+
+TEST(VisibleDevicesTest, IndexesUuidsAndMigDevicesInPciOrder) {
+  Fixture f = MustLoad("dgx-a100");
+  Result<std::optional<VisibleDevices>> v =
+      ParseVisibleDevices(f, "5," + f.gpus[3].uuid + "," + f.gpus[0].mig[2].uuid + ",1:6");
+  ASSERT_TRUE(v.ok()) << v.status().message();
+  ASSERT_TRUE(v->has_value());
+  const VisibleDevices& d = **v;
+  EXPECT_EQ(d.gpus, (std::vector<unsigned>{0, 1, 3, 5}));
+  EXPECT_TRUE(d.MigVisible(0, f.gpus[0].mig[2].uuid));
+  EXPECT_FALSE(d.MigVisible(0, f.gpus[0].mig[0].uuid));
+  EXPECT_TRUE(d.MigVisible(1, f.gpus[1].mig[6].uuid));
+  EXPECT_FALSE(d.MigVisible(1, f.gpus[1].mig[0].uuid));
+}
+
+TEST(VisibleDevicesTest, WholeGpuShowsAllOfItsMigDevices) {
+  Fixture f = MustLoad("dgx-a100");
+  Result<std::optional<VisibleDevices>> v = ParseVisibleDevices(f, f.gpus[0].mig[1].uuid + ",0");
+  ASSERT_TRUE(v.ok() && v->has_value());
+  EXPECT_TRUE((*v)->MigVisible(0, f.gpus[0].mig[3].uuid));
+}
+
+TEST(VisibleDevicesTest, UnknownEntryIsNamed) {
+  Fixture f = MustLoad("dgx-a100");
+  for (const char* bad : {"8", "GPU-nope", "MIG-nope", "2:0", "x"}) {
+    Result<std::optional<VisibleDevices>> v = ParseVisibleDevices(f, std::string("0,") + bad);
+    ASSERT_FALSE(v.ok()) << bad;
+    EXPECT_THAT(v.status().message(), HasSubstr(std::string("\"") + bad + "\"")) << bad;
+  }
 }
 
 }  // namespace

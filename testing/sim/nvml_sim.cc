@@ -39,7 +39,16 @@ nvmlReturn_t Driver::Start() {
     return NVML_ERROR_UNKNOWN;
   }
 
+  const char* visible_env = std::getenv("GPULET_SIM_VISIBLE_DEVICES");
+  Result<std::optional<VisibleDevices>> restricted =
+      ParseVisibleDevices(*loaded, visible_env != nullptr ? visible_env : "");
+  if (!restricted.ok()) {
+    std::fprintf(stderr, "gpulet-sim: %s\n", restricted.status().message().c_str());
+    return NVML_ERROR_UNKNOWN;
+  }
+
   FreeSession();
+  visible = std::move(restricted).value();
   fixture = std::move(loaded).value();
   control = std::make_unique<ControlFile>(state_dir);
   watch = std::make_unique<ControlFileWatch>(control->path());
@@ -165,7 +174,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* count) {
     Session s;
     if (s.rc != NVML_SUCCESS) return s.rc;
     if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-    *count = static_cast<unsigned>(s.d.fixture.gpus.size());
+    *count = s.d.VisibleCount();
     return NVML_SUCCESS;
   });
 }
@@ -174,7 +183,8 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDe
   return Guard([&]() -> nvmlReturn_t {
     Session s;
     if (s.rc != NVML_SUCCESS) return s.rc;
-    if (device == nullptr || index >= s.d.gpus.size()) return NVML_ERROR_INVALID_ARGUMENT;
+    if (device == nullptr || index >= s.d.VisibleCount()) return NVML_ERROR_INVALID_ARGUMENT;
+    index = s.d.HostIndex(index);
     if (s.d.Lost(index)) return NVML_ERROR_GPU_IS_LOST;
     *device = s.d.gpus[index].get();
     return NVML_SUCCESS;
@@ -284,6 +294,9 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device,
     if (!t.gpu->mig_capable) return NVML_ERROR_NOT_SUPPORTED;
     const auto& handles = s.d.migs[t.gpu->index];
     if (index >= t.gpu->mig.size() || index >= handles.size()) return NVML_ERROR_NOT_FOUND;
+    if (s.d.visible && !s.d.visible->MigVisible(t.gpu->index, t.gpu->mig[index].uuid)) {
+      return NVML_ERROR_NOT_FOUND;  // another container's MIG device
+    }
     *mig = handles[index].get();
     return NVML_SUCCESS;
   });

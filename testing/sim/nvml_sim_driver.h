@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <unordered_set>
@@ -87,6 +88,17 @@ class Driver {
       ci_handles;
 
   nvmlReturn_t Start();
+
+  // GPULET_SIM_VISIBLE_DEVICES (see VisibleDevices): what this process's container sees. The
+  // handles keep host GPU indexes, so control state and events stay the node's; only the
+  // enumeration (count, handle by index, MIG devices) is restricted.
+  std::optional<VisibleDevices> visible;
+  unsigned VisibleCount() const {
+    return visible ? static_cast<unsigned>(visible->gpus.size())
+                   : static_cast<unsigned>(fixture.gpus.size());
+  }
+  // Host GPU index of visible index `i` (the caller checked i < VisibleCount()).
+  unsigned HostIndex(unsigned i) const { return visible ? visible->gpus[i] : i; }
 
   // The GPU's live MIG layout: the control state's once changed, else the fixture's.
   MigLayoutState Layout(unsigned gpu) const {

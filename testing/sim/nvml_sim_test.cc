@@ -421,6 +421,72 @@ TEST_F(SimDriverTest, ChangesFromAnotherProcessReachTheRunningLibrary) {
   EXPECT_EQ(dbe, 0u);
 }
 
+// Processes set through the control state (as `gpulet sim` or a test does) reach the running
+// library, with NVML's two-call protocol and its NOT_FOUND for "no newer sample".
+TEST_F(SimDriverTest, ComputeProcessesAndTheirUtilisation) {
+  OpenAndInit("dgx-h100");
+  nvmlDevice_t d = Handle(2);
+  unsigned n = 0;
+  ASSERT_EQ(api_.nvmlDeviceGetComputeRunningProcesses_v3(d, &n, nullptr), NVML_SUCCESS);
+  EXPECT_EQ(n, 0u);
+  ASSERT_EQ(api_.nvmlDeviceGetProcessUtilization(d, nullptr, &n, 0), NVML_ERROR_NOT_FOUND);
+
+  ASSERT_TRUE(control_
+                  ->Update([](ControlState& s) {
+                    s.processes[2] = {{4242, 1536, 30, 12}, {4343, 512, 55, 3}};
+                  })
+                  .ok());
+  n = 0;
+  ASSERT_EQ(api_.nvmlDeviceGetComputeRunningProcesses_v3(d, &n, nullptr),
+            NVML_ERROR_INSUFFICIENT_SIZE);
+  ASSERT_EQ(n, 2u);
+  std::vector<nvmlProcessInfo_t> infos(n);
+  ASSERT_EQ(api_.nvmlDeviceGetComputeRunningProcesses_v3(d, &n, infos.data()), NVML_SUCCESS);
+  EXPECT_EQ(infos[0].pid, 4242u);
+  EXPECT_EQ(infos[0].usedGpuMemory, 1536ULL << 20);
+  EXPECT_EQ(infos[0].gpuInstanceId, 0xFFFFFFFFu);
+  EXPECT_EQ(infos[1].pid, 4343u);
+
+  n = 0;
+  ASSERT_EQ(api_.nvmlDeviceGetProcessUtilization(d, nullptr, &n, 0), NVML_ERROR_INSUFFICIENT_SIZE);
+  ASSERT_EQ(n, 2u);
+  std::vector<nvmlProcessUtilizationSample_t> samples(n);
+  ASSERT_EQ(api_.nvmlDeviceGetProcessUtilization(d, samples.data(), &n, 0), NVML_SUCCESS);
+  EXPECT_EQ(samples[1].pid, 4343u);
+  EXPECT_EQ(samples[1].smUtil, 55u);
+  EXPECT_EQ(samples[1].memUtil, 3u);
+  EXPECT_GT(samples[1].timeStamp, 0u);
+  // Nothing newer than a timestamp from the future.
+  ASSERT_EQ(api_.nvmlDeviceGetProcessUtilization(d, samples.data(), &n, ~0ULL >> 1),
+            NVML_ERROR_NOT_FOUND);
+  // Other GPUs keep the fixture's (none).
+  ASSERT_EQ(api_.nvmlDeviceGetComputeRunningProcesses_v3(Handle(1), &n, nullptr), NVML_SUCCESS);
+  EXPECT_EQ(n, 0u);
+}
+
+TEST_F(SimDriverTest, MigDevicesListTheProcessesOfTheirGpuInstance) {
+  OpenAndInit("dgx-a100");
+  nvmlDevice_t gpu0 = Handle(0);
+  ASSERT_TRUE(control_
+                  ->Update([](ControlState& s) {
+                    s.processes[0] = {{10, 100, 0, 0, 2, 0}, {11, 200, 0, 0, 3, 0}};
+                  })
+                  .ok());
+  unsigned n = 8;
+  std::vector<nvmlProcessInfo_t> infos(n);
+  ASSERT_EQ(api_.nvmlDeviceGetComputeRunningProcesses_v3(gpu0, &n, infos.data()), NVML_SUCCESS);
+  ASSERT_EQ(n, 2u);
+  EXPECT_EQ(infos[0].gpuInstanceId, 2u);
+  EXPECT_EQ(infos[1].gpuInstanceId, 3u);
+  nvmlDevice_t mig = nullptr;
+  ASSERT_EQ(api_.nvmlDeviceGetMigDeviceHandleByIndex(gpu0, 1, &mig), NVML_SUCCESS);  // gi 3
+  n = 8;
+  ASSERT_EQ(api_.nvmlDeviceGetComputeRunningProcesses_v3(mig, &n, infos.data()), NVML_SUCCESS);
+  ASSERT_EQ(n, 1u);
+  EXPECT_EQ(infos[0].pid, 11u);
+  EXPECT_EQ(api_.nvmlDeviceGetProcessUtilization(mig, nullptr, &n, 0), NVML_ERROR_NOT_SUPPORTED);
+}
+
 TEST_F(SimDriverTest, LostGpuFailsEveryCallUntilRestored) {
   OpenAndInit("dgx-a100");
   nvmlDevice_t d = Handle(0);
@@ -520,6 +586,45 @@ TEST_F(SimDriverTest, ComputeModeIsSharedThroughControlState) {
   auto set_raw = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, int)>(
       reinterpret_cast<void*>(api_.nvmlDeviceSetComputeMode));
   EXPECT_EQ(set_raw(d, 9), NVML_ERROR_INVALID_ARGUMENT);
+}
+
+// GPULET_SIM_VISIBLE_DEVICES: what NVML shows in a container given GPUs 5 and 2 and one MIG
+// device of GPU 0: three GPUs numbered 0..2 in PCI order, GPU 0 with only that MIG device.
+TEST_F(SimDriverTest, VisibleDevicesRestrictEnumeration) {
+  Result<std::string> path = ResolveFixture("dgx-a100");
+  ASSERT_TRUE(path.ok());
+  Result<Fixture> f = LoadFixture(*path);
+  ASSERT_TRUE(f.ok());
+  const std::string mig = f->gpus[0].mig[2].uuid;
+  ASSERT_EQ(setenv("GPULET_SIM_VISIBLE_DEVICES", ("5,2," + mig).c_str(), 1), 0);
+  OpenAndInit("dgx-a100");
+  unsetenv("GPULET_SIM_VISIBLE_DEVICES");
+  unsigned count = 0;
+  ASSERT_EQ(api_.nvmlDeviceGetCount_v2(&count), NVML_SUCCESS);
+  EXPECT_EQ(count, 3u);
+  EXPECT_EQ(Uuid(Handle(0)), f->gpus[0].uuid);
+  EXPECT_EQ(Uuid(Handle(1)), f->gpus[2].uuid);
+  EXPECT_EQ(Uuid(Handle(2)), f->gpus[5].uuid);
+  nvmlDevice_t d = nullptr;
+  EXPECT_EQ(api_.nvmlDeviceGetHandleByIndex_v2(3, &d), NVML_ERROR_INVALID_ARGUMENT);
+  std::vector<std::string> migs;
+  for (unsigned i = 0; i < 7; ++i) {
+    nvmlDevice_t m = nullptr;
+    nvmlReturn_t rc = api_.nvmlDeviceGetMigDeviceHandleByIndex(Handle(0), i, &m);
+    if (rc == NVML_SUCCESS) migs.push_back(Uuid(m));
+  }
+  EXPECT_EQ(migs, std::vector<std::string>{mig});
+  unsigned minor = 0;
+  ASSERT_EQ(api_.nvmlDeviceGetMinorNumber(Handle(2), &minor), NVML_SUCCESS);
+  EXPECT_EQ(minor, f->gpus[5].minor);  // device files keep the host's minors
+  EXPECT_EQ(api_.nvmlShutdown(), NVML_SUCCESS);
+}
+
+TEST_F(SimDriverTest, VisibleDevicesNamingNoDeviceFailsInit) {
+  ASSERT_EQ(setenv("GPULET_SIM_VISIBLE_DEVICES", "GPU-not-here", 1), 0);
+  Open("l4-pcie");
+  EXPECT_NE(api_.nvmlInit_v2(), NVML_SUCCESS);
+  unsetenv("GPULET_SIM_VISIBLE_DEVICES");
 }
 
 }  // namespace

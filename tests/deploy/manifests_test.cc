@@ -14,6 +14,7 @@
 
 #include "../cli/run_command.h"
 #include "config/config.h"
+#include "config/memory_limits.h"
 
 namespace gpulet::testing {
 namespace {
@@ -88,7 +89,9 @@ TEST_P(OverlayTest, RendersALeastPrivilegeDaemonSetOnGpuNodesOnly) {
   std::vector<YAML::Node> all;
   for (const YAML::Node& c : pod["containers"]) all.push_back(c);
   for (const YAML::Node& c : pod["initContainers"]) all.push_back(c);
-  ASSERT_EQ(all.size(), 3u);
+  // memory-limits adds the init container that installs libgpulet-cuda.so on the host.
+  const bool memory_limits = GetParam() == "memory-limits";
+  ASSERT_EQ(all.size(), memory_limits ? 4u : 3u);
   for (const YAML::Node& c : all) {
     const std::string name = c["name"].as<std::string>();
     const YAML::Node sc = c["securityContext"];
@@ -100,7 +103,7 @@ TEST_P(OverlayTest, RendersALeastPrivilegeDaemonSetOnGpuNodesOnly) {
       EXPECT_TRUE(c["resources"][kind]["cpu"].IsDefined()) << name << " " << kind;
       EXPECT_TRUE(c["resources"][kind]["memory"].IsDefined()) << name << " " << kind;
     }
-    if (name != "gpulet") {
+    if (name != "gpulet" && name != "install-cuda-library") {
       EXPECT_TRUE(sc["runAsNonRoot"].as<bool>()) << name;
       EXPECT_FALSE(sc["capabilities"]["add"].IsDefined()) << name;
     }
@@ -146,10 +149,32 @@ TEST_P(OverlayTest, RendersALeastPrivilegeDaemonSetOnGpuNodesOnly) {
   if (GetParam() == "mps") {
     EXPECT_EQ(mounted["/run/nvidia/mps/shm"].first, "/dev/shm");
   }
+  if (memory_limits) {
+    // The plugin hands the kubelet host paths under stateDir: gpulet must see them at the same path.
+    EXPECT_EQ(mounted["/run/gpulet/memory"], std::make_pair(std::string("/run/gpulet/memory"), false));
+    const YAML::Node install = Named(pod["initContainers"], "install-cuda-library");
+    ASSERT_TRUE(install);
+    EXPECT_FALSE(install["securityContext"]["capabilities"]["add"].IsDefined());
+    std::string install_mount;
+    for (const YAML::Node& m : install["volumeMounts"]) {
+      if (host_path_of_volume[m["name"].as<std::string>()] == "/usr/lib/gpulet") {
+        install_mount = m["mountPath"].as<std::string>();
+      }
+    }
+    ASSERT_FALSE(install_mount.empty()) << "the host's /usr/lib/gpulet is not mounted";
+    // Copies the image's library there under a temporary name and renames it into place.
+    const std::string script = install["args"][0].as<std::string>();
+    EXPECT_NE(script.find("/opt/gpulet/lib/libgpulet-cuda.so"), std::string::npos) << script;
+    EXPECT_NE(script.find("mv -f " + install_mount + "/.libgpulet-cuda.so.new " + install_mount +
+                          "/libgpulet-cuda.so"),
+              std::string::npos)
+        << script;
+  }
 
   // The config label and the overlay's default config, in both config-sync containers.
   for (const YAML::Node& c : all) {
     if (c["name"].as<std::string>() == "gpulet") continue;
+    if (c["name"].as<std::string>() == "install-cuda-library") continue;
     EXPECT_EQ(c["args"][0].as<std::string>(), "config-sync");
     EXPECT_TRUE(Strings(c["args"]).count("--label=nvidia.com/device-plugin.config"));
     EXPECT_TRUE(Strings(c["args"]).count("--output=/run/gpulet/config/config.yaml"));
@@ -215,7 +240,7 @@ TEST_P(OverlayTest, MetricsServiceMonitorAndRulesSelectTheDaemonSet) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Overlays, OverlayTest,
-                         ::testing::Values("time-slicing", "mig-mixed", "mps"),
+                         ::testing::Values("time-slicing", "mig-mixed", "mps", "memory-limits"),
                          [](const ::testing::TestParamInfo<std::string>& p) {
                            std::string n = p.param;
                            for (char& c : n) {
@@ -233,6 +258,29 @@ TEST(ConfigMap, EveryNamedConfigParsesAsANvidiaV1Config) {
         config::ParseConfig(kv.second.as<std::string>(), "configmap:" + name);
     EXPECT_TRUE(c.ok()) << name << ": " << c.status().message();
   }
+}
+
+// The memory-limits overlay's config parses, and its host paths are the ones the overlay mounts.
+TEST(MemoryLimitsOverlay, ConfigPathsAreTheMountedHostPaths) {
+  const std::vector<YAML::Node> docs = Render("memory-limits");
+  ASSERT_FALSE(docs.empty());
+  YAML::Node cm = Find(docs, "ConfigMap", "gpulet-config");
+  ASSERT_TRUE(cm && cm["data"]["memory-limits"]);
+  const std::string text = cm["data"]["memory-limits"].as<std::string>();
+  Result<config::Config> c = config::ParseConfig(text, "configmap:memory-limits");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  Result<std::optional<config::MemoryLimits>> limits =
+      config::ParseMemoryLimits(text, "configmap:memory-limits");
+  ASSERT_TRUE(limits.ok()) << limits.status().message();
+  ASSERT_TRUE(limits->has_value());
+  std::set<std::string> host_paths;
+  for (const YAML::Node& v : Find(docs, "DaemonSet", "gpulet")["spec"]["template"]["spec"]["volumes"]) {
+    if (v["hostPath"]) host_paths.insert(v["hostPath"]["path"].as<std::string>());
+  }
+  EXPECT_TRUE(host_paths.count((*limits)->state_dir)) << (*limits)->state_dir;
+  EXPECT_TRUE(host_paths.count(std::filesystem::path((*limits)->library).parent_path().string()))
+      << (*limits)->library;
+  EXPECT_EQ(std::filesystem::path((*limits)->library).filename(), "libgpulet-cuda.so");
 }
 
 TEST(PrometheusRule, GroupsEqualTheExportersRuleFile) {

@@ -64,14 +64,15 @@ std::map<std::string, std::string> Sources(const std::vector<std::string>& paths
 const std::map<std::string, std::string> kResourcePath = {
     {"nodes", R"(/api/v1/nodes|NodeRef\()"},
     {"configmaps", R"(/configmaps|ConfigMapRef\()"},
-    {"pods", R"(/pods\?)"},
+    {"pods", R"(/pods\?|/pods/")"},
+    {"pods/binding", R"(/binding")"},
     {"pods/eviction", R"(/eviction)"},
     {"leases", R"(/leases)"},
 };
 const std::map<std::string, std::string> kVerbCall = {
     {"get", R"(\.Get\()"},
-    {"list", R"(\.Get\(\s*"[^"]*\?)"},
-    {"watch", R"(\.Watch\(|ObjectWatcher)"},
+    {"list", R"(\.Get\(\s*"[^"]*\?|CollectionWatcher>\()"},
+    {"watch", R"(\.Watch\(|ObjectWatcher|CollectionWatcher>\()"},
     {"patch", R"(\.Patch\()"},
     {"create", R"(\.Post\()"},
     {"update", R"(\.Put\()"},
@@ -139,7 +140,7 @@ TEST(Rbac, NodeAgentGrantsAreEachUsedByItsCode) {
   const auto sources =
       Sources({"src/k8s", "src/cli/cmd_config_sync.cc", "src/deviceplugin/memory_publisher.cc"});
   ASSERT_FALSE(sources.empty());
-  for (const char* overlay : {"time-slicing", "mig-mixed", "mps"}) {
+  for (const char* overlay : {"time-slicing", "mig-mixed", "mps", "memory-limits"}) {
     SCOPED_TRACE(overlay);
     const std::vector<YAML::Node> docs = Render(std::string("deploy/overlays/") + overlay);
     ASSERT_FALSE(docs.empty());
@@ -168,6 +169,25 @@ TEST(Rbac, BrokerHasItsOwnServiceAccountAndUsesEachGrant) {
     deployment = true;
     EXPECT_EQ(d["spec"]["template"]["spec"]["serviceAccountName"].as<std::string>(),
               "gpulet-broker");
+  }
+  EXPECT_TRUE(deployment);
+}
+
+TEST(Rbac, ExtenderHasItsOwnServiceAccountAndUsesEachGrant) {
+  const std::vector<YAML::Node> docs = Render("deploy/extender");
+  ASSERT_FALSE(docs.empty());
+  ExpectEveryGrantUsed(docs, "gpulet-extender", Sources({"src/extender"}), 7);
+  EXPECT_TRUE(GrantsTo(docs, "gpulet").empty()) << "deploy/extender grants the node agent nothing";
+  for (const Grant& g : GrantsTo(docs, "gpulet-extender")) {
+    EXPECT_FALSE(g.resource == "configmaps" && g.verb != "list" && g.verb != "watch")
+        << "the extender only reads the node agents' objects (" << g.role << ")";
+  }
+  bool deployment = false;
+  for (const YAML::Node& d : docs) {
+    if (d["kind"].as<std::string>() != "Deployment") continue;
+    deployment = true;
+    EXPECT_EQ(d["spec"]["template"]["spec"]["serviceAccountName"].as<std::string>(),
+              "gpulet-extender");
   }
   EXPECT_TRUE(deployment);
 }

@@ -201,6 +201,9 @@ EOF
   echo "slurm_cluster: up in $dir (ctld :$pc, gpua :$pa, gpub :$pb)"
 }
 
+# Sourced (slurm_pod_cluster.sh reuses the helpers above): define only.
+[ "${BASH_SOURCE[0]}" = "$0" ] || return 0
+
 case "${1:-}" in
   start) [ $# = 3 ] || die "usage: $0 start DIR GPULET"; start "$(cd "$2" && pwd)" "$3" ;;
   stop) [ $# = 2 ] || die "usage: $0 stop DIR"; stop "$(cd "$2" && pwd)" ;;

@@ -94,7 +94,9 @@ inline bool InCi() {
 // slurmctld + two slurmd (gpua: 4 x H100 with shards, gpub: 2 x L4 with MPS) in a temp dir.
 class Cluster {
  public:
-  Cluster() = default;
+  // `script` in tests/slurm: "slurm_cluster.sh" (two static nodes) or "slurm_pod_cluster.sh"
+  // (slurmctld for dynamic nodes; pods added by the test).
+  explicit Cluster(std::string script = "slurm_cluster.sh") : script_(std::move(script)) {}
   ~Cluster() { Stop(); }
 
   // Returns the script's output on failure, "" on success.
@@ -150,7 +152,8 @@ class Cluster {
   }
 
  private:
-  static std::string Script() { return SourceDir() + "/tests/slurm/slurm_cluster.sh"; }
+  std::string Script() const { return SourceDir() + "/tests/slurm/" + script_; }
+  std::string script_;
   TempDir dir_;
   bool started_ = false;
 };

@@ -1,0 +1,268 @@
+#include "extender/extender.h"
+
+#include <spdlog/spdlog.h>
+
+#include <sstream>
+
+namespace gpulet::extender {
+namespace {
+
+using nlohmann::json;
+
+constexpr size_t kSeenPods = 65536;
+
+Answer BadRequest(const std::string& message) {
+  return {400, "application/json", json{{"Error", message}}.dump()};
+}
+
+// Go's encoding/json matches field names case-insensitively; the scheduler sends PascalCase.
+const json* Field(const json& obj, const std::string& name) {
+  auto it = obj.find(name);
+  if (it != obj.end()) return &*it;
+  for (auto i = obj.begin(); i != obj.end(); ++i) {
+    if (i.key().size() != name.size()) continue;
+    bool same = true;
+    for (size_t k = 0; k < name.size() && same; ++k) {
+      same = std::tolower(static_cast<unsigned char>(i.key()[k])) ==
+             std::tolower(static_cast<unsigned char>(name[k]));
+    }
+    if (same) return &*i;
+  }
+  return nullptr;
+}
+
+struct Args {
+  json pod;
+  bool cache_mode = true;  // NodeNames given (else Nodes.items)
+  std::vector<std::string> names;
+  std::vector<const json*> node_objects;  // full-node mode, parallel to names
+};
+
+// Parses ExtenderArgs; the error text says what is wrong.
+Result<Args> ParseArgs(const json& body) {
+  if (!body.is_object()) return Status(ErrorCode::kInvalidInput, "ExtenderArgs: must be an object");
+  Args a;
+  const json* pod = Field(body, "Pod");
+  if (!pod || !pod->is_object()) {
+    return Status(ErrorCode::kInvalidInput, "ExtenderArgs.Pod: required, an object");
+  }
+  a.pod = *pod;
+  const json* names = Field(body, "NodeNames");
+  const json* nodes = Field(body, "Nodes");
+  if (names && names->is_array()) {
+    a.names.reserve(names->size());
+    for (size_t i = 0; i < names->size(); ++i) {
+      if (!(*names)[i].is_string()) {
+        return Status(ErrorCode::kInvalidInput,
+                      "ExtenderArgs.NodeNames[" + std::to_string(i) + "]: must be a string");
+      }
+      a.names.push_back((*names)[i].get<std::string>());
+    }
+    return a;
+  }
+  if (names && !names->is_null()) {
+    return Status(ErrorCode::kInvalidInput, "ExtenderArgs.NodeNames: must be a list");
+  }
+  if (nodes && nodes->is_object()) {
+    a.cache_mode = false;
+    const json* items = Field(*nodes, "items");
+    if (items && items->is_array()) {
+      for (size_t i = 0; i < items->size(); ++i) {
+        const json& n = (*items)[i];
+        std::string name;
+        if (n.is_object() && n.contains("metadata") && n["metadata"].is_object()) {
+          name = n["metadata"].value("name", "");
+        }
+        if (name.empty()) {
+          return Status(ErrorCode::kInvalidInput, "ExtenderArgs.Nodes.items[" + std::to_string(i) +
+                                                      "].metadata.name: required");
+        }
+        a.names.push_back(name);
+        a.node_objects.push_back(&n);
+      }
+    }
+    return a;
+  }
+  return Status(ErrorCode::kInvalidInput, "ExtenderArgs: NodeNames or Nodes required");
+}
+
+}  // namespace
+
+Extender::Extender(ClusterView& view, Binder binder, PodGetter pods)
+    : view_(view), binder_(std::move(binder)), pods_(std::move(pods)) {}
+
+void Extender::Remember(const PodRequest& pod) {
+  if (pod.uid.empty()) return;
+  std::lock_guard l(pods_mu_);
+  if (seen_.insert_or_assign(pod.uid, pod).second) {
+    seen_order_.push_back(pod.uid);
+    if (seen_order_.size() > kSeenPods) {
+      seen_.erase(seen_order_.front());
+      seen_order_.pop_front();
+    }
+  }
+}
+
+std::optional<PodRequest> Extender::Recall(const std::string& uid, const std::string& key) {
+  std::lock_guard l(pods_mu_);
+  auto it = seen_.find(uid);
+  if (it == seen_.end() || it->second.key() != key) return std::nullopt;
+  return it->second;
+}
+
+Answer Extender::Filter(const std::string& body) {
+  ++filter_requests_;
+  json j = json::parse(body, nullptr, false);
+  if (j.is_discarded()) {
+    ++bad_requests_;
+    return BadRequest("filter: request body is not JSON");
+  }
+  auto args = ParseArgs(j);
+  if (!args.ok()) {
+    ++bad_requests_;
+    return BadRequest("filter: " + args.status().message());
+  }
+  FilterOutcome out;
+  auto pod = ParsePodRequest(args->pod);
+  if (!pod.ok()) {
+    // The pod's own spec is wrong: no node can take it, and preemption cannot help.
+    for (const std::string& n : args->names) out.unresolvable[n] = pod.status().message();
+  } else {
+    Remember(*pod);
+    out = view_.Filter(*pod, args->names);
+  }
+  nodes_passed_ += out.passed.size();
+  nodes_failed_ += out.failed.size();
+  nodes_unresolvable_ += out.unresolvable.size();
+  json r = {{"Nodes", nullptr},
+            {"NodeNames", nullptr},
+            {"FailedNodes", out.failed},
+            {"FailedAndUnresolvableNodes", out.unresolvable},
+            {"Error", ""}};
+  if (args->cache_mode) {
+    r["NodeNames"] = out.passed;
+  } else {
+    json items = json::array();
+    size_t k = 0;
+    for (size_t i = 0; i < args->names.size() && k < out.passed.size(); ++i) {
+      if (args->names[i] == out.passed[k]) {
+        items.push_back(*args->node_objects[i]);
+        ++k;
+      }
+    }
+    r["Nodes"] = {{"metadata", json::object()}, {"items", std::move(items)}};
+  }
+  return {200, "application/json", r.dump()};
+}
+
+Answer Extender::Prioritize(const std::string& body) {
+  ++prioritize_requests_;
+  json j = json::parse(body, nullptr, false);
+  if (j.is_discarded()) {
+    ++bad_requests_;
+    return BadRequest("prioritize: request body is not JSON");
+  }
+  auto args = ParseArgs(j);
+  if (!args.ok()) {
+    ++bad_requests_;
+    return BadRequest("prioritize: " + args.status().message());
+  }
+  json list = json::array();
+  auto pod = ParsePodRequest(args->pod);
+  if (!pod.ok()) {
+    for (const std::string& n : args->names) list.push_back({{"Host", n}, {"Score", 0}});
+  } else {
+    for (const auto& [host, score] : view_.Prioritize(*pod, args->names)) {
+      list.push_back({{"Host", host}, {"Score", score}});
+    }
+  }
+  return {200, "application/json", list.dump()};
+}
+
+Answer Extender::Bind(const std::string& body) {
+  json j = json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    ++bad_requests_;
+    return BadRequest("bind: request body is not a JSON object");
+  }
+  auto text = [&](const char* name) -> std::string {
+    const json* f = Field(j, name);
+    return f && f->is_string() ? f->get<std::string>() : "";
+  };
+  const std::string name = text("PodName"), ns = text("PodNamespace"), uid = text("PodUID"),
+                    node = text("Node");
+  if (name.empty() || ns.empty() || node.empty()) {
+    ++bad_requests_;
+    return BadRequest("bind: ExtenderBindingArgs: PodName, PodNamespace and Node are required");
+  }
+  auto fail = [&](const std::string& message, std::atomic<uint64_t>& counter) {
+    ++counter;
+    spdlog::warn("event=bind_failed pod={}/{} node={} error=\"{}\"", ns, name, node, message);
+    return Answer{200, "application/json", json{{"Error", message}}.dump()};
+  };
+  std::optional<PodRequest> pod = Recall(uid, ns + "/" + name);
+  if (!pod) {
+    auto got = pods_(ns, name);
+    if (!got.ok()) return fail("bind: " + got.status().message(), binds_failed_);
+    auto parsed = ParsePodRequest(*got);
+    if (!parsed.ok()) return fail("bind: " + parsed.status().message(), binds_refused_);
+    pod = std::move(parsed).value();
+  }
+  if (pod->uid.empty()) pod->uid = uid;
+  bool already = false;
+  auto reserved = view_.Reserve(*pod, node, &already);
+  if (!reserved.ok()) return fail(reserved.status().message(), binds_refused_);
+  Status s = binder_(ns, name, uid, node);
+  if (!s.ok()) {
+    if (!already) view_.Unreserve(pod->key(), node);
+    return fail(s.message(), binds_failed_);
+  }
+  ++binds_ok_;
+  std::string gpus;
+  for (const Assignment& a : *reserved) {
+    gpus += (gpus.empty() ? "" : ",") + a.container + ":" + a.gpu + ":" + std::to_string(a.units);
+  }
+  spdlog::debug("event=bound pod={}/{} node={} reserved={}", ns, name, node, gpus);
+  return {200, "application/json", json{{"Error", ""}}.dump()};
+}
+
+std::string Extender::Metrics() const {
+  const ViewStats s = view_.stats();
+  std::ostringstream o;
+  auto counter = [&](const char* name, const char* help, uint64_t v,
+                     const std::string& labels = "") {
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n"
+      << name << labels << " " << v << "\n";
+  };
+  auto gauge = [&](const char* name, const char* help, int64_t v) {
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n"
+      << name << " " << v << "\n";
+  };
+  counter("gpulet_extender_filter_requests_total", "Filter calls.", filter_requests_.load());
+  counter("gpulet_extender_prioritize_requests_total", "Prioritize calls.",
+          prioritize_requests_.load());
+  counter("gpulet_extender_bad_requests_total", "Requests answered 400.", bad_requests_.load());
+  o << "# HELP gpulet_extender_filtered_nodes_total Nodes judged by filter, by outcome.\n"
+       "# TYPE gpulet_extender_filtered_nodes_total counter\n"
+    << "gpulet_extender_filtered_nodes_total{outcome=\"passed\"} " << nodes_passed_.load() << "\n"
+    << "gpulet_extender_filtered_nodes_total{outcome=\"failed\"} " << nodes_failed_.load() << "\n"
+    << "gpulet_extender_filtered_nodes_total{outcome=\"unresolvable\"} "
+    << nodes_unresolvable_.load() << "\n";
+  o << "# HELP gpulet_extender_binds_total Bind calls, by result.\n"
+       "# TYPE gpulet_extender_binds_total counter\n"
+    << "gpulet_extender_binds_total{result=\"bound\"} " << binds_ok_.load() << "\n"
+    << "gpulet_extender_binds_total{result=\"refused\"} " << binds_refused_.load() << "\n"
+    << "gpulet_extender_binds_total{result=\"failed\"} " << binds_failed_.load() << "\n";
+  gauge("gpulet_extender_node_objects", "Per-node GPU memory objects known.",
+        static_cast<int64_t>(s.objects));
+  gauge("gpulet_extender_node_objects_malformed", "Objects that do not parse.",
+        static_cast<int64_t>(s.malformed));
+  gauge("gpulet_extender_node_objects_stale", "Objects not updated within the stale period.",
+        static_cast<int64_t>(s.stale));
+  gauge("gpulet_extender_reservations", "Bound pods whose units are held in memory.",
+        static_cast<int64_t>(s.reservations));
+  gauge("gpulet_extender_reserved_units", "Units held by reservations.", s.reserved_units);
+  return o.str();
+}
+
+}  // namespace gpulet::extender

@@ -1,0 +1,74 @@
+// The running extender: the cluster view fed by two collection watches (the per-node GPU memory
+// ConfigMaps, label gpulet.io/memory-pool=true, in gpulet's namespace; and the Nodes), the verbs
+// served over the bounded HTTP server (POST /filter, /prioritize, /bind; GET /healthz, /metrics),
+// and binds made through the API (POST .../pods/NAME/binding).
+//
+// Serving: HTTPS with the certificate of a web config file (the exporter's format,
+// metrics/web_config.h), or plain HTTP only on a loopback address (a sidecar of the scheduler).
+// Start() returns once both watches have listed (the server opens only then; /healthz is 200).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "extender/extender.h"
+#include "extender/informer.h"
+#include "extender/view.h"
+#include "k8s/client.h"
+#include "k8s/watch.h"
+
+namespace gpulet::metrics {
+class MetricsServer;
+class Publisher;
+}  // namespace gpulet::metrics
+
+namespace gpulet::extender {
+
+struct ServiceOptions {
+  std::string address = "127.0.0.1:8888";
+  std::string web_config_file;  // TLS certificate (and optional basic auth)
+  int threads = 8;              // workers for the verbs (bind blocks on the API server)
+  size_t max_body_bytes = 64 << 20;
+  ViewOptions view;  // view.ns: where the per-node objects live
+  bool watch_nodes = true;
+  std::chrono::milliseconds sync_timeout{60000};
+};
+
+// POST .../pods/NAME/binding through `client`.
+Status CreateBinding(const k8s::Client& client, const std::string& ns, const std::string& name,
+                     const std::string& uid, const std::string& node);
+
+class Service {
+ public:
+  Service(const k8s::Client& client, const Clock& clock, ServiceOptions options);
+  ~Service();  // Stop()s
+  Service(const Service&) = delete;
+  Service& operator=(const Service&) = delete;
+
+  // Starts the watches, waits for their first lists (kUnavailable after sync_timeout), then
+  // serves (errors: kUsage for plain HTTP on a non-loopback address, and the server's).
+  Status Start();
+  void Stop();
+
+  int port() const;
+  bool synced() const;
+  ClusterView& view() { return view_; }
+  Extender& extender() { return extender_; }
+
+ private:
+  const k8s::Client& client_;
+  ServiceOptions options_;
+  ClusterView view_;
+  Extender extender_;
+  std::unique_ptr<CollectionWatcher> objects_;  // the per-node GPU memory ConfigMaps
+  std::unique_ptr<CollectionWatcher> nodes_;
+  k8s::StopSignal stop_;
+  std::thread objects_thread_, nodes_thread_;
+  std::unique_ptr<metrics::Publisher> unused_publisher_;  // the server's own /metrics is replaced
+  std::unique_ptr<metrics::MetricsServer> server_;
+};
+
+}  // namespace gpulet::extender

@@ -1,0 +1,375 @@
+#include "extender/view.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "extender/test_objects.h"
+
+namespace gpulet::extender {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+using namespace testobjects;
+
+PodRequest Request(const std::string& name, const std::vector<int64_t>& units) {
+  auto r = ParsePodRequest(MemoryPod(name, units));
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return *r;
+}
+
+void Publish(ClusterView& view, const std::string& node, const std::vector<Gpu>& gpus,
+             const std::string& rv, json pods = json::array(), int heartbeat = 30) {
+  view.UpsertObject(
+      MemoryConfigMap(node, MemoryJson(node, gpus, 1, std::move(pods), heartbeat).dump(), rv));
+}
+
+TEST(ParseMemoryJson, ReadsTheContract) {
+  auto m = ParseMemoryJson(
+      R"({"version":1,"node":"n1","generation":42,"resource":"gpulet.io/gpu-memory-1gi",
+          "unitBytes":1073741824,"heartbeatSeconds":30,"extra":"ignored",
+          "gpus":[{"uuid":"GPU-a","index":0,"model":"NVIDIA H100 80GB HBM3","numaNode":0,
+                   "healthy":true,"totalUnits":80,"freeUnits":60}],
+          "pods":[{"namespace":"ns","name":"p","container":"c","gpu":"GPU-a","units":20}]})",
+      "cm");
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->node, "n1");
+  EXPECT_EQ(m->generation, 42);
+  EXPECT_EQ(m->heartbeat_seconds, 30);
+  ASSERT_EQ(m->gpus.size(), 1u);
+  EXPECT_EQ(m->gpus[0].free_units, 60);
+  ASSERT_EQ(m->pods.size(), 1u);
+  EXPECT_EQ(m->pods[0].units, 20);
+}
+
+TEST(ParseMemoryJson, ErrorsNameTheField) {
+  const json good = MemoryJson("n1", {{80, 60}});
+  struct Case {
+    const char* name;
+    std::function<void(json&)> mutate;
+    const char* want;
+  };
+  const std::vector<Case> cases = {
+      {"version", [](json& j) { j["version"] = 2; }, "version: must be between 1 and 1"},
+      {"no node", [](json& j) { j.erase("node"); }, "node: required"},
+      {"resource type", [](json& j) { j["resource"] = 5; }, "resource: must be a string"},
+      {"unit", [](json& j) { j["unitBytes"] = 0; }, "unitBytes: must be between 1"},
+      {"gpus", [](json& j) { j["gpus"] = "x"; }, "gpus: required, a list"},
+      {"free > total", [](json& j) { j["gpus"][0]["freeUnits"] = 90; },
+       "gpus[0].freeUnits: must be between 0 and 80, got 90"},
+      {"negative", [](json& j) { j["gpus"][0]["totalUnits"] = -1; }, "gpus[0].totalUnits"},
+      {"float", [](json& j) { j["gpus"][0]["freeUnits"] = 1.5; },
+       "gpus[0].freeUnits: must be an integer"},
+      {"healthy", [](json& j) { j["gpus"][0]["healthy"] = "yes"; }, "gpus[0].healthy"},
+      {"repeated uuid", [](json& j) { j["gpus"].push_back(j["gpus"][0]); }, "gpus[1].uuid"},
+      {"pod name",
+       [](json& j) {
+         j["pods"] = json::array({json{{"namespace", "a"}}});
+       },
+       "pods[0].name: required"},
+  };
+  for (const Case& c : cases) {
+    json j = good;
+    c.mutate(j);
+    auto m = ParseMemoryJson(j.dump(), "configmaps/gpulet-system/gpulet-memory-n1");
+    ASSERT_FALSE(m.ok()) << c.name;
+    EXPECT_THAT(m.status().message(),
+                HasSubstr("configmaps/gpulet-system/gpulet-memory-n1: memory.json: "))
+        << c.name;
+    EXPECT_THAT(m.status().message(), HasSubstr(c.want)) << c.name;
+  }
+  EXPECT_THAT(ParseMemoryJson("{not json", "x").status().message(), HasSubstr("not valid JSON"));
+}
+
+TEST(ParsePodRequest, RequestsLimitsAndErrors) {
+  PodRequest r = Request("p", {20, 0, 5});
+  EXPECT_EQ(r.resource, kResource);
+  ASSERT_EQ(r.containers.size(), 2u);
+  EXPECT_EQ(r.containers[0].name, "c0");
+  EXPECT_EQ(r.containers[1].units, 5);
+  EXPECT_EQ(r.total(), 25);
+  EXPECT_EQ(r.key(), "default/p");
+  EXPECT_EQ(r.uid, "uid-default-p");
+
+  json limits_only = MemoryPod("q", {0});
+  limits_only["spec"]["containers"][0]["resources"] = {{"limits", {{kResource, 7}}}};
+  auto q = ParsePodRequest(limits_only);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->total(), 7);
+
+  json cpu_only = MemoryPod("cpu", {0});
+  auto c = ParsePodRequest(cpu_only);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->resource.empty());
+
+  json two = MemoryPod("two", {1, 0});
+  two["spec"]["containers"][1]["resources"] = {{"limits", {{"gpulet.io/gpu-memory-512mi", "3"}}}};
+  EXPECT_THAT(ParsePodRequest(two).status().message(),
+              HasSubstr("spec.containers[1] (c1): asks for both"));
+
+  json frac = MemoryPod("frac", {0});
+  frac["spec"]["containers"][0]["resources"] = {{"limits", {{kResource, "1.5"}}}};
+  EXPECT_THAT(ParsePodRequest(frac).status().message(),
+              HasSubstr("spec.containers[0] (c0): resources.limits[\"gpulet.io/gpu-memory-1gi\"]: "
+                        "must be a whole number"));
+
+  json init = MemoryPod("init", {4});
+  init["spec"]["initContainers"] =
+      json::array({{{"name", "setup"}, {"resources", {{"limits", {{kResource, "30"}}}}}}});
+  auto i = ParsePodRequest(init);
+  ASSERT_TRUE(i.ok());
+  ASSERT_EQ(i->init_containers.size(), 1u);
+  EXPECT_EQ(i->init_containers[0].units, 30);
+  EXPECT_EQ(i->total(), 4);
+}
+
+struct FilterCase {
+  const char* name;
+  std::vector<Gpu> gpus;
+  std::vector<int64_t> pod;
+  bool fits;
+  const char* reason;          // substring when !fits
+  std::vector<int> gpu_index;  // chosen GPU per container when fits
+};
+
+TEST(Filter, PerGpuFitContainersInTurn) {
+  const std::vector<FilterCase> cases = {
+      {"fits one GPU", {{80, 60}}, {20}, true, "", {0}},
+      {"node total is not enough: one GPU must hold it",
+       {{80, 40}, {80, 40}},
+       {60},
+       false,
+       "container \"c0\" needs 60 units of gpulet.io/gpu-memory-1gi on one GPU; the largest free "
+       "GPU has 40 units (GPU 0, 80 total)",
+       {}},
+      {"best fit: the least free GPU that fits",
+       {{80, 50}, {80, 25}, {80, 30}},
+       {20},
+       true,
+       "",
+       {1}},
+      {"containers in turn", {{80, 30}, {80, 20}}, {20, 20}, true, "", {1, 0}},
+      {"second container no longer fits",
+       {{80, 30}, {80, 10}},
+       {20, 20},
+       false,
+       "container \"c1\" needs 20 units of gpulet.io/gpu-memory-1gi on one GPU; the largest free "
+       "GPU has 10 units (GPU 0, 80 total) after this pod's earlier containers",
+       {}},
+      {"unhealthy GPU counts as 0 free",
+       {{80, 80, false}, {80, 10}},
+       {20},
+       false,
+       "largest free GPU has 10 units (GPU 1",
+       {}},
+      {"exactly full", {{80, 80}}, {80}, true, "", {0}},
+      {"no GPUs", {}, {1}, false, "the node publishes no GPUs", {}},
+      {"pod without memory request passes", {{80, 0}}, {0}, true, "", {}},
+  };
+  for (const FilterCase& c : cases) {
+    FakeClock clock;
+    ClusterView view(clock, {});
+    Publish(view, "n1", c.gpus, "5");
+    PodRequest pod = Request("p", c.pod);
+    NodeVerdict v = view.Evaluate(pod, "n1");
+    EXPECT_EQ(v.fits, c.fits) << c.name << ": " << v.reason;
+    EXPECT_FALSE(v.unresolvable) << c.name;
+    if (!c.fits) {
+      EXPECT_THAT(v.reason, HasSubstr(c.reason)) << c.name;
+      continue;
+    }
+    ASSERT_EQ(v.assignments.size(), c.gpu_index.size()) << c.name;
+    for (size_t k = 0; k < c.gpu_index.size(); ++k) {
+      EXPECT_EQ(v.assignments[k].gpu, GpuUuid("n1", static_cast<size_t>(c.gpu_index[k]))) << c.name;
+    }
+  }
+}
+
+TEST(Filter, SpreadPicksTheMostFreeGpu) {
+  FakeClock clock;
+  ClusterView view(clock, {.policy = Policy::kSpread});
+  Publish(view, "n1", {{80, 50}, {80, 25}, {80, 30}}, "1");
+  NodeVerdict v = view.Evaluate(Request("p", {20}), "n1");
+  ASSERT_TRUE(v.fits);
+  EXPECT_EQ(v.assignments[0].gpu, GpuUuid("n1", 0));
+}
+
+TEST(Filter, UnresolvableObjects) {
+  FakeClock clock;
+  ClusterView view(clock, {});
+  Publish(view, "ok", {{80, 80}}, "1");
+  // Malformed JSON, a missing key, a node mismatch, a foreign resource.
+  view.UpsertObject(MemoryConfigMap("bad", "{\"version\":1,", "1"));
+  json nodata = MemoryConfigMap("nodata", "", "1");
+  nodata["data"] = json::object();
+  view.UpsertObject(nodata);
+  view.UpsertObject(MemoryConfigMap("liar", MemoryJson("other", {{80, 80}}).dump(), "1"));
+  json foreign = MemoryJson("foreign", {{80, 80}});
+  foreign["resource"] = "gpulet.io/gpu-memory-512mi";
+  view.UpsertObject(MemoryConfigMap("foreign", foreign.dump(), "1"));
+
+  FilterOutcome out =
+      view.Filter(Request("p", {10}), {"ok", "bad", "nodata", "liar", "foreign", "missing"});
+  EXPECT_EQ(out.passed, std::vector<std::string>{"ok"});
+  EXPECT_TRUE(out.failed.empty());
+  ASSERT_EQ(out.unresolvable.size(), 5u);
+  EXPECT_THAT(
+      out.unresolvable["bad"],
+      HasSubstr(
+          "malformed: configmaps/gpulet-system/gpulet-memory-bad: memory.json: not valid JSON"));
+  EXPECT_THAT(out.unresolvable["nodata"], HasSubstr("data[\"memory.json\"]: missing"));
+  EXPECT_THAT(out.unresolvable["liar"],
+              HasSubstr("node: \"other\" is not the object's node \"liar\""));
+  EXPECT_THAT(
+      out.unresolvable["foreign"],
+      HasSubstr("pool is gpulet.io/gpu-memory-512mi, the pod asks for gpulet.io/gpu-memory-1gi"));
+  EXPECT_THAT(out.unresolvable["missing"],
+              HasSubstr("no GPU memory object configmaps/gpulet-system/gpulet-memory-missing"));
+
+  // Once nodes are known, a node without the pool label says so.
+  view.ReplaceNodes({json{{"metadata", {{"name", "missing"}}}}});
+  EXPECT_THAT(view.Evaluate(Request("p", {10}), "missing").reason,
+              HasSubstr("node has no gpulet GPU memory pool"));
+}
+
+TEST(Filter, StaleOnOurClockNotTheAgents) {
+  FakeClock clock;
+  ClusterView view(clock, {});
+  Publish(view, "n1", {{80, 80}}, "7", json::array(), /*heartbeat=*/10);
+  const PodRequest pod = Request("p", {10});
+  clock.Advance(std::chrono::seconds(30));  // 3 × heartbeat: not yet stale
+  EXPECT_TRUE(view.Evaluate(pod, "n1").fits);
+  clock.Advance(std::chrono::milliseconds(1));
+  NodeVerdict v = view.Evaluate(pod, "n1");
+  EXPECT_FALSE(v.fits);
+  EXPECT_TRUE(v.unresolvable);
+  EXPECT_THAT(v.reason, HasSubstr("stale"));
+  EXPECT_THAT(v.reason, HasSubstr("unchanged for 30s1ms (stale after 30s"));
+  EXPECT_EQ(view.stats().stale, 1u);
+  // The same resourceVersion again (a re-list) does not refresh it; a new one does.
+  Publish(view, "n1", {{80, 80}}, "7", json::array(), 10);
+  EXPECT_FALSE(view.Evaluate(pod, "n1").fits);
+  Publish(view, "n1", {{80, 80}}, "8", json::array(), 10);
+  EXPECT_TRUE(view.Evaluate(pod, "n1").fits);
+
+  // --stale-after overrides the heartbeat rule.
+  ClusterView strict(clock, {.stale_after = std::chrono::seconds(5)});
+  Publish(strict, "n1", {{80, 80}}, "1", json::array(), 10);
+  clock.Advance(std::chrono::seconds(6));
+  EXPECT_THAT(strict.Evaluate(pod, "n1").reason, HasSubstr("stale after 5s"));
+}
+
+TEST(Reserve, BackToBackPodsDoNotShareUnits) {
+  FakeClock clock;
+  ClusterView view(clock, {});
+  Publish(view, "n1", {{80, 50}, {80, 30}}, "1");
+  PodRequest a = Request("a", {40});
+  PodRequest b = Request("b", {40});
+  // Both pass filter before either is bound (the scheduler binds asynchronously).
+  EXPECT_TRUE(view.Evaluate(a, "n1").fits);
+  EXPECT_TRUE(view.Evaluate(b, "n1").fits);
+  auto ra = view.Reserve(a, "n1");
+  ASSERT_TRUE(ra.ok());
+  EXPECT_EQ((*ra)[0].gpu, GpuUuid("n1", 0));
+  auto rb = view.Reserve(b, "n1");
+  ASSERT_FALSE(rb.ok());
+  EXPECT_THAT(
+      rb.status().message(),
+      HasSubstr("pod default/b no longer fits on node n1: container \"c0\" needs 40 units"));
+  EXPECT_THAT(rb.status().message(), HasSubstr("largest free GPU has 30 units"));
+  EXPECT_EQ(view.stats().reserved_units, 40);
+  // Re-reserving the same pod keeps its reservation rather than counting it twice.
+  bool already = false;
+  ASSERT_TRUE(view.Reserve(a, "n1", &already).ok());
+  EXPECT_TRUE(already);
+  EXPECT_EQ(view.stats().reservations, 1u);
+  view.Unreserve(a.key(), "n1");
+  EXPECT_TRUE(view.Reserve(b, "n1").ok());
+}
+
+TEST(Reserve, DroppedWhenThePodIsListedNotOnANewerGeneration) {
+  FakeClock clock;
+  ClusterView view(clock, {});
+  Publish(view, "n1", {{80, 50}}, "1");
+  PodRequest a = Request("a", {40});
+  ASSERT_TRUE(view.Reserve(a, "n1").ok());
+  // A newer object that does not list the pod yet (the kubelet has not allocated): still held.
+  Publish(view, "n1", {{80, 50}}, "2");
+  EXPECT_EQ(view.stats().reservations, 1u);
+  EXPECT_FALSE(view.Evaluate(Request("b", {20}), "n1").fits);
+  // The pod is listed and its units are out of freeUnits: the reservation goes.
+  Publish(view, "n1", {{80, 10}}, "3",
+          json::array({{{"namespace", "default"},
+                        {"name", "a"},
+                        {"container", "c0"},
+                        {"gpu", GpuUuid("n1", 0)},
+                        {"units", 40}}}));
+  EXPECT_EQ(view.stats().reservations, 0u);
+  EXPECT_TRUE(view.Evaluate(Request("b", {10}), "n1").fits);
+}
+
+TEST(Reserve, ExpiresAfterTheTimeout) {
+  FakeClock clock;
+  ClusterView view(clock, {.stale_after = std::chrono::hours(1),
+                           .reservation_timeout = std::chrono::seconds(60)});
+  Publish(view, "n1", {{80, 50}}, "1");
+  ASSERT_TRUE(view.Reserve(Request("a", {40}), "n1").ok());
+  clock.Advance(std::chrono::seconds(59));
+  EXPECT_FALSE(view.Evaluate(Request("b", {20}), "n1").fits);
+  clock.Advance(std::chrono::seconds(1));
+  EXPECT_TRUE(view.Evaluate(Request("b", {20}), "n1").fits);
+  EXPECT_EQ(view.stats().reservations, 0u);
+}
+
+TEST(Reserve, ForgottenWithTheNode) {
+  FakeClock clock;
+  ClusterView view(clock, {});
+  Publish(view, "n1", {{80, 50}}, "1");
+  ASSERT_TRUE(view.Reserve(Request("a", {40}), "n1").ok());
+  view.RemoveNode("n1");
+  EXPECT_EQ(view.stats().reservations, 0u);
+  view.RemoveObject("gpulet-memory-n1");
+  EXPECT_EQ(view.stats().objects, 0u);
+}
+
+TEST(Prioritize, BestFitPrefersLeastLeftoverSpreadTheOpposite) {
+  FakeClock clock;
+  ClusterView best(clock, {});
+  ClusterView spread(clock, {.policy = Policy::kSpread});
+  for (ClusterView* v : {&best, &spread}) {
+    Publish(*v, "tight", {{80, 20}, {80, 0}}, "1");
+    Publish(*v, "roomy", {{80, 80}, {80, 80}}, "1");
+    Publish(*v, "half", {{80, 40}, {80, 40}}, "1");
+    Publish(*v, "full", {{80, 10}}, "1");
+  }
+  const PodRequest pod = Request("p", {20});
+  auto b = best.Prioritize(pod, {"tight", "roomy", "half", "full", "missing"});
+  ASSERT_EQ(b.size(), 5u);
+  EXPECT_EQ(b[0], std::make_pair(std::string("tight"), 10));
+  EXPECT_GT(b[2].second, b[1].second);
+  EXPECT_EQ(b[3].second, 0);  // does not fit
+  EXPECT_EQ(b[4].second, 0);
+  for (const auto& [host, score] : b) {
+    EXPECT_GE(score, 0);
+    EXPECT_LE(score, kMaxExtenderPriority);
+  }
+  auto s = spread.Prioritize(pod, {"tight", "roomy", "half"});
+  EXPECT_GT(s[1].second, s[2].second);
+  EXPECT_GT(s[2].second, s[0].second);
+}
+
+TEST(Objects, ReplaceRemovesWhatIsGone) {
+  FakeClock clock;
+  ClusterView view(clock, {});
+  Publish(view, "a", {{80, 80}}, "1");
+  Publish(view, "b", {{80, 80}}, "1");
+  view.ReplaceObjects({MemoryConfigMap("b", MemoryJson("b", {{80, 80}}).dump(), "1")});
+  EXPECT_EQ(view.stats().objects, 1u);
+  EXPECT_TRUE(view.Evaluate(Request("p", {1}), "a").unresolvable);
+  // Objects that are not ours (no node label, no prefix) are ignored.
+  view.UpsertObject(json{{"metadata", {{"name", "unrelated"}}}});
+  EXPECT_EQ(view.stats().objects, 1u);
+}
+
+}  // namespace
+}  // namespace gpulet::extender

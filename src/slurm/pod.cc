@@ -1,0 +1,272 @@
+#include "slurm/pod.h"
+
+#include <algorithm>
+#include <charconv>
+#include <sstream>
+
+namespace gpulet::slurm {
+namespace {
+
+std::string Join(const std::vector<std::string>& v, const char* sep = ",") {
+  std::string out;
+  for (const std::string& s : v) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+std::string Trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+bool IsIndexEntry(const std::string& e) {
+  return !e.empty() &&
+         std::all_of(e.begin(), e.end(), [](char c) { return (c >= '0' && c <= '9') || c == ':'; });
+}
+
+bool ValidFeature(const std::string& f) {
+  return !f.empty() && std::all_of(f.begin(), f.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || c == '.';
+  });
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> ParseAllocatedDevices(const std::string& value) {
+  const std::string v = Trim(value);
+  if (v.empty() || v == "all" || v == "none" || v == "void") {
+    return Status(ErrorCode::kInvalidInput,
+                  "NVIDIA_VISIBLE_DEVICES=\"" + v +
+                      "\": no device list from a device plugin's Allocate (request GPUs in the "
+                      "pod spec: nvidia.com/gpu, a MIG or a shared resource)");
+  }
+  std::vector<std::string> out;
+  std::stringstream in(v);
+  for (std::string item; std::getline(in, item, ',');) {
+    item = Trim(item);
+    if (item.empty()) continue;
+    if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
+  }
+  if (out.empty()) {
+    return Status(ErrorCode::kInvalidInput, "NVIDIA_VISIBLE_DEVICES=\"" + v + "\": no devices");
+  }
+  return out;
+}
+
+Result<PodDevices> MatchAllocation(const gpu::Inventory& seen,
+                                   const std::vector<std::string>& allocated) {
+  PodDevices d;
+  std::vector<std::string> seen_ids;  // what NVML shows, as Allocate would name it
+  for (const gpu::Gpu& g : seen.gpus) {
+    if (g.mig_devices.empty()) {
+      d.gpus.push_back(g.uuid);
+      seen_ids.push_back(g.uuid);
+    }
+    for (const gpu::MigDevice& m : g.mig_devices) {
+      d.migs.push_back(m.uuid);
+      seen_ids.push_back(m.uuid);
+    }
+  }
+  std::vector<std::string> missing, extra;  // allocated not seen; seen not allocated
+  size_t index_gpus = 0, index_migs = 0;
+  std::set<std::string> covered;
+  for (const std::string& a : allocated) {
+    if (IsIndexEntry(a)) {
+      (a.find(':') == std::string::npos ? index_gpus : index_migs)++;
+      continue;
+    }
+    bool found = false;
+    for (const gpu::Gpu& g : seen.gpus) {
+      if (g.uuid == a) {  // a whole GPU; in MIG mode, all of its MIG devices
+        found = true;
+        if (g.mig_devices.empty()) covered.insert(g.uuid);
+        for (const gpu::MigDevice& m : g.mig_devices) covered.insert(m.uuid);
+      }
+      for (const gpu::MigDevice& m : g.mig_devices) {
+        if (m.uuid == a) found = true, covered.insert(m.uuid);
+      }
+    }
+    if (!found) missing.push_back(a);
+  }
+  size_t uncovered_gpus = 0, uncovered_migs = 0;
+  for (const std::string& id : seen_ids) {
+    if (covered.count(id)) continue;
+    (id.rfind("MIG-", 0) == 0 ? uncovered_migs : uncovered_gpus)++;
+  }
+  // Index entries stand for the devices no UUID named, by kind and count.
+  const bool counts_match = uncovered_gpus == index_gpus && uncovered_migs == index_migs;
+  if (missing.empty() && counts_match) return d;
+  if (!counts_match) {
+    for (const std::string& id : seen_ids) {
+      if (!covered.count(id)) extra.push_back(id);
+    }
+  }
+  std::string msg = "NVIDIA_VISIBLE_DEVICES names " + Join(allocated) +
+                    " but NVML in this container sees " +
+                    (seen_ids.empty() ? std::string("no GPU") : Join(seen_ids)) + " (";
+  std::vector<std::string> parts;
+  if (!missing.empty()) parts.push_back("allocated, not seen: " + Join(missing));
+  if (!extra.empty()) {
+    if (index_gpus + index_migs > 0) {
+      parts.push_back("index entries: " + std::to_string(index_gpus) + " GPU(s) and " +
+                      std::to_string(index_migs) + " MIG device(s) for " + Join(extra));
+    } else {
+      parts.push_back("seen, not allocated: " + Join(extra));
+    }
+  }
+  msg += Join(parts, "; ") +
+         "): the pod's GRES would not match its devices; refusing to register the node";
+  return Status(ErrorCode::kInvalidInput, msg);
+}
+
+std::map<std::string, std::string> ParsePodLabels(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::stringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string key = Trim(line.substr(0, eq));
+    std::string value = Trim(line.substr(eq + 1));
+    if (value.size() >= 2 && value.front() == '"' && value.back() == '"') {
+      std::string unq;
+      for (size_t i = 1; i + 1 < value.size(); ++i) {
+        if (value[i] == '\\' && i + 2 < value.size()) ++i;
+        unq += value[i];
+      }
+      value = unq;
+    }
+    if (!key.empty()) out[key] = value;
+  }
+  return out;
+}
+
+Result<std::vector<std::string>> NodeFeatures(const std::map<std::string, std::string>& labels,
+                                              const std::string& partition_override) {
+  std::vector<std::string> out;
+  auto add = [&](const std::string& f, const std::string& from) -> Status {
+    if (f.empty()) return Status::Ok();
+    if (!ValidFeature(f)) {
+      return Status(ErrorCode::kInvalidInput,
+                    from + ": \"" + f + "\" is not a valid Slurm feature ([A-Za-z0-9_.-])");
+    }
+    if (std::find(out.begin(), out.end(), f) == out.end()) out.push_back(f);
+    return Status::Ok();
+  };
+  std::string partition = partition_override;
+  if (partition.empty()) {
+    if (auto it = labels.find(kPodPartitionLabel); it != labels.end()) partition = Trim(it->second);
+  }
+  if (Status s = add(partition, std::string("label ") + kPodPartitionLabel); !s.ok()) return s;
+  if (auto it = labels.find(kPodFeaturesLabel); it != labels.end()) {
+    std::stringstream in(it->second);
+    for (std::string f; std::getline(in, f, ',');) {
+      if (Status s = add(Trim(f), std::string("label ") + kPodFeaturesLabel); !s.ok()) return s;
+    }
+  }
+  return out;
+}
+
+std::map<unsigned, unsigned> ContainerCoreIndex(const std::set<unsigned>& allowed,
+                                                const std::map<unsigned, unsigned>& topology) {
+  std::map<unsigned, unsigned> out;
+  if (topology.empty()) {
+    unsigned i = 0;
+    for (unsigned cpu : allowed) out[cpu] = i++;
+    return out;
+  }
+  std::map<unsigned, unsigned> renumber;  // machine core index → container core index
+  for (unsigned cpu : allowed) {
+    if (auto it = topology.find(cpu); it != topology.end()) renumber[it->second] = 0;
+  }
+  unsigned i = 0;
+  for (auto& [core, idx] : renumber) idx = i++;
+  for (unsigned cpu : allowed) {
+    if (auto it = topology.find(cpu); it != topology.end()) out[cpu] = renumber[it->second];
+  }
+  return out;
+}
+
+uint64_t ContainerMemoryMib(const std::string& memory_max, uint64_t mem_total_kib) {
+  const uint64_t total_mib = mem_total_kib / 1024;
+  const std::string v = Trim(memory_max);
+  uint64_t bytes = 0;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), bytes);
+  if (v.empty() || ec != std::errc() || end != v.data() + v.size()) return total_mib;  // "max"
+  const uint64_t limit_mib = bytes / (1024 * 1024);
+  return total_mib == 0 ? limit_mib : std::min(limit_mib, total_mib);
+}
+
+std::string DynamicNodeConf(const NodeGres& gres, unsigned cpus, uint64_t real_memory_mib,
+                            const std::vector<std::string>& features) {
+  std::string conf;
+  auto add = [&](const std::string& kv) { conf += (conf.empty() ? "" : " ") + kv; };
+  if (cpus > 0) add("CPUs=" + std::to_string(cpus));
+  if (real_memory_mib > 0) add("RealMemory=" + std::to_string(real_memory_mib));
+  if (std::string g = NodeGresValue(gres); !g.empty()) add("Gres=" + g);
+  if (!features.empty()) add("Feature=" + Join(features));
+  return conf;
+}
+
+bool NodeBusy(const NodeStatus& status) {
+  std::stringstream in(status.state);
+  for (std::string flag; std::getline(in, flag, '+');) {
+    if (flag == "ALLOCATED" || flag == "ALLOC" || flag == "MIXED" || flag == "COMPLETING") {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string BusyLabelPatch(bool busy) {
+  return std::string(R"({"metadata":{"labels":{")") + kPodBusyLabel + R"(":")" +
+         (busy ? "true" : "false") + R"("}}})";
+}
+
+PodNode::PodNode(std::shared_ptr<const CommandRunner> runner, std::string node_name,
+                 std::string scontrol, std::chrono::milliseconds timeout)
+    : runner_(runner),
+      client_(runner, scontrol, timeout),
+      node_(std::move(node_name)),
+      scontrol_(std::move(scontrol)),
+      timeout_(timeout) {}
+
+Result<PodNode::DrainOutcome> PodNode::DrainForTermination() const {
+  Result<NodeStatus> now = client_.ShowNode(node_);
+  if (!now.ok()) return now.status();
+  if (now->drained() && !now->ours()) return DrainOutcome::kAdminDrainKept;
+  if (Status s = client_.Drain(node_, kPodTerminatingReason); !s.ok()) return s;
+  return DrainOutcome::kDrained;
+}
+
+Result<NodeStatus> PodNode::WaitIdle(
+    std::chrono::milliseconds poll,
+    const std::function<bool(std::chrono::milliseconds)>& wait) const {
+  Status last = Status(ErrorCode::kUnavailable, "node " + node_ + ": not polled yet");
+  while (true) {
+    Result<NodeStatus> now = client_.ShowNode(node_);
+    if (now.ok() && !NodeBusy(*now)) return now;
+    if (!now.ok()) last = now.status();
+    if (now.ok()) {
+      last =
+          Status(ErrorCode::kUnavailable, "node " + node_ + " still has jobs (" + now->state + ")");
+    }
+    if (!wait(poll)) return last;
+  }
+}
+
+Status PodNode::Delete() const {
+  Result<CommandOutput> r = runner_->Run({scontrol_, "delete", "nodename=" + node_}, timeout_);
+  if (!r.ok()) return r.status();
+  if (r->exit_code == 0) return Status::Ok();
+  const std::string msg = Trim(r->err.empty() ? r->out : r->err);
+  if (msg.find("not found") != std::string::npos ||
+      msg.find("Invalid node name") != std::string::npos) {
+    return Status::Ok();  // already gone
+  }
+  return Status(ErrorCode::kUnavailable, "scontrol delete nodename=" + node_ + ": exit " +
+                                             std::to_string(r->exit_code) + ": " + msg);
+}
+
+}  // namespace gpulet::slurm

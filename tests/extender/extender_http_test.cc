@@ -1,0 +1,374 @@
+// The extender through real HTTP, against the fake API server, with requests shaped as
+// kube-scheduler's HTTPExtender sends them (POST <urlPrefix>/<verb>, Content-Type
+// application/json, extender/v1 structs marshalled by Go: PascalCase, nil pointers as null).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <functional>
+#include <thread>
+
+#include "apiserver/fake_apiserver.h"
+#include "extender/service.h"
+#include "extender/test_objects.h"
+
+namespace gpulet::extender {
+namespace {
+
+using gpulet::testing::FakeApiServer;
+using gpulet::testing::TestPki;
+using nlohmann::json;
+using ::testing::HasSubstr;
+using namespace testobjects;
+
+constexpr const char* kNs = "gpulet-system";
+
+std::string TempDir() {
+  std::string tmpl = ::testing::TempDir() + "gpulet-extender-XXXXXX";
+  EXPECT_NE(mkdtemp(tmpl.data()), nullptr);
+  return tmpl;
+}
+
+std::string ObjectPath(const std::string& node) {
+  return std::string("/api/v1/namespaces/") + kNs + "/configmaps/gpulet-memory-" + node;
+}
+
+class ExtenderHttpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = TempDir();
+    auto pki = gpulet::testing::MakeTestPki(dir_);
+    ASSERT_TRUE(pki.ok()) << pki.status().message();
+    pki_ = *pki;
+    auto s = FakeApiServer::Start(pki_, {});
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    api_ = std::move(s).value();
+    k8s::ClusterAccess a;
+    a.server = api_->url();
+    a.ca_file = pki_.ca_cert;
+    a.token = "test-token";
+    client_ = std::make_unique<k8s::Client>(a);
+  }
+
+  void AddNode(const std::string& node, const std::vector<Gpu>& gpus, json pods = json::array()) {
+    api_->Put(
+        "/api/v1/nodes/" + node,
+        {{"apiVersion", "v1"},
+         {"kind", "Node"},
+         {"metadata", {{"name", node}, {"labels", {{"gpulet.io/gpu-memory.pool", "true"}}}}}});
+    Publish(node, gpus, std::move(pods));
+  }
+  // Returns the object's new resourceVersion.
+  std::string Publish(const std::string& node, const std::vector<Gpu>& gpus,
+                      json pods = json::array()) {
+    return std::to_string(
+        api_->Put(ObjectPath(node),
+                  MemoryConfigMap(node, MemoryJson(node, gpus, ++generation_, pods).dump())));
+  }
+  // Waits until the extender has seen version `rv` of the node's object.
+  bool Seen(const std::string& node, const std::string& rv) {
+    return WaitFor([&] { return service_->view().ObjectVersion(node) == rv; });
+  }
+  json AddPod(const std::string& name, const std::vector<int64_t>& units) {
+    json pod = MemoryPod(name, units);
+    api_->Put("/api/v1/namespaces/default/pods/" + name, pod);
+    return pod;
+  }
+
+  void StartExtender() {
+    ServiceOptions o;
+    o.address = "127.0.0.1:0";
+    o.view.ns = kNs;
+    service_ = std::make_unique<Service>(*client_, clock_, o);
+    Status s = service_->Start();
+    ASSERT_TRUE(s.ok()) << s.message();
+    http_ = std::make_unique<httplib::Client>("127.0.0.1", service_->port());
+    http_->set_read_timeout(30, 0);
+  }
+
+  // POST as kube-scheduler does; returns {status, body}.
+  std::pair<int, std::string> Call(const std::string& verb, const std::string& body) {
+    auto r = http_->Post("/" + verb, body, "application/json");
+    if (!r) return {0, ""};
+    return {r->status, r->body};
+  }
+  json Filter(const json& pod, const std::vector<std::string>& nodes) {
+    auto [status, body] = Call("filter", CacheModeArgs(pod, nodes));
+    EXPECT_EQ(status, 200) << body;
+    return json::parse(body, nullptr, false);
+  }
+  json Bind(const json& pod, const std::string& node) {
+    auto [status, body] = Call("bind", BindingArgs(pod, node));
+    EXPECT_EQ(status, 200) << body;
+    return json::parse(body, nullptr, false);
+  }
+  // Waits (bounded) for a positive condition the watch brings.
+  bool WaitFor(const std::function<bool()>& cond) {
+    for (int i = 0; i < 1500; ++i) {
+      if (cond()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+  std::string NodeOf(const std::string& pod) {
+    auto p = api_->Object("/api/v1/namespaces/default/pods/" + pod);
+    return p && (*p)["spec"].contains("nodeName") ? (*p)["spec"]["nodeName"].get<std::string>()
+                                                  : "";
+  }
+
+  void TearDown() override {
+    service_.reset();
+    api_.reset();
+  }
+
+  std::string dir_;
+  TestPki pki_;
+  std::unique_ptr<FakeApiServer> api_;
+  std::unique_ptr<k8s::Client> client_;
+  FakeClock clock_;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<httplib::Client> http_;
+  int64_t generation_ = 0;
+};
+
+TEST_F(ExtenderHttpTest, FilterPrioritizeBindOnAHundredNodes) {
+  // node-i: 8 GPUs of 80 units; GPU 0 has i % 50 free, the others 0; every tenth node has one
+  // more GPU with 35 free (the tightest fit for a 30-unit pod).
+  std::vector<std::string> names;
+  for (int i = 0; i < 100; ++i) {
+    const std::string n = "node-" + std::to_string(i);
+    std::vector<Gpu> gpus(8, Gpu{80, 0});
+    gpus[0].free = i % 50;
+    if (i % 10 == 3) gpus[5].free = 35;
+    AddNode(n, gpus);
+    names.push_back(n);
+  }
+  json pod = AddPod("inference", {30});
+  StartExtender();
+
+  json f = Filter(pod, names);
+  ASSERT_TRUE(f["NodeNames"].is_array()) << f;
+  EXPECT_TRUE(f["Nodes"].is_null());
+  EXPECT_EQ(f["Error"], "");
+  std::set<std::string> passed;
+  for (const auto& n : f["NodeNames"]) passed.insert(n.get<std::string>());
+  for (int i = 0; i < 100; ++i) {
+    const std::string n = names[static_cast<size_t>(i)];
+    const bool fits = i % 50 >= 30 || i % 10 == 3;
+    EXPECT_EQ(passed.count(n), fits ? 1u : 0u) << n;
+    if (!fits) {
+      ASSERT_TRUE(f["FailedNodes"].contains(n)) << n;
+      EXPECT_THAT(f["FailedNodes"][n].get<std::string>(),
+                  HasSubstr("needs 30 units of gpulet.io/gpu-memory-1gi on one GPU; the largest "
+                            "free GPU has " +
+                            std::to_string(i % 50) + " unit"));
+    }
+  }
+  EXPECT_TRUE(f["FailedAndUnresolvableNodes"].empty());
+
+  // Prioritize gets the nodes that passed, as the scheduler sends them.
+  std::vector<std::string> candidates(passed.begin(), passed.end());
+  auto [status, body] = Call("prioritize", CacheModeArgs(pod, candidates));
+  ASSERT_EQ(status, 200) << body;
+  json scores = json::parse(body);
+  ASSERT_TRUE(scores.is_array());
+  ASSERT_EQ(scores.size(), candidates.size());
+  std::string best;
+  int64_t best_score = -1;
+  for (const auto& hp : scores) {
+    ASSERT_TRUE(hp.contains("Host") && hp.contains("Score")) << hp;
+    const int64_t s = hp["Score"];
+    EXPECT_GE(s, 0);
+    EXPECT_LE(s, 10);
+    if (s > best_score) {
+      best_score = s;
+      best = hp["Host"];
+    }
+  }
+  EXPECT_EQ(best, "node-30");  // exactly 30 free on one GPU, the rest full: no leftover
+
+  json b = Bind(pod, best);
+  EXPECT_EQ(b["Error"], "") << b;
+  EXPECT_EQ(NodeOf("inference"), best);
+  EXPECT_THAT(service_->extender().Metrics(), HasSubstr("gpulet_extender_reserved_units 30"));
+  EXPECT_THAT(service_->extender().Metrics(),
+              HasSubstr("gpulet_extender_binds_total{result=\"bound\"} 1"));
+}
+
+TEST_F(ExtenderHttpTest, NonCacheModeAnswersWithNodeObjects) {
+  AddNode("a", {{80, 40}});
+  AddNode("b", {{80, 10}});
+  json pod = AddPod("p", {20});
+  StartExtender();
+  json nodes = {
+      {"metadata", json::object()},
+      {"items", json::array({*api_->Object("/api/v1/nodes/a"), *api_->Object("/api/v1/nodes/b")})}};
+  auto [status, body] =
+      Call("filter", json{{"Pod", pod}, {"Nodes", nodes}, {"NodeNames", nullptr}}.dump());
+  ASSERT_EQ(status, 200) << body;
+  json f = json::parse(body);
+  EXPECT_TRUE(f["NodeNames"].is_null());
+  ASSERT_EQ(f["Nodes"]["items"].size(), 1u);
+  EXPECT_EQ(f["Nodes"]["items"][0]["metadata"]["name"], "a");
+  EXPECT_TRUE(f["FailedNodes"].contains("b"));
+}
+
+TEST_F(ExtenderHttpTest, TwoPodsBoundWithinOnePublicationPeriodDoNotOverCommit) {
+  AddNode("n1", {{80, 50}, {80, 0}});
+  json a = AddPod("a", {40});
+  json b = AddPod("b", {40});
+  StartExtender();
+  // The scheduler filters b before a's bind arrives (binding is asynchronous): both pass.
+  EXPECT_EQ(Filter(a, {"n1"})["NodeNames"], json::array({"n1"}));
+  EXPECT_EQ(Filter(b, {"n1"})["NodeNames"], json::array({"n1"}));
+  EXPECT_EQ(Bind(a, "n1")["Error"], "");
+  json refused = Bind(b, "n1");
+  EXPECT_THAT(refused["Error"].get<std::string>(),
+              HasSubstr("pod default/b no longer fits on node n1"));
+  EXPECT_EQ(NodeOf("a"), "n1");
+  EXPECT_EQ(NodeOf("b"), "");
+  // The retry of b is filtered out with the reservation counted.
+  json again = Filter(b, {"n1"});
+  EXPECT_TRUE(again["NodeNames"].empty());
+  EXPECT_THAT(again["FailedNodes"]["n1"].get<std::string>(), HasSubstr("largest free GPU has 10"));
+  // A newer publication that does not list a yet keeps the reservation.
+  ASSERT_TRUE(Seen("n1", Publish("n1", {{80, 50}, {80, 0}})));
+  EXPECT_TRUE(Filter(b, {"n1"})["NodeNames"].empty());
+  // The agent publishes a in `pods` (its units out of freeUnits): the reservation is dropped and
+  // the object's own numbers count.
+  ASSERT_TRUE(Seen("n1", Publish("n1", {{80, 10}, {80, 0}},
+                                 json::array({{{"namespace", "default"},
+                                               {"name", "a"},
+                                               {"container", "c0"},
+                                               {"gpu", GpuUuid("n1", 0)},
+                                               {"units", 40}}}))));
+  EXPECT_EQ(service_->view().stats().reservations, 0u);
+  EXPECT_TRUE(Filter(b, {"n1"})["NodeNames"].empty());
+  // a's units are released (the pod ended): b fits again and binds.
+  ASSERT_TRUE(Seen("n1", Publish("n1", {{80, 50}, {80, 0}})));
+  EXPECT_EQ(Filter(b, {"n1"})["NodeNames"].size(), 1u);
+  EXPECT_EQ(Bind(b, "n1")["Error"], "");
+  EXPECT_EQ(NodeOf("b"), "n1");
+}
+
+TEST_F(ExtenderHttpTest, ConcurrentBindsOnOneGpuNeverOverCommit) {
+  AddNode("n1", {{80, 80}});
+  std::vector<json> pods;
+  for (int i = 0; i < 16; ++i) pods.push_back(AddPod("p" + std::to_string(i), {10}));
+  StartExtender();
+  for (const json& p : pods) ASSERT_EQ(Filter(p, {"n1"})["NodeNames"].size(), 1u);
+  std::atomic<int> bound{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      httplib::Client c("127.0.0.1", service_->port());
+      for (size_t i = static_cast<size_t>(t); i < pods.size(); i += 4) {
+        auto r = c.Post("/bind", BindingArgs(pods[i], "n1"), "application/json");
+        if (r && r->status == 200 && json::parse(r->body)["Error"] == "") ++bound;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(bound.load(), 8);  // 80 units, 10 each
+  EXPECT_EQ(service_->view().stats().reserved_units, 80);
+}
+
+TEST_F(ExtenderHttpTest, StaleOrMalformedNodesAreFilteredWithAReason) {
+  AddNode("good", {{80, 80}});
+  AddNode("stale", {{80, 80}});
+  api_->Put("/api/v1/nodes/nothing", {{"metadata", {{"name", "nothing"}}}});
+  // Malformed objects of every kind; none may crash the extender.
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"garbage", "{\"version\":1, \"gpus\": [tru"},
+      {"wrongtypes",
+       R"({"version":1,"node":"wrongtypes","generation":"x","resource":"r","unitBytes":1,"gpus":[]})"},
+      {"negative", MemoryJson("negative", {{80, -5}}).dump()},
+      {"huge",
+       R"({"version":1,"node":"huge","generation":1,"resource":"gpulet.io/gpu-memory-1gi","unitBytes":1,"gpus":[{"uuid":"g","totalUnits":1e300,"freeUnits":1}]})"},
+      {"array", "[1,2,3]"},
+      {"deep", std::string(5000, '[') + std::string(5000, ']')},
+  };
+  std::vector<std::string> names = {"good", "stale", "nothing", "absent"};
+  for (const auto& [node, text] : bad) {
+    api_->Put("/api/v1/nodes/" + node, {{"metadata", {{"name", node}}}});
+    api_->Put(ObjectPath(node), MemoryConfigMap(node, text));
+    names.push_back(node);
+  }
+  json pod = AddPod("p", {10});
+  StartExtender();
+  // "good" keeps publishing (a new resourceVersion each heartbeat), "stale" does not.
+  clock_.Advance(std::chrono::seconds(60));
+  ASSERT_TRUE(Seen("good", Publish("good", {{80, 80}})));
+  clock_.Advance(std::chrono::seconds(31));  // "stale": 91 s > 3 × 30 s
+  json f = Filter(pod, names);
+  EXPECT_EQ(f["NodeNames"], json::array({"good"}));
+  const json& un = f["FailedAndUnresolvableNodes"];
+  EXPECT_THAT(un["stale"].get<std::string>(),
+              HasSubstr("stale: configmaps/gpulet-system/gpulet-memory-stale unchanged for 1m31s "
+                        "(stale after 1m30s"));
+  EXPECT_THAT(un["nothing"].get<std::string>(), HasSubstr("node has no gpulet GPU memory pool"));
+  EXPECT_THAT(un["absent"].get<std::string>(), HasSubstr("no GPU memory object"));
+  EXPECT_THAT(un["garbage"].get<std::string>(), HasSubstr("memory.json: not valid JSON"));
+  EXPECT_THAT(un["wrongtypes"].get<std::string>(), HasSubstr("generation: must be an integer"));
+  EXPECT_THAT(un["negative"].get<std::string>(), HasSubstr("gpus[0].freeUnits: must be between 0"));
+  EXPECT_THAT(un["huge"].get<std::string>(), HasSubstr("gpus[0].totalUnits: must be an integer"));
+  EXPECT_THAT(un["array"].get<std::string>(), HasSubstr("must be a JSON object"));
+  EXPECT_THAT(un["deep"].get<std::string>(), HasSubstr("malformed"));
+  EXPECT_TRUE(f["FailedNodes"].empty());
+  // Binding onto a stale node is refused too.
+  EXPECT_THAT(Bind(pod, "stale")["Error"].get<std::string>(), HasSubstr("stale"));
+  EXPECT_EQ(NodeOf("p"), "");
+  EXPECT_EQ(http_->Get("/healthz")->status, 200);
+  EXPECT_THAT(http_->Get("/metrics")->body, HasSubstr("gpulet_extender_node_objects_malformed 6"));
+}
+
+TEST_F(ExtenderHttpTest, BadJsonGets400) {
+  AddNode("n1", {{80, 80}});
+  json pod = AddPod("p", {10});
+  StartExtender();
+  for (const std::string verb : {"filter", "prioritize", "bind"}) {
+    for (const std::string body : {"{not json", "", "[]", "null"}) {
+      auto [status, text] = Call(verb, body);
+      EXPECT_EQ(status, 400) << verb << " " << body << ": " << text;
+    }
+  }
+  EXPECT_EQ(Call("filter", R"({"Pod":null,"NodeNames":["n1"]})").first, 400);
+  EXPECT_EQ(Call("filter", json{{"Pod", pod}, {"NodeNames", {1, 2}}}.dump()).first, 400);
+  EXPECT_EQ(Call("bind", R"({"PodName":"p"})").first, 400);
+  EXPECT_EQ(http_->Post("/nope", "{}", "application/json")->status, 413);  // bodies: verbs only
+  // Still serving.
+  EXPECT_EQ(Filter(pod, {"n1"})["NodeNames"], json::array({"n1"}));
+  EXPECT_THAT(http_->Get("/metrics")->body, HasSubstr("gpulet_extender_bad_requests_total 15"));
+}
+
+TEST_F(ExtenderHttpTest, BindWithoutFilterReadsThePodAndReportsApiErrors) {
+  AddNode("n1", {{80, 80}});
+  json pod = AddPod("p", {10});
+  json ghost = MemoryPod("ghost", {10});
+  StartExtender();
+  // Not seen by filter (another extender replica, or a restart): the pod is read from the API.
+  EXPECT_EQ(Bind(pod, "n1")["Error"], "");
+  EXPECT_EQ(NodeOf("p"), "n1");
+  // Bound again: the API's conflict comes back, and the first bind's reservation stays.
+  json again = Bind(pod, "n1");
+  EXPECT_THAT(again["Error"].get<std::string>(), HasSubstr("409"));
+  EXPECT_EQ(service_->view().stats().reservations, 1u);
+  // A pod the API does not have.
+  EXPECT_THAT(Bind(ghost, "n1")["Error"].get<std::string>(), HasSubstr("404"));
+}
+
+TEST_F(ExtenderHttpTest, PlainHttpOnlyOnLoopback) {
+  AddNode("n1", {{80, 80}});
+  ServiceOptions o;
+  o.address = "0.0.0.0:0";
+  o.view.ns = kNs;
+  Service s(*client_, clock_, o);
+  Status st = s.Start();
+  EXPECT_EQ(st.code(), ErrorCode::kUsage);
+  EXPECT_THAT(st.message(), HasSubstr("plain HTTP is served on loopback only"));
+}
+
+}  // namespace
+}  // namespace gpulet::extender

@@ -1,0 +1,384 @@
+// `gpulet slurm pod` on a real Slurm 22.05 with dynamic nodes: slurmctld from
+// slurm_pod_cluster.sh, and "pods" that are processes in network namespaces of their own (as pods
+// have their own address) running the entrypoint with the simulated driver restricted to the
+// devices the pod was given (GPULET_SIM_VISIBLE_DEVICES, as the container runtime restricts NVML)
+// and NVIDIA_VISIBLE_DEVICES as the device plugin's Allocate sets it. The pods of one test share
+// one simulated node (one state directory), so an XID on a GPU reaches only the pod holding it.
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <map>
+#include <memory>
+#include <regex>
+#include <vector>
+
+#include "apiserver/fake_apiserver.h"
+#include "sim/fixture.h"
+#include "sim/simulation.h"
+#include "tests/slurm/slurm_test_support.h"
+
+namespace gpulet::slurm_testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+sim::Fixture Load(const std::string& name) {
+  Result<std::string> path = sim::ResolveFixture(name);
+  EXPECT_TRUE(path.ok()) << path.status().message();
+  Result<sim::Fixture> f = sim::LoadFixture(path.ok() ? *path : name);
+  EXPECT_TRUE(f.ok()) << f.status().message();
+  return f.ok() ? *f : sim::Fixture{};
+}
+
+std::string Join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const std::string& s : v) out += (out.empty() ? "" : ",") + s;
+  return out;
+}
+
+// One `gpulet slurm pod` process in a network namespace.
+class Pod {
+ public:
+  struct Spec {
+    std::string name;
+    std::string fixture;                          // the node's fixture
+    std::string allocated;                        // NVIDIA_VISIBLE_DEVICES
+    std::string visible;                          // GPULET_SIM_VISIBLE_DEVICES (what NVML shows)
+    std::vector<std::string> extra;               // more `slurm pod` flags
+    std::map<std::string, std::string> env = {};  // more environment
+  };
+
+  // `netns`: "" runs without one (for a pod that must refuse before talking to Slurm).
+  Pod(const std::string& dir, const std::string& netns, Spec spec)
+      : spec_(std::move(spec)), dir_(dir + "/" + spec_.name) {
+    std::filesystem::create_directories(dir_ + "/etc");
+    std::vector<std::string> argv;
+    if (!netns.empty()) argv = {"/usr/bin/nsenter", "--net=/run/netns/" + netns};
+    std::vector<std::string> rest = {GpuletBinary(),
+                                     "--simulate",
+                                     spec_.fixture,
+                                     "--sim-state",
+                                     dir + "/sim",
+                                     "slurm",
+                                     "pod",
+                                     "--node-name",
+                                     spec_.name,
+                                     "--slurm-conf",
+                                     dir + "/slurm.conf",
+                                     "--conf-dir",
+                                     dir_ + "/etc",
+                                     "--dev-root",
+                                     dir_,
+                                     "--pod-labels-file",
+                                     dir_ + "/labels",
+                                     "--poll-interval",
+                                     "300ms",
+                                     "--probe-interval",
+                                     "0.3",
+                                     "--slurmd-log",
+                                     dir_ + "/slurmd.out"};
+    argv.insert(argv.end(), rest.begin(), rest.end());
+    argv.insert(argv.end(), spec_.extra.begin(), spec_.extra.end());
+    WriteFile(dir_ + "/labels",
+              "app.kubernetes.io/name=\"slurmd\"\nslurm.gpulet.io/partition=\"gpu\"\n"
+              "slurm.gpulet.io/features=\"pod,sim\"\n");
+    pid_ = fork();
+    if (pid_ == 0) {
+      int fd = open((dir_ + "/pod.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+      }
+      setenv("NVIDIA_VISIBLE_DEVICES", spec_.allocated.c_str(), 1);
+      setenv("GPULET_SIM_VISIBLE_DEVICES", spec_.visible.c_str(), 1);
+      unsetenv("POD_NAME");
+      unsetenv("KUBERNETES_SERVICE_HOST");
+      for (const auto& [k, v] : spec_.env) setenv(k.c_str(), v.c_str(), 1);
+      std::vector<char*> args;
+      for (std::string& a : argv) args.push_back(a.data());
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+  }
+  ~Pod() {
+    if (pid_ > 0 && !exited_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  void Terminate() const { kill(pid_, SIGTERM); }
+  // Waits (bounded) for the process to exit; its exit code, or -1 if it did not exit.
+  int WaitExit(std::chrono::seconds limit = std::chrono::seconds(60)) {
+    WaitFor(
+        [&] {
+          int st = 0;
+          if (!exited_ && waitpid(pid_, &st, WNOHANG) == pid_) {
+            exited_ = true;
+            code_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+          }
+          return exited_;
+        },
+        limit);
+    return exited_ ? code_ : -1;
+  }
+  std::string Log() const { return ReadFile(dir_ + "/pod.log"); }
+  std::string GresConf() const { return ReadFile(dir_ + "/etc/gres.conf"); }
+  const std::string& name() const { return spec_.name; }
+
+ private:
+  Spec spec_;
+  std::string dir_;
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  int code_ = -1;
+};
+
+class SlurmPods : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string why = ClusterUnavailableReason(); !why.empty()) GPULET_SKIP_OR_FAIL_IN_CI(why);
+    const bool have_ip = access("/usr/sbin/ip", X_OK) == 0 || access("/usr/bin/ip", X_OK) == 0;
+    if (access("/usr/bin/nsenter", X_OK) != 0 || !have_ip) {
+      GPULET_SKIP_OR_FAIL_IN_CI("nsenter and ip (util-linux, iproute2) are needed");
+    }
+    std::string err = cluster_.Start();
+    ASSERT_EQ(err, "") << "cluster did not start";
+  }
+
+  // A pod in a namespace of its own.
+  std::unique_ptr<Pod> Start(Pod::Spec spec) {
+    CommandResult ns = RunCommand(SourceDir() + "/tests/slurm/slurm_pod_cluster.sh pod " +
+                                  cluster_.dir() + " " + spec.name);
+    EXPECT_EQ(ns.exit_code, 0) << ns.output;
+    std::string name = ns.output.substr(0, ns.output.find('\n'));
+    return std::make_unique<Pod>(cluster_.dir(), name, std::move(spec));
+  }
+
+  bool NodeExists(const std::string& node) const {
+    return cluster_.Sh("scontrol show node -o " + node + " >/dev/null 2>&1").exit_code == 0;
+  }
+  bool WaitIdle(const Pod& pod) const {
+    return WaitFor([&] {
+      std::string line = cluster_.NodeLine(pod.name());
+      return line.find("State=IDLE") != std::string::npos &&
+             line.find("DRAIN") == std::string::npos;
+    });
+  }
+  // "Gres=…" of the node as slurmctld reports it, without the socket binding ("(S:0-1)": present
+  // only when the GPU's CPUs are in the pod's cpuset).
+  std::string NodeGres(const std::string& node) const {
+    std::string line = cluster_.NodeLine(node);
+    size_t at = line.find(" Gres=");
+    if (at == std::string::npos) return "";
+    std::string gres = line.substr(at + 6, line.find(' ', at + 1) - at - 6);
+    return std::regex_replace(gres, std::regex("\\(S:[^)]*\\)"), "");
+  }
+
+  Cluster cluster_{"slurm_pod_cluster.sh"};
+};
+
+std::string DeviceFiles(const std::string& gres_conf) {
+  std::string files;
+  std::stringstream in(gres_conf);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#' || line.find("Name=gpu") == std::string::npos) continue;
+    size_t at = line.find("File=");
+    files += line.substr(at + 5, line.find(' ', at) - at - 5) + "\n";
+  }
+  return files;
+}
+
+TEST_F(SlurmPods, TwoPodsRegisterRunJobsDrainOnXidAndLeaveOnSigterm) {
+  sim::Fixture h100 = Load("dgx-h100");
+  ASSERT_EQ(h100.gpus.size(), 8u);
+  std::vector<std::string> a_gpus, b_gpus;
+  for (unsigned i = 0; i < 4; ++i) a_gpus.push_back(h100.gpus[i].uuid);
+  for (unsigned i = 4; i < 8; ++i) b_gpus.push_back(h100.gpus[i].uuid);
+  auto a = Start({"slurmd-0", "dgx-h100", Join(a_gpus), Join(a_gpus), {}});
+  auto b = Start({"slurmd-1", "dgx-h100", Join(b_gpus), Join(b_gpus), {}});
+  ASSERT_TRUE(WaitIdle(*a)) << a->Log() << cluster_.NodeLine(a->name());
+  ASSERT_TRUE(WaitIdle(*b)) << b->Log() << cluster_.NodeLine(b->name());
+
+  // What Slurm believes each node has is what the pod was given: 4 H100, its own device files.
+  EXPECT_EQ(NodeGres("slurmd-0"), "gpu:h100:4");
+  EXPECT_EQ(NodeGres("slurmd-1"), "gpu:h100:4");
+  const std::string dev0 = cluster_.dir() + "/slurmd-0/dev/nvidia";
+  const std::string dev1 = cluster_.dir() + "/slurmd-1/dev/nvidia";
+  EXPECT_EQ(DeviceFiles(a->GresConf()), dev0 + "0\n" + dev0 + "1\n" + dev0 + "2\n" + dev0 + "3\n");
+  EXPECT_EQ(DeviceFiles(b->GresConf()), dev1 + "4\n" + dev1 + "5\n" + dev1 + "6\n" + dev1 + "7\n");
+  EXPECT_THAT(cluster_.NodeLine("slurmd-0"), HasSubstr("AvailableFeatures=gpu,pod,sim"));
+
+  // A two-GPU job runs on one pod and sees two devices.
+  std::string err;
+  std::string job =
+      cluster_.Submit("-w slurmd-0 --gres=gpu:h100:2", "echo CVD=$CUDA_VISIBLE_DEVICES", &err);
+  ASSERT_NE(job, "") << err;
+  std::string out = cluster_.WaitOutput(job);
+  EXPECT_EQ(cluster_.JobState(job), "COMPLETED");
+  EXPECT_THAT(out, HasSubstr("CVD=0,1")) << out;
+
+  // An XID on one of pod 1's GPUs drains pod 1 with gpulet's reason; pod 0 never heard of it.
+  CommandResult inject =
+      RunCommand(GpuletBinary() + " --log-level warn --simulate dgx-h100 --sim-state " +
+                 cluster_.dir() + "/sim sim xid --gpu " + h100.gpus[5].uuid + " --code 79");
+  ASSERT_EQ(inject.exit_code, 0) << inject.output;
+  ASSERT_TRUE(WaitFor([&] {
+    return cluster_.NodeLine("slurmd-1").find("Reason=gpulet: GPU " + h100.gpus[5].uuid) !=
+           std::string::npos;
+  })) << cluster_.NodeLine("slurmd-1")
+      << b->Log();
+  EXPECT_THAT(cluster_.NodeLine("slurmd-1"), HasSubstr("DRAIN"));
+  EXPECT_THAT(cluster_.NodeLine("slurmd-0"), Not(HasSubstr("DRAIN")));
+  EXPECT_THAT(a->Log(), Not(HasSubstr("event=slurm_pod_health")));
+
+  // SIGTERM while a job runs: drained, the job finishes, the node is deleted, exit 0.
+  const std::string marker = cluster_.dir() + "/release";
+  job = cluster_.Submit("-w slurmd-0 --gres=gpu:h100:1",
+                        "while [ ! -e " + marker + " ]; do sleep 0.1; done; echo finished", &err);
+  ASSERT_NE(job, "") << err;
+  ASSERT_TRUE(cluster_.WaitJobState(job, "RUNNING"));
+  a->Terminate();
+  ASSERT_TRUE(WaitFor([&] {
+    return cluster_.NodeLine("slurmd-0").find("Reason=gpulet: pod terminating") !=
+           std::string::npos;
+  })) << cluster_.NodeLine("slurmd-0")
+      << a->Log();
+  EXPECT_THAT(cluster_.NodeLine("slurmd-0"), HasSubstr("DRAIN"));
+  EXPECT_TRUE(NodeExists("slurmd-0"));  // held by its running job
+  EXPECT_EQ(cluster_.JobState(job), "RUNNING");
+  WriteFile(marker, "");
+  EXPECT_EQ(a->WaitExit(), 0) << a->Log();
+  EXPECT_EQ(cluster_.JobState(job), "COMPLETED");
+  EXPECT_THAT(ReadFile(cluster_.dir() + "/out/" + job + ".out"), HasSubstr("finished"));
+  EXPECT_FALSE(NodeExists("slurmd-0"));
+  EXPECT_THAT(a->Log(), HasSubstr("event=slurm_pod_deleted node=slurmd-0"));
+
+  // SIGTERM on an idle pod: gone within seconds (the bound here is generous, not a claim).
+  const auto t0 = std::chrono::steady_clock::now();
+  b->Terminate();
+  EXPECT_EQ(b->WaitExit(std::chrono::seconds(20)), 0) << b->Log();
+  EXPECT_FALSE(NodeExists("slurmd-1"));
+  std::printf("idle pod left Slurm in %.2f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+TEST_F(SlurmPods, MigDevicesAndSharedReplicasGetTheirGres) {
+  sim::Fixture a100 = Load("dgx-a100");
+  sim::Fixture h100 = Load("dgx-h100");
+  // Two 1g.5gb MIG devices of GPU 1 (the mixed strategy's MIG UUIDs).
+  const std::string migs = a100.gpus[1].mig[2].uuid + "," + a100.gpus[1].mig[5].uuid;
+  auto mig = Start({"slurmd-mig", "dgx-a100", migs, migs, {}});
+  // Two replicas of a time-sliced GPU: Allocate names the GPU once; the pod spec says 2 shards.
+  const std::string shared = h100.gpus[6].uuid;
+  auto rep = Start({"slurmd-shared", "dgx-h100", shared, shared, {"--shards", "2"}});
+  ASSERT_TRUE(WaitIdle(*mig)) << mig->Log() << cluster_.NodeLine("slurmd-mig");
+  ASSERT_TRUE(WaitIdle(*rep)) << rep->Log() << cluster_.NodeLine("slurmd-shared");
+
+  EXPECT_EQ(NodeGres("slurmd-mig"), "gpu:a100_1g.5gb:2");
+  EXPECT_THAT(mig->GresConf(),
+              HasSubstr("MultipleFiles=" + cluster_.dir() + "/slurmd-mig/dev/nvidia1," +
+                        cluster_.dir() + "/slurmd-mig/dev/nvidia-caps/nvidia-cap"));
+  // Slurm reports the shards with the GPU's type.
+  EXPECT_EQ(NodeGres("slurmd-shared"), "gpu:h100:1,shard:h100:2");
+  EXPECT_EQ(DeviceFiles(rep->GresConf()), cluster_.dir() + "/slurmd-shared/dev/nvidia6\n");
+
+  std::string err;
+  std::string job = cluster_.Submit("-w slurmd-mig --gres=gpu:a100_1g.5gb:2",
+                                    "echo CVD=$CUDA_VISIBLE_DEVICES", &err);
+  ASSERT_NE(job, "") << err;
+  EXPECT_THAT(cluster_.WaitOutput(job), HasSubstr("CVD=0,1"));
+
+  mig->Terminate();
+  rep->Terminate();
+  EXPECT_EQ(mig->WaitExit(), 0) << mig->Log();
+  EXPECT_EQ(rep->WaitExit(), 0) << rep->Log();
+  EXPECT_FALSE(NodeExists("slurmd-mig"));
+  EXPECT_FALSE(NodeExists("slurmd-shared"));
+}
+
+// The PodDisruptionBudget's input: the pod labels itself busy while its node runs a job and idle
+// otherwise (a merge PATCH on its own pod through the API server).
+TEST_F(SlurmPods, LabelsItsPodBusyWhileAJobRuns) {
+  Result<gpulet::testing::TestPki> pki = gpulet::testing::MakeTestPki(cluster_.dir());
+  ASSERT_TRUE(pki.ok()) << pki.status().message();
+  Result<std::unique_ptr<gpulet::testing::FakeApiServer>> api =
+      gpulet::testing::FakeApiServer::Start(*pki, {});
+  ASSERT_TRUE(api.ok()) << api.status().message();
+  const std::string pod_path = "/api/v1/namespaces/slurm/pods/slurmd-lbl";
+  (*api)->Put(pod_path, nlohmann::json::parse(
+                            R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"slurmd-lbl",
+                               "namespace":"slurm","labels":{"app":"slurmd"}}})"));
+  const std::string port = (*api)->url().substr((*api)->url().rfind(':') + 1);
+  CommandResult fwd = RunCommand(SourceDir() + "/tests/slurm/slurm_pod_cluster.sh forward " +
+                                 cluster_.dir() + " " + port);
+  ASSERT_EQ(fwd.exit_code, 0) << fwd.output;
+  const std::string server = fwd.output.substr(0, fwd.output.find('\n'));
+  // The forwarder's address is not in the test certificate: TLS verification is skipped here.
+  WriteFile(cluster_.dir() + "/kubeconfig",
+            "apiVersion: v1\nkind: Config\ncurrent-context: t\nclusters:\n- name: t\n  cluster:\n"
+            "    server: https://" +
+                server +
+                "\n    insecure-skip-tls-verify: true\n"
+                "users:\n- name: t\n  user:\n    token: test-token\n"
+                "contexts:\n- name: t\n  context: {cluster: t, user: t}\n");
+  sim::Fixture h100 = Load("dgx-h100");
+  auto pod = Start({"slurmd-lbl",
+                    "dgx-h100",
+                    h100.gpus[2].uuid,
+                    h100.gpus[2].uuid,
+                    {"--kubeconfig", cluster_.dir() + "/kubeconfig"},
+                    {{"POD_NAME", "slurmd-lbl"}, {"POD_NAMESPACE", "slurm"}}});
+  auto label = [&] {
+    std::optional<nlohmann::json> p = (*api)->Object(pod_path);
+    if (!p) return std::string("<no pod>");
+    return p->value("/metadata/labels/slurm.gpulet.io~1busy"_json_pointer, std::string("<unset>"));
+  };
+  ASSERT_TRUE(WaitIdle(*pod)) << pod->Log();
+  ASSERT_TRUE(WaitFor([&] { return label() == "false"; })) << label() << pod->Log();
+
+  const std::string marker = cluster_.dir() + "/release-lbl";
+  std::string err;
+  std::string job = cluster_.Submit("-w slurmd-lbl --gres=gpu:h100:1",
+                                    "while [ ! -e " + marker + " ]; do sleep 0.1; done", &err);
+  ASSERT_NE(job, "") << err;
+  ASSERT_TRUE(WaitFor([&] { return label() == "true"; })) << label() << pod->Log();
+  EXPECT_EQ(cluster_.JobState(job), "RUNNING");
+  WriteFile(marker, "");
+  ASSERT_TRUE(WaitFor([&] { return label() == "false"; })) << label() << pod->Log();
+  EXPECT_EQ(cluster_.JobState(job), "COMPLETED");
+  EXPECT_EQ((*api)->Object(pod_path)->value("/metadata/labels/app"_json_pointer, std::string()),
+            "slurmd");  // a merge patch: the other labels stay
+  pod->Terminate();
+  EXPECT_EQ(pod->WaitExit(), 0) << pod->Log();
+}
+
+// No Slurm needed: the pod refuses before it writes gres.conf or starts slurmd.
+TEST(SlurmPodRefusal, EnvironmentAndNvmlThatDisagreeRefuseToStart) {
+  sim::Fixture h100 = Load("dgx-h100");
+  TempDir dir;
+  WriteFile(dir.path() + "/slurm.conf", "ClusterName=x\n");
+  // Allocate named GPUs 0-3; the container runtime exposed 0-2 and 7.
+  const std::string allocated =
+      Join({h100.gpus[0].uuid, h100.gpus[1].uuid, h100.gpus[2].uuid, h100.gpus[3].uuid});
+  const std::string visible =
+      Join({h100.gpus[0].uuid, h100.gpus[1].uuid, h100.gpus[2].uuid, h100.gpus[7].uuid});
+  Pod pod(dir.path(), "",
+          {"slurmd-bad", "dgx-h100", allocated, visible, {"--slurmd", "/bin/false"}});
+  EXPECT_NE(pod.WaitExit(), 0);
+  const std::string log = pod.Log();
+  EXPECT_THAT(log, HasSubstr("NVIDIA_VISIBLE_DEVICES names " + allocated));
+  EXPECT_THAT(log, HasSubstr("allocated, not seen: " + h100.gpus[3].uuid));
+  EXPECT_THAT(log, HasSubstr("seen, not allocated: " + h100.gpus[7].uuid));
+  EXPECT_THAT(log, Not(HasSubstr("slurm_pod_started")));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/slurmd-bad/etc/gres.conf"));
+}
+
+}  // namespace
+}  // namespace gpulet::slurm_testing
