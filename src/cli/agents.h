@@ -38,6 +38,11 @@ struct PluginArgs {
   // servers across a restart or upgrade); "quit" stops them and restores compute modes.
   std::string mps_on_exit = "keep";
   std::string rescan_interval = "30s";
+  // The memory pool's publication (sharing.memory): this node's name, the API server, and the
+  // namespace of the gpulet-memory-<node> ConfigMap.
+  std::string node_name;
+  std::string kubeconfig;
+  std::string memory_namespace = "gpulet-system";
 };
 
 // Adds the plugin's flags to `cmd`. Call the returned function in the command's callback: it
@@ -53,6 +58,8 @@ struct CompanionAgent {
   // Optional: the rescan found other GPUs or MIG devices (called on the plugin manager's thread,
   // after start, never concurrently with itself).
   std::function<void(const gpu::Inventory& inventory)> inventory_changed;
+  // Optional: receives every memory-pool document the plugin publishes (metrics/memory_pool.h).
+  std::shared_ptr<metrics::MemoryPoolGauges> memory_pool;
 };
 
 // Runs the device plugin until SIGTERM/SIGINT; returns the exit code.
@@ -84,6 +91,8 @@ struct ExporterFlags {
   std::string scontrol = "scontrol";
   int64_t slurm_refresh_ms = 10000;
   std::string memory_limits_state_dir;  // gpulet.memoryLimits stateDir (docs/memory-limits.md)
+  // `gpulet node`: the memory pool's gauges, written by the plugin's publisher.
+  std::shared_ptr<metrics::MemoryPoolGauges> memory_pool;
   // --kubernetes-virtual-gpus / --kubernetes-enable-pod-uid: where processes' cgroups are read,
   // and the API server that names pod UIDs (default: in-cluster).
   std::string proc_root = "/proc";

@@ -158,6 +158,7 @@ Result<std::unique_ptr<metrics::Exporter>> StartExporter(std::shared_ptr<gpu::Nv
   opts.scontrol = f.scontrol;
   opts.slurm_refresh = std::chrono::milliseconds(f.slurm_refresh_ms);
   opts.memory_limits_state_dir = f.memory_limits_state_dir;
+  opts.memory_pool = f.memory_pool;
   auto exporter = metrics::Exporter::Create(std::move(nvml), std::move(inventory), opts);
   if (!exporter.ok()) return exporter.status();
   if (Status s = (*exporter)->Start(); !s.ok()) return s;

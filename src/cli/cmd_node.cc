@@ -12,14 +12,19 @@ void RegisterNode(CLI::App& app, GlobalOptions& global, int& exit_code) {
       "node", "Run the device plugin and the metrics exporter together (one NVML session)");
   auto plugin = std::make_shared<PluginArgs>();
   auto exporter_flags = std::make_shared<ExporterFlags>();
-  std::function<void()> finish = AddPluginOptions(cmd, plugin.get());
+  // The exporter's options first: its --kubeconfig serves the plugin too (memory pool).
   AddExporterOptions(cmd, exporter_flags.get());
+  std::function<void()> finish = AddPluginOptions(cmd, plugin.get());
+  // The plugin's memory-pool publications, as the exporter's gauges.
+  exporter_flags->memory_pool = std::make_shared<metrics::MemoryPoolGauges>();
   cmd->callback([&global, &exit_code, plugin, exporter_flags, finish] {
     finish();
+    if (plugin->kubeconfig.empty()) plugin->kubeconfig = exporter_flags->kubeconfig;
     // The exporter is replaced when the plugin's rescan finds other GPUs or MIG devices; the
     // SIGHUP thread (reload) and the manager thread (inventory_changed) reach it through the host.
     std::unique_ptr<ExporterHost> host;
     CompanionAgent companion;
+    companion.memory_pool = exporter_flags->memory_pool;
     companion.start = [&](const NodeContext& node, const gpu::Inventory& inventory) -> Status {
       host = std::make_unique<ExporterHost>(node.nvml, *exporter_flags, "node_exporter");
       return host->Start(inventory);

@@ -5,6 +5,7 @@
 // changed (`gpulet mig apply`), it re-plans and restarts only the resources that changed. MPS
 // resources get one supervised control daemon each (src/mps), restarted when they change.
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <ctime>
@@ -19,9 +20,13 @@
 #include "config/config.h"
 #include "deviceplugin/manager.h"
 #include "deviceplugin/memory_limits_janitor.h"
+#include "deviceplugin/memory_publisher.h"
 #include "deviceplugin/resource_server.h"
 #include "gpu/health.h"
+#include "k8s/access.h"
+#include "k8s/client.h"
 #include "labels/labels.h"
+#include "metrics/memory_pool.h"
 #include "mig/layout_lock.h"
 #include "mps/supervisor.h"
 #include "node/health_watch.h"
@@ -142,7 +147,55 @@ Result<deviceplugin::ServingSetup> BuildSetup(const gpu::Inventory& inventory,
   auto memory_limits = deviceplugin::LoadMemoryLimitSettings(cfg, setup.plan);
   if (!memory_limits.ok()) return memory_limits.status();
   o.memory_limits = std::move(memory_limits).value();
+  if (cfg.sharing.memory) o.memory_placement = cfg.sharing.memory->placement;
   return setup;
+}
+
+bool HasMemoryPool(const sharing::Plan& plan) {
+  for (const sharing::Resource& r : plan.resources) {
+    if (r.sharing == sharing::SharingKind::kMemory) return true;
+  }
+  return false;
+}
+
+// The memory pool's publisher (memory_publisher.h), when the API server can be reached; null
+// otherwise (logged when the plan has a pool: the extender will not see this node's memory).
+struct MemoryPublication {
+  std::unique_ptr<k8s::Client> client;
+  std::shared_ptr<deviceplugin::MemoryPoolPublisher> publisher;
+};
+MemoryPublication StartMemoryPublication(const PluginArgs& args, const sharing::Plan& plan,
+                                         Clock& clock, const gpu::HealthBoard& board,
+                                         std::shared_ptr<metrics::MemoryPoolGauges> gauges) {
+  MemoryPublication out;
+  Result<k8s::ClusterAccess> access = k8s::ResolveClusterAccess(args.kubeconfig);
+  if (!access.ok()) {
+    if (HasMemoryPool(plan)) {
+      spdlog::warn("event=memory_pool_unpublished error=\"{}\"", access.status().message());
+    }
+    return out;
+  }
+  deviceplugin::MemoryPublisherOptions o;
+  o.node_name = args.node_name;
+  if (o.node_name.empty()) {
+    char host[256] = {};
+    if (::gethostname(host, sizeof(host) - 1) == 0) o.node_name = host;
+  }
+  o.namespace_name = args.memory_namespace;
+  if (gauges) {
+    o.on_publish = [gauges](const nlohmann::json& doc) {
+      gauges->Set(metrics::MemoryPoolFromDocument(doc));
+    };
+  }
+  const char* socket_env = std::getenv("GPULET_POD_RESOURCES_SOCKET");
+  const std::string socket =
+      socket_env != nullptr && *socket_env != '\0' ? socket_env : deviceplugin::kPodResourcesSocket;
+  out.client = std::make_unique<k8s::Client>(*access);
+  out.publisher = std::make_shared<deviceplugin::MemoryPoolPublisher>(
+      o, *out.client, clock,
+      [socket] { return deviceplugin::ListPodDevices(socket, std::chrono::seconds(5)); }, &board);
+  spdlog::info("event=memory_pool_publisher node={} namespace={}", o.node_name, o.namespace_name);
+  return out;
 }
 
 const char* Env(const char* name) {
@@ -262,6 +315,8 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
   mo.config_path = args.config_file;
   const config::Flags cli_flags = *cli;
   uint64_t applied_generation = 0;
+  MemoryPublication memory = StartMemoryPublication(
+      args, setup->plan, clock, board, companion != nullptr ? companion->memory_pool : nullptr);
   // Runs on the manager's thread (reloads) only.
   auto loader = [&]() -> Result<deviceplugin::ServingSetup> {
     uint64_t generation = 0;
@@ -287,12 +342,21 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
     }
     next->inventory = inv;
     applied_generation = generation;
+    if (memory.publisher) {
+      memory.publisher->SetPool(next->plan, inv);
+      next->allocate.allocation_listener = memory.publisher;
+    }
     WriteNodeLabels(args.labels_file, *inv, next->plan, *c);
     Status m = mps_control.Apply(next->plan, *inv, MpsRoot(*c));
     if (!m.ok()) spdlog::error("event=mps_start_failed error=\"{}\"", m.message());
     return next;
   };
   deviceplugin::Manager manager(mo, inventory, board, loader);
+  if (memory.publisher) {
+    memory.publisher->SetPool(setup->plan, inventory);
+    setup->allocate.allocation_listener = memory.publisher;
+    memory.publisher->Start();
+  }
   spdlog::info(
       "event=plugin_starting gpus={} resources={} dir={} quiet_period_ms={} rescan_interval_ms={} "
       "replica_policy={}",
@@ -322,6 +386,7 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
         [&manager] { manager.Stop(); });
     run = manager.Run(std::move(setup).value());
   }
+  if (memory.publisher) memory.publisher->Stop();
   if (companion != nullptr) companion->stop();
   release_mps();
   health.Stop();
@@ -408,6 +473,19 @@ std::function<void()> AddPluginOptions(CLI::App* cmd, PluginArgs* args) {
                       "The kubelet's registration socket: a full path, or a name in the plugin "
                       "directory (default: flags.plugin.kubeletSocket, else kubelet.sock)")
           ->envname("KUBELET_SOCKET");
+  cmd->add_option("--node-name", args->node_name,
+                  "This node's Kubernetes name: names the memory pool's ConfigMap "
+                  "gpulet-memory-<node> (default: the host name)")
+      ->envname("NODE_NAME");
+  // `gpulet node` shares the exporter's --kubeconfig (added first; see cmd_node.cc).
+  if (cmd->get_option_no_throw("--kubeconfig") == nullptr) {
+    cmd->add_option("--kubeconfig", args->kubeconfig,
+                    "Kubeconfig for publishing the memory pool (default: in-cluster)");
+  }
+  cmd->add_option("--memory-pool-namespace", args->memory_namespace,
+                  "Namespace of the memory pool's ConfigMap (gpulet's own)")
+      ->envname("POD_NAMESPACE")
+      ->capture_default_str();
   return [args, fail_opt, specs_opt, policy_opt, kubelet_opt] {
     // Not given: RunPlugin takes them from the environment's aliases and the config file.
     if (policy_opt->count() == 0) args->replica_allocation_policy.clear();

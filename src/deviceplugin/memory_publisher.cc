@@ -132,15 +132,16 @@ Status MemoryPoolPublisher::Tick() {
         }
       }
       listed_once_ = true;
+      // Listed: counted through the listing from now on. Not listed by a List that began
+      // allocate_settle after the Allocate: the container is gone (or never started).
       for (auto it = pending_.begin(); it != pending_.end();) {
-        it = listed_.count(it->first) ? pending_.erase(it) : std::next(it);
+        const bool settled =
+            listed_.count(it->first) != 0 || now - it->second >= options_.allocate_settle;
+        it = settled ? pending_.erase(it) : std::next(it);
       }
     } else if (listing && !listing->ok() && !failing_) {
       spdlog::warn("event=memory_pool_list_failed action=keep_last error=\"{}\"",
                    listing->status().message());
-    }
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      it = now - it->second >= options_.allocate_grace ? pending_.erase(it) : std::next(it);
     }
     if (!pool_ || !inventory_) return Status::Ok();
     UnitHolders held = listed_;
@@ -226,6 +227,7 @@ Status MemoryPoolPublisher::Publish(const nlohmann::json& document) {
     ++publications_;
   }
   published_cv_.notify_all();
+  if (options_.on_publish) options_.on_publish(doc);
   spdlog::debug("event=memory_pool_published generation={} path={}", generation_, path);
   return Status::Ok();
 }

@@ -8,11 +8,12 @@
 //                          "pods":[{"namespace","name","container","gpu","units"}]}
 //
 // Held units are those the kubelet's pod-resources List names (with their pod and container),
-// plus those an Allocate handed out that the kubelet does not list yet (for up to
-// allocate_grace: the kubelet records a container's devices after its Allocate returns). A unit
-// no longer listed is free again: that is how releases are found (the plugin is never told).
-// While the kubelet cannot be asked, the last listing stands (an unreachable kubelet says
-// nothing about what ended).
+// plus those an Allocate handed out that the kubelet does not list yet: the kubelet records a
+// container's devices right after its Allocate returns, so an allocated unit counts until a List
+// begun at least allocate_settle after the Allocate leaves it out. A unit no longer listed is
+// free again: that is how releases are found (the plugin is never told). While the kubelet
+// cannot be asked, the last listing and every pending allocation stand (an unreachable kubelet
+// says nothing about what ended).
 //
 // Publication: created with POST, then changed with a merge PATCH (recreated if deleted). It is
 // republished when the document changes, at most once per min_interval, and at least every
@@ -53,7 +54,10 @@ struct MemoryPublisherOptions {
   std::chrono::milliseconds min_interval{1000};   // at most one publication per interval
   std::chrono::seconds heartbeat{30};             // at least one publication per heartbeat
   std::chrono::milliseconds list_interval{5000};  // pod-resources List this often
-  std::chrono::seconds allocate_grace{120};       // an allocated, unlisted unit counts this long
+  // An allocated unit counts until a List begun this long after the Allocate omits it.
+  std::chrono::milliseconds allocate_settle{2000};
+  // Called with every document published (on the publisher's thread); may be empty.
+  std::function<void(const nlohmann::json& document)> on_publish;
 };
 
 // "gpulet-memory-<node>" and its API path in `namespace_name`.

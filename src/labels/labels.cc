@@ -278,6 +278,12 @@ Labels NodeLabels(const gpu::Inventory& inventory, const sharing::Plan& plan,
   l[p + "gpu.machine"] = machine.empty() ? "unknown" : machine;
   AddVersion(l, "cuda.driver-version", "cuda.driver", inventory.driver_version, true);
   AddVersion(l, "cuda.runtime-version", "cuda.runtime", inventory.cuda_version, false);
+  for (const sharing::Resource& r : plan.resources) {
+    if (r.sharing != sharing::SharingKind::kMemory) continue;
+    l[kMemoryPoolLabel] = "true";
+    l[kMemoryUnitLabel] = config::UnitQuantity(r.unit_bytes);
+    break;
+  }
   if (options.timestamp) l[p + "gfd.timestamp"] = std::to_string(*options.timestamp);
   return l;
 }

@@ -18,6 +18,9 @@
 //   encoder,jpeg,ofa}.
 // - A node without GPUs gets no labels (an empty feature file removes the old ones).
 // - Mixed nodes (different GPU models) are labelled after GPU 0.
+// - A node with a memory pool (sharing.memory) also gets gpulet's own labels
+//   gpulet.io/gpu-memory.pool=true and gpulet.io/gpu-memory.unit=<unit> ("1Gi"), which
+//   `gpulet extender` and node selectors use to find such nodes.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +36,9 @@
 namespace gpulet::labels {
 
 using Labels = std::map<std::string, std::string>;
+
+inline constexpr const char* kMemoryPoolLabel = "gpulet.io/gpu-memory.pool";
+inline constexpr const char* kMemoryUnitLabel = "gpulet.io/gpu-memory.unit";
 
 struct LabelOptions {
   config::MigStrategy mig_strategy = config::MigStrategy::kNone;

@@ -90,6 +90,17 @@ TEST(NodeLabels, TimeSlicedPlainResourceMarksProductShared) {
   EXPECT_EQ(l.at("nvidia.com/gpu.count"), "2");
 }
 
+TEST(NodeLabels, MemoryPoolNamesPoolAndUnit) {
+  sharing::Plan plan = PlanWith("gpulet.io/gpu-memory-512mi", sharing::SharingKind::kMemory, 159);
+  plan.resources[0].unit_bytes = uint64_t{512} << 20;
+  Labels l = NodeLabels(H100Node(2), plan, {});
+  EXPECT_EQ(l.at("gpulet.io/gpu-memory.pool"), "true");
+  EXPECT_EQ(l.at("gpulet.io/gpu-memory.unit"), "512Mi");
+  l = NodeLabels(H100Node(2), PlanWith("nvidia.com/gpu", sharing::SharingKind::kNone, 1), {});
+  EXPECT_EQ(l.count("gpulet.io/gpu-memory.pool"), 0u);
+  EXPECT_EQ(l.count("gpulet.io/gpu-memory.unit"), 0u);
+}
+
 // GFD reads replicas by the entry's original name: a renamed shared resource still says
 // gpu.replicas=N, without -SHARED in the product.
 TEST(NodeLabels, RenamedSharedResourceKeepsPlainProductAndReplicas) {

@@ -78,12 +78,17 @@ Status Exporter::Start() {
     jobs_ = slurm::JobMapper::ForNode(inventory_, jo);
     jobs_->Start();
   }
-  if (jobs_ || !options_.memory_limits_state_dir.empty()) {
+  if (jobs_ || !options_.memory_limits_state_dir.empty() || options_.memory_pool) {
     collector_->SetBeforePublish([this] {
       if (jobs_) publisher_.SetJobs(jobs_->JobsByGpu());
+      std::string extra;
       if (!options_.memory_limits_state_dir.empty()) {
-        publisher_.SetExtra(ContainerMemoryText(options_.memory_limits_state_dir,
-                                                options_.pod_resources.socket));
+        extra = ContainerMemoryText(options_.memory_limits_state_dir,
+                                    options_.pod_resources.socket);
+      }
+      if (options_.memory_pool) extra += options_.memory_pool->Text();
+      if (!options_.memory_limits_state_dir.empty() || options_.memory_pool) {
+        publisher_.SetExtra(std::move(extra));
       }
     });
   }

@@ -13,6 +13,7 @@
 #include "gpu/nvml.h"
 #include "metrics/collector.h"
 #include "metrics/http_server.h"
+#include "metrics/memory_pool.h"
 #include "metrics/pod_resources.h"
 
 namespace gpulet::slurm {
@@ -45,6 +46,9 @@ struct ExporterOptions {
   // The device plugin's gpulet.memoryLimits stateDir: per container memory used / limit series
   // (metrics/memory_limits.h) at every collection. Empty: none.
   std::string memory_limits_state_dir;
+  // The memory pool's per-GPU units (metrics/memory_pool.h), when the device plugin runs in this
+  // process (`gpulet node`); null: none.
+  std::shared_ptr<const MemoryPoolGauges> memory_pool;
 };
 
 class Exporter {

@@ -320,7 +320,11 @@ Result<std::optional<Resource>> PlanMemoryPool(const gpu::Inventory& inventory,
                                                   " is in MIG mode under migStrategy " +
                                                   config::MigStrategyName(mig) + ")");
       }
-      pooled.emplace(d.uuid, e.where.field);
+      if (auto [it, fresh] = pooled.emplace(d.uuid, e.where.field); !fresh) {
+        return config::InvalidAt(devices_loc, "GPU " + std::to_string(d.gpu_index) + " (" + d.uuid +
+                                                  ") is already in the memory pool (" + it->second +
+                                                  ")");
+      }
       const gpu::Gpu* g = inventory.FindByUuid(d.uuid);
       const uint64_t memory = g ? g->memory_mib * (uint64_t{1} << 20) : 0;
       const uint64_t units = memory / pool.unit_bytes;

@@ -354,6 +354,11 @@ const Case kCases[] = {
      "flags: {migStrategy: single}\nsharing:\n  memory:\n    resources:\n    - name: gpu\n",
      "ERR cfg.yaml:5: sharing.memory.resources[0].devices: the memory pool takes whole GPUs, and "
      "MIG-0-0 is a MIG device"},
+    {"mem_gpu_twice", H100x8,
+     "sharing:\n  memory:\n    resources:\n    - {name: gpu, devices: [0]}\n"
+     "    - {name: gpu, devices: [GPU-0]}\n",
+     "ERR cfg.yaml:5: sharing.memory.resources[1].devices: GPU 0 (GPU-0) is already in the memory "
+     "pool (sharing.memory.resources[0])"},
     {"mem_unknown_device", H100x8,
      "sharing:\n  memory:\n    resources:\n    - {name: gpu, devices: [9]}\n",
      "ERR cfg.yaml:4: sharing.memory.resources[0].devices[0]: unknown device \"9\""},

@@ -137,7 +137,8 @@ void ExpectEveryGrantUsed(const std::vector<YAML::Node>& docs, const std::string
 }
 
 TEST(Rbac, NodeAgentGrantsAreEachUsedByItsCode) {
-  const auto sources = Sources({"src/k8s", "src/cli/cmd_config_sync.cc"});
+  const auto sources =
+      Sources({"src/k8s", "src/cli/cmd_config_sync.cc", "src/deviceplugin/memory_publisher.cc"});
   ASSERT_FALSE(sources.empty());
   for (const char* overlay : {"time-slicing", "mig-mixed", "mps", "memory-limits"}) {
     SCOPED_TRACE(overlay);
@@ -145,7 +146,14 @@ TEST(Rbac, NodeAgentGrantsAreEachUsedByItsCode) {
     ASSERT_FALSE(docs.empty());
     ExpectEveryGrantUsed(docs, "gpulet", sources, 4);
     for (const Grant& g : GrantsTo(docs, "gpulet")) {
+      if (g.resource != "nodes") continue;
       EXPECT_NE(g.verb, "patch") << "a node agent must not change any Node (" << g.role << ")";
+    }
+    // Writes only in its own namespace: the memory pool's ConfigMap, through a Role.
+    for (const Grant& g : GrantsTo(docs, "gpulet")) {
+      if (g.verb != "create" && g.verb != "patch") continue;
+      EXPECT_EQ(g.resource, "configmaps") << g.role;
+      EXPECT_EQ(g.role, "Role/gpulet-memory-pool");
     }
   }
 }
@@ -190,6 +198,29 @@ TEST(Rbac, AnUnusedGrantIsReported) {
   EXPECT_TRUE(UsedBy(sources, {"nodes", "patch", "ClusterRole/x"}).empty());
   EXPECT_TRUE(UsedBy(sources, {"secrets", "get", "ClusterRole/x"}).empty());
   EXPECT_FALSE(UsedBy(sources, {"nodes", "get", "ClusterRole/x"}).empty());
+}
+
+// The optional admission policy holds each agent to its own node's memory object, by the
+// node-name claim of its service-account token.
+TEST(Rbac, MemoryPoolAdmissionPolicyNamesTheNodeClaim) {
+  const std::vector<YAML::Node> docs =
+      YAML::LoadAllFromFile(kSource + "/deploy/examples/memory-pool-admission-policy.yaml");
+  ASSERT_EQ(docs.size(), 2u);
+  EXPECT_EQ(docs[0]["kind"].as<std::string>(), "ValidatingAdmissionPolicy");
+  EXPECT_EQ(docs[1]["kind"].as<std::string>(), "ValidatingAdmissionPolicyBinding");
+  EXPECT_EQ(docs[1]["spec"]["policyName"].as<std::string>(),
+            docs[0]["metadata"]["name"].as<std::string>());
+  // The CEL expressions, as the API server reads them.
+  std::string policy = docs[0]["spec"]["matchConditions"][0]["expression"].as<std::string>();
+  for (const YAML::Node& v : docs[0]["spec"]["variables"])
+    policy += "\n" + v["expression"].as<std::string>();
+  for (const YAML::Node& v : docs[0]["spec"]["validations"])
+    policy += "\n" + v["expression"].as<std::string>();
+  EXPECT_NE(policy.find("request.userInfo.extra['authentication.kubernetes.io/node-name']"),
+            std::string::npos)
+      << policy;
+  EXPECT_NE(policy.find("'gpulet-memory-' +"), std::string::npos) << policy;
+  EXPECT_NE(policy.find("system:serviceaccount:gpulet-system:gpulet"), std::string::npos);
 }
 
 }  // namespace
