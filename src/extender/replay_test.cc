@@ -2,7 +2,6 @@
 
 #include <gtest/gtest.h>
 
-
 namespace gpulet::extender {
 namespace {
 
@@ -34,7 +33,7 @@ TEST(Replay, RequestIsTheShareOfTheSmallestAllowedGpu) {
   EXPECT_EQ(MemoryRequestUnits(p, c, o.gpu_memory_gib), 8);  // half of 16 GiB
   p.model_constrained = true;
   p.model_mask = uint64_t{1} << c.FindModel("V100M32");
-  EXPECT_EQ(MemoryRequestUnits(p, c, o.gpu_memory_gib), 16);  // half of 32 GiB
+  EXPECT_EQ(MemoryRequestUnits(p, c, o.gpu_memory_gib), 16);                  // half of 32 GiB
   EXPECT_EQ(MemoryRequestUnits(Sharing("tiny", 1), c, o.gpu_memory_gib), 1);  // rounded up
   p.model_mask = 0;
   EXPECT_EQ(MemoryRequestUnits(p, c, o.gpu_memory_gib), 0);  // fits nowhere
