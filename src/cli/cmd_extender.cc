@@ -75,18 +75,18 @@ int RunReplay(const ReplayFlags& f) {
   o.publish_every = f.publish_every;
   auto r = extender::ReplayMemoryRequests(*cluster, *pods, o);
   if (!r.ok()) return ReportError(r.status());
-  std::printf("trace %s: %lld GPU nodes, %lld GPUs, %lld GiB units, %lld GPU-sharing pods "
-              "(offered until %.0f%% of the units)\n",
-              f.trace.c_str(), static_cast<long long>(r->nodes), static_cast<long long>(r->gpus),
-              static_cast<long long>(r->fleet_units), static_cast<long long>(r->sharing_pods),
-              f.load * 100);
+  std::printf(
+      "trace %s: %lld GPU nodes, %lld GPUs, %lld GiB units, %lld GPU-sharing pods "
+      "(offered until %.0f%% of the units)\n",
+      f.trace.c_str(), static_cast<long long>(r->nodes), static_cast<long long>(r->gpus),
+      static_cast<long long>(r->fleet_units), static_cast<long long>(r->sharing_pods),
+      f.load * 100);
   std::printf("%-22s %9s %9s %19s %14s %13s\n", "scheduler", "offered", "admitted",
               "refused-by-kubelet", "unschedulable", "placed-units");
-  for (const auto& [name, c] :
-       {std::pair{"with extender", r->with_extender}, std::pair{"node totals only", r->node_totals_only}}) {
-    std::printf("%-22s %9lld %9lld %19lld %14lld %13lld\n", name,
-                static_cast<long long>(c.offered), static_cast<long long>(c.admitted),
-                static_cast<long long>(c.refused_by_kubelet),
+  for (const auto& [name, c] : {std::pair{"with extender", r->with_extender},
+                                std::pair{"node totals only", r->node_totals_only}}) {
+    std::printf("%-22s %9lld %9lld %19lld %14lld %13lld\n", name, static_cast<long long>(c.offered),
+                static_cast<long long>(c.admitted), static_cast<long long>(c.refused_by_kubelet),
                 static_cast<long long>(c.unschedulable), static_cast<long long>(c.placed_units));
   }
   return 0;
@@ -140,8 +140,9 @@ void RegisterExtender(CLI::App& app, GlobalOptions& /*global*/, int& exit_code) 
   replay->add_option("--load", rf->load, "Stop arrivals once this share of the units was asked")
       ->check(CLI::Range(0.01, 10.0))
       ->capture_default_str();
-  replay->add_option("--publish-every", rf->publish_every,
-                     "Binds between two publications of the node objects")
+  replay
+      ->add_option("--publish-every", rf->publish_every,
+                   "Binds between two publications of the node objects")
       ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
   replay->callback([rf, &exit_code] { exit_code = RunReplay(*rf); });

@@ -42,10 +42,10 @@ int RunQuota(const QuotaFlags& f) {
 }  // namespace
 
 void RegisterQuota(CLI::App& app, GlobalOptions& /*global*/, int& exit_code) {
-  CLI::App* cmd =
-      app.add_subcommand("quota",
-                         "Render per-tenant ResourceQuota + LimitRange for GPU, shared GPU, MIG and GPU memory "
-                         "resources, checked against the fleet's inventory");
+  CLI::App* cmd = app.add_subcommand(
+      "quota",
+      "Render per-tenant ResourceQuota + LimitRange for GPU, shared GPU, MIG and GPU memory "
+      "resources, checked against the fleet's inventory");
   auto f = std::make_shared<QuotaFlags>();
   cmd->add_option("--tenants", f->tenants, "Tenants file (YAML, see docs/quotas.md)")
       ->envname("GPULET_TENANTS")

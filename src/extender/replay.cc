@@ -41,9 +41,10 @@ struct KubeletNode {
                       {"totalUnits", total[g]},
                       {"freeUnits", free[g]}});
     }
-    const json memory = {{"version", 1},      {"node", name},         {"generation", generation},
-                         {"resource", kResource}, {"unitBytes", 1 << 30}, {"heartbeatSeconds", 30},
-                         {"gpus", gpus},      {"pods", placed}};
+    const json memory = {
+        {"version", 1},          {"node", name},         {"generation", generation},
+        {"resource", kResource}, {"unitBytes", 1 << 30}, {"heartbeatSeconds", 30},
+        {"gpus", gpus},          {"pods", placed}};
     return {{"metadata",
              {{"name", std::string(kObjectPrefix) + name},
               {"namespace", "gpulet-system"},
@@ -104,8 +105,8 @@ Result<ReplayReport> ReplayMemoryRequests(const placement::Cluster& cluster,
   if (stream.empty() || initial.empty()) {
     return Status(ErrorCode::kInvalidInput, "the trace has no GPU-sharing pods or no GPU nodes");
   }
-  const int64_t budget = static_cast<int64_t>(options.offered_load *
-                                              static_cast<double>(report.fleet_units));
+  const int64_t budget =
+      static_cast<int64_t>(options.offered_load * static_cast<double>(report.fleet_units));
   std::vector<std::string> names;
   for (const KubeletNode& k : initial) names.push_back(k.name);
 
@@ -180,8 +181,8 @@ Result<ReplayReport> ReplayMemoryRequests(const placement::Cluster& cluster,
       double best_used = 2;
       for (size_t n = 0; n < nodes.size(); ++n) {
         if (allocatable[n] - requested[n] < units) continue;
-        const double used = static_cast<double>(requested[n] + units) /
-                            static_cast<double>(allocatable[n]);
+        const double used =
+            static_cast<double>(requested[n] + units) / static_cast<double>(allocatable[n]);
         if (used < best_used) {
           best_used = used;
           best = static_cast<int>(n);

@@ -25,7 +25,7 @@ namespace gpulet::extender {
 
 struct ReplayOptions {
   // GiB per GPU model; G2/G3 are undisclosed in the trace and assumed 32 GiB.
-  std::map<std::string, int64_t> gpu_memory_gib = {{"P100", 16},   {"T4", 16},  {"V100M16", 16},
+  std::map<std::string, int64_t> gpu_memory_gib = {{"P100", 16},    {"T4", 16},  {"V100M16", 16},
                                                    {"V100M32", 32}, {"A10", 24}, {"G2", 32},
                                                    {"G3", 32}};
   double offered_load = 1.0;  // requested units / fleet units at which arrivals stop
@@ -33,11 +33,11 @@ struct ReplayOptions {
 };
 
 struct ReplayCounts {
-  int64_t offered = 0;              // pods that arrived
-  int64_t admitted = 0;             // by the scheduler (bound)
-  int64_t refused_by_kubelet = 0;   // bound, then no single GPU of the node had the units
-  int64_t unschedulable = 0;        // no node passed the scheduler
-  int64_t placed_units = 0;         // units held by running pods at the end
+  int64_t offered = 0;             // pods that arrived
+  int64_t admitted = 0;            // by the scheduler (bound)
+  int64_t refused_by_kubelet = 0;  // bound, then no single GPU of the node had the units
+  int64_t unschedulable = 0;       // no node passed the scheduler
+  int64_t placed_units = 0;        // units held by running pods at the end
 };
 
 struct ReplayReport {

@@ -371,7 +371,8 @@ NodeVerdict ClusterView::Evaluate(const PodRequest& pod, const std::string& node
   return EvaluateLocked(pod, node);
 }
 
-NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string& node) const {
+NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string& node,
+                                        bool assignments) const {
   NodeVerdict v;
   if (pod.resource.empty() || (pod.containers.empty() && pod.init_containers.empty())) {
     v.fits = true;  // not ours to judge
@@ -417,7 +418,11 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string
                         pod.resource);
   }
   // Free units per GPU after reservations (expired ones no longer count).
-  std::vector<int64_t> free(m.gpus.size());
+  // Scratch reused by this thread: filter evaluates thousands of nodes per request.
+  thread_local std::vector<int64_t> free;
+  thread_local std::vector<size_t> used;
+  free.assign(m.gpus.size(), 0);
+  used.clear();
   for (size_t i = 0; i < m.gpus.size(); ++i) {
     free[i] = m.gpus[i].healthy ? m.gpus[i].free_units : 0;
   }
@@ -471,14 +476,13 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string
   for (const ContainerUnits& c : pod.init_containers) {
     if (!pick(c.units)) return no_fit(c, false, "init container");
   }
-  std::vector<size_t> used;
   for (size_t k = 0; k < pod.containers.size(); ++k) {
     const ContainerUnits& c = pod.containers[k];
     auto g = pick(c.units);
     if (!g) return no_fit(c, k > 0, "container");
     free[*g] -= c.units;
     if (std::find(used.begin(), used.end(), *g) == used.end()) used.push_back(*g);
-    v.assignments.push_back({c.name, m.gpus[*g].uuid, c.units});
+    if (assignments) v.assignments.push_back({c.name, m.gpus[*g].uuid, c.units});
   }
   v.fits = true;
   // Score: the leftover share on the GPUs used (weight 0.8), then on the node (0.2). Best fit
@@ -510,7 +514,7 @@ FilterOutcome ClusterView::Filter(const PodRequest& pod,
   out.passed.reserve(nodes.size());
   std::shared_lock l(mu_);
   for (const std::string& n : nodes) {
-    NodeVerdict v = EvaluateLocked(pod, n);
+    NodeVerdict v = EvaluateLocked(pod, n, /*assignments=*/false);
     if (v.fits) {
       out.passed.push_back(n);
     } else if (v.unresolvable) {
@@ -528,7 +532,7 @@ std::vector<std::pair<std::string, int>> ClusterView::Prioritize(
   out.reserve(nodes.size());
   std::shared_lock l(mu_);
   for (const std::string& n : nodes) {
-    NodeVerdict v = EvaluateLocked(pod, n);
+    NodeVerdict v = EvaluateLocked(pod, n, /*assignments=*/false);
     out.emplace_back(n, v.fits ? v.score : 0);
   }
   return out;

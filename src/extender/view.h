@@ -26,6 +26,7 @@
 #include <optional>
 #include <shared_mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/clock.h"
@@ -181,16 +182,18 @@ class ClusterView {
     bool pool_label = false;
   };
 
-  NodeVerdict EvaluateLocked(const PodRequest& pod, const std::string& node) const;
+  // `assignments`: fill NodeVerdict::assignments (bind needs them; filter and prioritize not).
+  NodeVerdict EvaluateLocked(const PodRequest& pod, const std::string& node,
+                             bool assignments = true) const;
   void DropListedReservations(const std::string& node, const NodeMemory& memory);
   void PurgeExpiredLocked();
 
   const Clock& clock_;
   const ViewOptions options_;
   mutable std::shared_mutex mu_;
-  std::map<std::string, Entry> objects_;                          // node → its object
-  std::map<std::string, std::string> object_nodes_;               // object name → node
-  std::map<std::string, std::vector<Reservation>> reservations_;  // node → reservations
+  std::unordered_map<std::string, Entry> objects_;                          // node → its object
+  std::map<std::string, std::string> object_nodes_;                         // object name → node
+  std::unordered_map<std::string, std::vector<Reservation>> reservations_;  // node → reservations
   std::map<std::string, NodeInfo> nodes_;
   bool nodes_known_ = false;
 };

@@ -7,9 +7,11 @@
 //       gpus: 4                  # requests.nvidia.com/gpu (whole GPUs)
 //       sharedGpus: 8            # requests.nvidia.com/gpu.shared (time-sliced / MPS replicas)
 //       mig: {1g.10gb: 7}        # requests.nvidia.com/mig-1g.10gb (+me profiles as .me)
-//       gpuMemory: 160           # requests.<memoryResource>: units of GPU memory (docs/memory-requests.md)
-//       maxPerContainer: 2       # optional cap per container for each GPU count above
-//   memoryResource: gpulet.io/gpu-memory-1gi   # optional, the memory pool's resource (unit in name)
+//       gpuMemory: 160           # requests.<memoryResource>: units of GPU memory
+//       (docs/memory-requests.md) maxPerContainer: 2       # optional cap per container for each
+//       GPU count above
+//   memoryResource: gpulet.io/gpu-memory-1gi   # optional, the memory pool's resource (unit in
+//   name)
 // Every count is an integer >= 0; unknown keys are errors. Errors are kInvalidInput with
 // "FILE:LINE: field: problem".
 #pragma once
@@ -51,10 +53,10 @@ Result<TenantsFile> LoadTenants(const std::string& path);
 
 // What a fleet can grant, summed over its inventory files.
 struct FleetCapacity {
-  int whole_gpus = 0;                // GPUs without MIG
+  int whole_gpus = 0;                         // GPUs without MIG
   std::vector<int64_t> whole_gpu_memory_mib;  // per GPU without MIG
-  std::map<std::string, int> mig;    // profile → MIG devices
-  std::vector<std::string> sources;  // files read
+  std::map<std::string, int> mig;             // profile → MIG devices
+  std::vector<std::string> sources;           // files read
 };
 
 // Adds one `gpulet info --output json` file. kInvalidInput "FILE:LINE:

@@ -307,7 +307,8 @@ TEST(Memory, CheckedAgainstTheGpusTheOtherBudgetsLeave) {
   EXPECT_EQ(r->warnings.size(), 1u);
   // A smaller unit: twice the units on the same GPUs.
   tf = ParseTenants(
-      "memoryResource: gpulet.io/gpu-memory-512mi\ntenants:\n  - namespace: b\n    gpuMemory: 640\n",
+      "memoryResource: gpulet.io/gpu-memory-512mi\ntenants:\n  - namespace: b\n    gpuMemory: "
+      "640\n",
       "t.yaml");
   EXPECT_TRUE(CheckAgainstFleet(*tf, fleet, {}).ok());
 }
@@ -326,7 +327,8 @@ TEST(Memory, RenderedNextToTheGpuAndMigLines) {
     }
   }
   ASSERT_EQ(quotas.size(), 2u);
-  EXPECT_EQ(quotas["a"]["spec"]["hard"]["requests.gpulet.io/gpu-memory-1gi"].as<std::string>(), "0");
+  EXPECT_EQ(quotas["a"]["spec"]["hard"]["requests.gpulet.io/gpu-memory-1gi"].as<std::string>(),
+            "0");
   EXPECT_EQ(quotas["b"]["spec"]["hard"]["requests.gpulet.io/gpu-memory-1gi"].as<std::string>(),
             "160");
   EXPECT_EQ(quotas["b"]["spec"]["hard"]["requests.nvidia.com/gpu"].as<std::string>(), "0");

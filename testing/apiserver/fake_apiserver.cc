@@ -532,6 +532,9 @@ Result<std::unique_ptr<FakeApiServer>> FakeApiServer::Start(const TestPki& pki, 
     return Status(ErrorCode::kInternal, "fake API server: TLS setup failed for " + pki.server_cert);
   }
   state->server->new_task_queue = [] { return new httplib::ThreadPool(32); };
+  // As a real API server (Go sets TCP_NODELAY): without it, a response written as headers then
+  // body waits for the client's delayed ACK (40 ms) on every call.
+  state->server->set_tcp_nodelay(true);
   std::weak_ptr<State> weak = state;
   state->server->Get(".*", [weak](const httplib::Request& req, httplib::Response& res) {
     if (auto s = weak.lock()) s->HandleGet(req, res, s);

@@ -176,7 +176,7 @@ TEST(Rbac, BrokerHasItsOwnServiceAccountAndUsesEachGrant) {
 TEST(Rbac, ExtenderHasItsOwnServiceAccountAndUsesEachGrant) {
   const std::vector<YAML::Node> docs = Render("deploy/extender");
   ASSERT_FALSE(docs.empty());
-  ExpectEveryGrantUsed(docs, "gpulet-extender", Sources({"src/extender"}), 7);
+  ExpectEveryGrantUsed(docs, "gpulet-extender", Sources({"src/extender"}), 6);
   EXPECT_TRUE(GrantsTo(docs, "gpulet").empty()) << "deploy/extender grants the node agent nothing";
   for (const Grant& g : GrantsTo(docs, "gpulet-extender")) {
     EXPECT_FALSE(g.resource == "configmaps" && g.verb != "list" && g.verb != "watch")

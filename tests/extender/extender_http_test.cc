@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include <chrono>
+#include <fstream>
 #include <functional>
 #include <thread>
 
@@ -368,6 +369,34 @@ TEST_F(ExtenderHttpTest, PlainHttpOnlyOnLoopback) {
   Status st = s.Start();
   EXPECT_EQ(st.code(), ErrorCode::kUsage);
   EXPECT_THAT(st.message(), HasSubstr("plain HTTP is served on loopback only"));
+}
+
+// HTTPS with a certificate (the test PKI's server certificate for 127.0.0.1) on every interface,
+// as the Deployment serves it, verified by the client against the CA, as kube-scheduler's
+// tlsConfig.caFile does.
+TEST_F(ExtenderHttpTest, HttpsWithACertificateOnAnyAddress) {
+  AddNode("n1", {{80, 80}});
+  json pod = AddPod("p", {10});
+  std::ofstream(dir_ + "/web.yml") << "tls_server_config:\n  cert_file: " << pki_.server_cert
+                                   << "\n  key_file: " << pki_.server_key << "\n";
+  ServiceOptions o;
+  o.address = "0.0.0.0:0";
+  o.web_config_file = dir_ + "/web.yml";
+  o.view.ns = kNs;
+  Service s(*client_, clock_, o);
+  Status st = s.Start();
+  ASSERT_TRUE(st.ok()) << st.message();
+  httplib::SSLClient tls("127.0.0.1", s.port());
+  tls.set_ca_cert_path(pki_.ca_cert.c_str());
+  tls.enable_server_certificate_verification(true);
+  auto r = tls.Post("/filter", CacheModeArgs(pod, {"n1"}), "application/json");
+  ASSERT_TRUE(r) << httplib::to_string(r.error());
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(json::parse(r->body)["NodeNames"], json::array({"n1"}));
+  auto b = tls.Post("/bind", BindingArgs(pod, "n1"), "application/json");
+  ASSERT_TRUE(b);
+  EXPECT_EQ(json::parse(b->body)["Error"], "");
+  EXPECT_EQ(NodeOf("p"), "n1");
 }
 
 }  // namespace
