@@ -30,6 +30,26 @@ Decision Make(const Journal& j, Action a, std::string node, std::string code, st
   return d;
 }
 
+std::optional<Decision> FailClosedOrCountStreaks(const SlurmView& slurm, const KubeView& kube,
+                                                 Journal& j) {
+  if (!slurm.ok) {
+    return Make(j, Action::kNone, "", "unknown_slurm",
+                "Slurm state unknown (" + slurm.error + "): no action");
+  }
+  if (!kube.ok) {
+    return Make(j, Action::kNone, "", "unknown_kubernetes",
+                "Kubernetes state unknown (" + kube.error + "): no action");
+  }
+  if (kube.unschedulable_gpu_pods > 0) {
+    ++j.demand_streak;
+    j.quiet_streak = 0;
+  } else {
+    ++j.quiet_streak;
+    j.demand_streak = 0;
+  }
+  return std::nullopt;
+}
+
 // A node that counts as Slurm capacity: owned by Slurm (per the journal), up and not drained.
 bool SlurmCapacity(const SlurmNode& n) {
   return n.state != "down" && !n.HasFlag("DRAIN") && !n.HasFlag("NOT_RESPONDING") &&
@@ -305,22 +325,8 @@ bool JobFits(const SlurmJob& job, const std::vector<int>& node_gpus) {
 Decision Evaluate(const SlurmView& slurm, const KubeView& kube, const Journal& journal,
                   const BrokerConfig& c, TimeMs now) {
   Journal j = journal;
-  if (!slurm.ok) {
-    return Make(j, Action::kNone, "", "unknown_slurm",
-                "Slurm state unknown (" + slurm.error + "): no action");
-  }
-  if (!kube.ok) {
-    return Make(j, Action::kNone, "", "unknown_kubernetes",
-                "Kubernetes state unknown (" + kube.error + "): no action");
-  }
-  // Bookkeeping that holds whatever the action: demand streaks and pod sightings.
-  if (kube.unschedulable_gpu_pods > 0) {
-    ++j.demand_streak;
-    j.quiet_streak = 0;
-  } else {
-    ++j.quiet_streak;
-    j.demand_streak = 0;
-  }
+  if (std::optional<Decision> d = FailClosedOrCountStreaks(slurm, kube, j)) return *d;
+  // Bookkeeping that holds whatever the action: pod sightings.
   for (auto& [name, e] : j.nodes) {
     auto k = kube.nodes.find(name);
     if (e.owner == Owner::kKubernetes && k != kube.nodes.end() && k->second.inference_pods > 0) {

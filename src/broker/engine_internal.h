@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,10 @@ std::string FlagsText(const SlurmNode& n);
 // A decision carrying journal `j`; kDrain gets the whole-node drain reason (callers may replace
 // it).
 Decision Make(const Journal& j, Action a, std::string node, std::string code, std::string reason);
+// Both modes start alike: an unreadable Slurm or Kubernetes state is a no-action decision
+// (fail closed); otherwise nullopt, after counting the demand/quiet streaks into `j`.
+std::optional<Decision> FailClosedOrCountStreaks(const SlurmView& slurm, const KubeView& kube,
+                                                 Journal& j);
 // Up, not drained, with GPUs.
 bool SlurmCapacity(const SlurmNode& n);
 // The GPUs of type `type` ("" = any) of the nodes Slurm can schedule on, optionally with `plus`.

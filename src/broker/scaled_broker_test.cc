@@ -13,6 +13,7 @@
 #include <string>
 
 #include "apiserver/fake_apiserver.h"
+#include "apiserver/test_objects.h"
 #include "broker/broker.h"
 #include "broker/k8s_side.h"
 #include "broker/scaled_engine.h"
@@ -38,24 +39,7 @@ json StatefulSet(int replicas) {
 }
 
 json GpuPod(const std::string& name, bool bound) {
-  json p = {
-      {"apiVersion", "v1"},
-      {"kind", "Pod"},
-      {"metadata", {{"name", name}, {"namespace", "inference"}}},
-      {"spec",
-       {{"containers",
-         json::array({{{"name", "c"}, {"resources", {{"limits", {{"nvidia.com/gpu", "1"}}}}}}})}}}};
-  if (bound) {
-    p["spec"]["nodeName"] = "k8s-node-1";
-    p["status"] = {{"phase", "Running"}};
-  } else {
-    p["status"] = {
-        {"phase", "Pending"},
-        {"conditions",
-         json::array(
-             {{{"type", "PodScheduled"}, {"status", "False"}, {"reason", "Unschedulable"}}})}};
-  }
-  return p;
+  return gpulet::testing::GpuPodObject(name, "inference", 1, bound ? "k8s-node-1" : "");
 }
 
 // sinfo --json (22.05 shape) for the pool's nodes; `drained` carries our drain on the last.

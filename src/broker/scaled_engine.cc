@@ -180,21 +180,7 @@ std::string PodNodeName(const std::string& stateful_set, int ordinal) {
 Decision EvaluateScaled(const SlurmView& slurm, const KubeView& kube, const Journal& journal,
                         const BrokerConfig& c, TimeMs now) {
   Journal j = journal;
-  if (!slurm.ok) {
-    return Make(j, Action::kNone, "", "unknown_slurm",
-                "Slurm state unknown (" + slurm.error + "): no action");
-  }
-  if (!kube.ok) {
-    return Make(j, Action::kNone, "", "unknown_kubernetes",
-                "Kubernetes state unknown (" + kube.error + "): no action");
-  }
-  if (kube.unschedulable_gpu_pods > 0) {
-    ++j.demand_streak;
-    j.quiet_streak = 0;
-  } else {
-    ++j.quiet_streak;
-    j.demand_streak = 0;
-  }
+  if (std::optional<Decision> d = FailClosedOrCountStreaks(slurm, kube, j)) return *d;
   for (auto& [name, e] : j.nodes) {
     if (e.owner == Owner::kKubernetes && kube.inference_gpu_pods > 0) e.last_pod_seen = now;
   }

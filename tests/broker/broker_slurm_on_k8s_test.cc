@@ -12,6 +12,7 @@
 #include <string>
 
 #include "apiserver/fake_apiserver.h"
+#include "apiserver/test_objects.h"
 #include "tests/slurm/slurm_test_support.h"
 
 namespace gpulet::broker_testing {
@@ -29,24 +30,7 @@ using ::testing::HasSubstr;
 const std::string kSts = "/apis/apps/v1/namespaces/slurm/statefulsets/slurmd-h100";
 
 json GpuPod(const std::string& name, bool bound) {
-  json p = {
-      {"apiVersion", "v1"},
-      {"kind", "Pod"},
-      {"metadata", {{"name", name}, {"namespace", "inference"}}},
-      {"spec",
-       {{"containers",
-         json::array({{{"name", "c"}, {"resources", {{"limits", {{"nvidia.com/gpu", "4"}}}}}}})}}}};
-  if (bound) {
-    p["spec"]["nodeName"] = "k8s-gpu-7";
-    p["status"] = {{"phase", "Running"}};
-  } else {
-    p["status"] = {
-        {"phase", "Pending"},
-        {"conditions",
-         json::array(
-             {{{"type", "PodScheduled"}, {"status", "False"}, {"reason", "Unschedulable"}}})}};
-  }
-  return p;
+  return gpulet::testing::GpuPodObject(name, "inference", 4, bound ? "k8s-gpu-7" : "");
 }
 
 class SlurmOnK8sBroker : public ::testing::Test {

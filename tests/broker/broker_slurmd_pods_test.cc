@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "apiserver/fake_apiserver.h"
+#include "apiserver/test_objects.h"
 #include "broker/broker.h"
 #include "broker/journal.h"
 #include "broker/scaled_engine.h"
@@ -43,24 +44,7 @@ using ::testing::HasSubstr;
 const std::string kSts = "/apis/apps/v1/namespaces/slurm/statefulsets/slurmd-h100";
 
 json GpuPod(bool bound) {
-  json p = {
-      {"apiVersion", "v1"},
-      {"kind", "Pod"},
-      {"metadata", {{"name", "llm"}, {"namespace", "inference"}}},
-      {"spec",
-       {{"containers",
-         json::array({{{"name", "c"}, {"resources", {{"limits", {{"nvidia.com/gpu", "4"}}}}}}})}}}};
-  if (bound) {
-    p["spec"]["nodeName"] = "k8s-gpu-1";
-    p["status"] = {{"phase", "Running"}};
-  } else {
-    p["status"] = {
-        {"phase", "Pending"},
-        {"conditions",
-         json::array(
-             {{{"type", "PodScheduled"}, {"status", "False"}, {"reason", "Unschedulable"}}})}};
-  }
-  return p;
+  return gpulet::testing::GpuPodObject("llm", "inference", 4, bound ? "k8s-gpu-1" : "");
 }
 
 class SlurmdPodsBroker : public ::testing::Test {

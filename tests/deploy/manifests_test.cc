@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../cli/run_command.h"
+#include "kustomize.h"
 #include "config/config.h"
 #include "config/memory_limits.h"
 
@@ -21,18 +22,8 @@ namespace {
 
 const std::string kSource = GPULET_SOURCE_DIR;
 
-std::string Kubectl() {
-  const char* k = std::getenv("GPULET_KUBECTL");
-  return k != nullptr && *k != '\0' ? k : "kubectl";
-}
-
 std::vector<YAML::Node> Render(const std::string& overlay) {
-  // stderr dropped: newer kustomize warns about the v2-compatible fields the overlays use.
-  CommandResult r = RunCommand(Kubectl() + " kustomize " + kSource + "/deploy/overlays/" + overlay +
-                               " 2>/dev/null");
-  EXPECT_EQ(r.exit_code, 0) << "kubectl kustomize deploy/overlays/" << overlay << ":\n" << r.output;
-  if (r.exit_code != 0) return {};
-  return YAML::LoadAll(r.output);
+  return RenderKustomization("deploy/overlays/" + overlay);
 }
 
 YAML::Node Find(const std::vector<YAML::Node>& docs, const std::string& kind,

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "../cli/run_command.h"
+#include "kustomize.h"
 
 namespace gpulet::testing {
 namespace {
@@ -25,17 +26,7 @@ namespace fs = std::filesystem;
 const std::string kSource = GPULET_SOURCE_DIR;
 const std::string kOverlay = "deploy/overlays/slurm-on-k8s";
 
-std::string Kubectl() {
-  const char* k = std::getenv("GPULET_KUBECTL");
-  return k != nullptr && *k != '\0' ? k : "kubectl";
-}
-
-std::vector<YAML::Node> Render(const std::string& dir) {
-  CommandResult r = RunCommand(Kubectl() + " kustomize " + kSource + "/" + dir + " 2>/dev/null");
-  EXPECT_EQ(r.exit_code, 0) << "kubectl kustomize " << dir << ":\n" << r.output;
-  if (r.exit_code != 0) return {};
-  return YAML::LoadAll(r.output);
-}
+std::vector<YAML::Node> Render(const std::string& dir) { return RenderKustomization(dir); }
 
 std::string S(const YAML::Node& n) {
   return n.IsDefined() && n.IsScalar() ? n.as<std::string>() : "";
