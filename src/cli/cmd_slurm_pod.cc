@@ -39,6 +39,7 @@ using std::chrono::milliseconds;
 struct PodFlags {
   slurm::GresOptions opts;
   std::string pod_labels_file = "/etc/podinfo/labels";
+  std::string pod_annotations_file = "/etc/podinfo/annotations";
   std::string partition;
   std::string slurm_conf;
   std::string conf_dir = "/run/gpulet-slurm";
@@ -203,8 +204,16 @@ int RunPod(const GlobalOptions& global, PodFlags& f) {
   for (const Status& s : {poll.status(), reg_timeout.status(), drain_timeout.status()}) {
     if (!s.ok()) return ReportError(s);
   }
-  const std::map<std::string, std::string> labels =
+  std::map<std::string, std::string> labels =
       slurm::ParsePodLabels(ReadText(f.pod_labels_file));  // absent file: no labels
+  // A label value cannot hold a comma, so a list of features comes from the annotation of the
+  // same name (same file format), added to the label's one.
+  const std::map<std::string, std::string> annotations =
+      slurm::ParsePodLabels(ReadText(f.pod_annotations_file));
+  if (auto it = annotations.find(slurm::kPodFeaturesLabel); it != annotations.end()) {
+    std::string& list = labels[slurm::kPodFeaturesLabel];
+    list = list.empty() ? it->second : list + "," + it->second;
+  }
   Result<std::vector<std::string>> features = slurm::NodeFeatures(labels, f.partition);
   if (!features.ok()) return ReportError(features.status());
 
@@ -410,6 +419,10 @@ void RegisterSlurmPod(CLI::App* slurm, GlobalOptions& global, int& exit_code) {
   pod->add_option("--pod-labels-file", f->pod_labels_file,
                   "Downward-API labels file (slurm.gpulet.io/partition, slurm.gpulet.io/features); "
                   "absent = no partition or features")
+      ->capture_default_str();
+  pod->add_option("--pod-annotations-file", f->pod_annotations_file,
+                  "Downward-API annotations file: the annotation slurm.gpulet.io/features holds a "
+                  "comma list of features (a label value cannot); absent = none")
       ->capture_default_str();
   pod->add_option("--partition", f->partition,
                   "Partition feature (overrides the slurm.gpulet.io/partition label)")

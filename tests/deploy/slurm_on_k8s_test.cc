@@ -201,12 +201,18 @@ TEST_F(SlurmOnK8s, SlurmdPodsWaitForJobsAndSeeTheirNameNamespaceAndLabels) {
     const YAML::Node items = Named(pod["volumes"], podinfo_volume)["downwardAPI"]["items"];
     ASSERT_TRUE(items.IsSequence());
     bool labels_file = false;
+    bool annotations_file = false;  // a features list: label values cannot hold commas
     for (const YAML::Node& i : items) {
       if (S(i["path"]) == "labels" && S(i["fieldRef"]["fieldPath"]) == "metadata.labels") {
         labels_file = true;
       }
+      if (S(i["path"]) == "annotations" &&
+          S(i["fieldRef"]["fieldPath"]) == "metadata.annotations") {
+        annotations_file = true;
+      }
     }
     EXPECT_TRUE(labels_file);
+    EXPECT_TRUE(annotations_file);
     for (const std::string& a : Strings(c["args"])) {
       if (a.rfind("--pod-labels-file=", 0) == 0) {
         EXPECT_EQ(a, "--pod-labels-file=/etc/podinfo/labels");

@@ -76,6 +76,8 @@ class Pod {
                                      dir_,
                                      "--pod-labels-file",
                                      dir_ + "/labels",
+                                     "--pod-annotations-file",
+                                     dir_ + "/annotations",
                                      "--poll-interval",
                                      "300ms",
                                      "--probe-interval",
@@ -84,9 +86,12 @@ class Pod {
                                      dir_ + "/slurmd.out"};
     argv.insert(argv.end(), rest.begin(), rest.end());
     argv.insert(argv.end(), spec_.extra.begin(), spec_.extra.end());
+    // As the downward API writes them: one feature in the label (a label value cannot hold a
+    // comma), a list in the annotation of the same name.
     WriteFile(dir_ + "/labels",
               "app.kubernetes.io/name=\"slurmd\"\nslurm.gpulet.io/partition=\"gpu\"\n"
-              "slurm.gpulet.io/features=\"pod,sim\"\n");
+              "slurm.gpulet.io/features=\"pod\"\n");
+    WriteFile(dir_ + "/annotations", "slurm.gpulet.io/features=\"sim,pod\"\n");
     pid_ = fork();
     if (pid_ == 0) {
       int fd = open((dir_ + "/pod.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
