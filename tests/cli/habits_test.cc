@@ -29,9 +29,9 @@ TEST(CliHabits, UnknownSubcommandIsNamedWithASuggestion) {
   EXPECT_NE(none.output.find("unknown command \"nosuchcmd\""), std::string::npos) << none.output;
   EXPECT_EQ(none.output.find("A subcommand is required"), std::string::npos) << none.output;
   // --help after an unknown command is not the top-level help with exit 0.
-  const CommandResult help = RunCommand(GpuletBinary() + " extender --help");
+  const CommandResult help = RunCommand(GpuletBinary() + " extendr --help");
   EXPECT_EQ(help.exit_code, 2) << help.output;
-  EXPECT_NE(help.output.find("unknown command \"extender\""), std::string::npos) << help.output;
+  EXPECT_NE(help.output.find("unknown command \"extendr\""), std::string::npos) << help.output;
   EXPECT_EQ(help.output.find("Usage:"), std::string::npos) << help.output;
   // A global option's value is not taken for the subcommand.
   const CommandResult level = RunCommand(GpuletBinary() + " --log-level warn version");
