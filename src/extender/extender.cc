@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -36,6 +37,16 @@ const json* Field(const json& obj, const std::string& name) {
 // 5,000 nodes cost more than the filtering itself).
 void AppendString(std::string& out, const std::string& s) {
   out += '"';
+  // Node names never need escaping: append them whole; escape character by character otherwise.
+  const bool plain = std::none_of(s.begin(), s.end(), [](char ch) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    return c == '"' || c == '\\' || c < 0x20;
+  });
+  if (plain) {
+    out.append(s);
+    out += '"';
+    return;
+  }
   for (char ch : s) {
     const unsigned char c = static_cast<unsigned char>(ch);
     if (c == '"' || c == '\\') {
@@ -74,6 +85,58 @@ void AppendMap(std::string& out, const std::map<std::string, std::string>& m) {
   out += '}';
 }
 
+// The request body parsed, with ExtenderArgs.NodeNames (5,000 names at scale) collected straight
+// into strings rather than into a JSON array of them: the DOM keeps an empty array in its place.
+struct Body {
+  json doc;                        // discarded when not JSON
+  bool names_taken = false;        // an array under the exact key "NodeNames" was collected
+  std::vector<std::string> names;  // its strings
+  long bad_name = -1;              // index of its first element that is not a string
+};
+
+Body ParseBody(const std::string& text) {
+  Body b;
+  bool key_is_names = false;  // the last top-level key was "NodeNames"
+  bool in_names = false;
+  long index = 0;
+  auto callback = [&](int depth, json::parse_event_t event, json& parsed) -> bool {
+    using E = json::parse_event_t;
+    if (depth == 1) {
+      if (event == E::key) {
+        key_is_names = parsed.is_string() && parsed.get_ref<const std::string&>() == "NodeNames";
+      } else if (event == E::array_start && key_is_names) {
+        in_names = true;
+        b.names_taken = true;  // a repeated key: the last one counts, as in the DOM
+        b.names.clear();
+        b.names.reserve(text.size() / 16);
+        b.bad_name = -1;
+        index = 0;
+      } else if (event == E::array_end) {
+        in_names = false;
+      }
+      return true;
+    }
+    if (depth != 2 || !in_names) return true;
+    if (event == E::value) {
+      if (parsed.is_string()) {
+        b.names.push_back(std::move(parsed.get_ref<std::string&>()));
+      } else if (b.bad_name < 0) {
+        b.bad_name = index;
+      }
+      ++index;
+      return false;  // not kept in the DOM
+    }
+    if (event == E::object_start || event == E::array_start) {
+      if (b.bad_name < 0) b.bad_name = index;
+      ++index;
+      return false;
+    }
+    return true;
+  };
+  b.doc = json::parse(text.begin(), text.end(), callback, /*allow_exceptions=*/false);
+  return b;
+}
+
 struct Args {
   json pod;
   bool cache_mode = true;  // NodeNames given (else Nodes.items)
@@ -82,7 +145,8 @@ struct Args {
 };
 
 // Parses ExtenderArgs; the error text says what is wrong.
-Result<Args> ParseArgs(const json& body) {
+Result<Args> ParseArgs(Body& parsed) {
+  const json& body = parsed.doc;
   if (!body.is_object()) return Status(ErrorCode::kInvalidInput, "ExtenderArgs: must be an object");
   Args a;
   const json* pod = Field(body, "Pod");
@@ -92,6 +156,15 @@ Result<Args> ParseArgs(const json& body) {
   a.pod = *pod;
   const json* names = Field(body, "NodeNames");
   const json* nodes = Field(body, "Nodes");
+  if (names && names->is_array() && parsed.names_taken && body.find("NodeNames") != body.end()) {
+    if (parsed.bad_name >= 0) {
+      return Status(
+          ErrorCode::kInvalidInput,
+          "ExtenderArgs.NodeNames[" + std::to_string(parsed.bad_name) + "]: must be a string");
+    }
+    a.names = std::move(parsed.names);
+    return a;
+  }
   if (names && names->is_array()) {
     a.names.reserve(names->size());
     for (size_t i = 0; i < names->size(); ++i) {
@@ -155,12 +228,12 @@ std::optional<PodRequest> Extender::Recall(const std::string& uid, const std::st
 
 Answer Extender::Filter(const std::string& body) {
   ++filter_requests_;
-  json j = json::parse(body, nullptr, false);
-  if (j.is_discarded()) {
+  Body parsed = ParseBody(body);
+  if (parsed.doc.is_discarded()) {
     ++bad_requests_;
     return BadRequest("filter: request body is not JSON");
   }
-  auto args = ParseArgs(j);
+  auto args = ParseArgs(parsed);
   if (!args.ok()) {
     ++bad_requests_;
     return BadRequest("filter: " + args.status().message());
@@ -206,12 +279,12 @@ Answer Extender::Filter(const std::string& body) {
 
 Answer Extender::Prioritize(const std::string& body) {
   ++prioritize_requests_;
-  json j = json::parse(body, nullptr, false);
-  if (j.is_discarded()) {
+  Body parsed = ParseBody(body);
+  if (parsed.doc.is_discarded()) {
     ++bad_requests_;
     return BadRequest("prioritize: request body is not JSON");
   }
-  auto args = ParseArgs(j);
+  auto args = ParseArgs(parsed);
   if (!args.ok()) {
     ++bad_requests_;
     return BadRequest("prioritize: " + args.status().message());
@@ -231,7 +304,9 @@ Answer Extender::Prioritize(const std::string& body) {
     if (i) r += ',';
     r += "{\"Host\":";
     AppendString(r, scores[i].first);
-    r += ",\"Score\":" + std::to_string(scores[i].second) + "}";
+    r += ",\"Score\":";
+    r += std::to_string(scores[i].second);
+    r += '}';
   }
   r += ']';
   return {200, "application/json", std::move(r)};

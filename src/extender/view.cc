@@ -277,6 +277,15 @@ void ClusterView::UpsertObject(const json& cm) {
   e.resource_version = rv;
   e.memory = std::move(memory);
   e.error = std::move(error);
+  e.largest_free = 0;
+  if (e.memory) {
+    e.stale_after = options_.stale_after.count() > 0
+                        ? options_.stale_after
+                        : Clock::Duration(std::chrono::seconds(3 * e.memory->heartbeat_seconds));
+    for (const GpuMemory& g : e.memory->gpus) {
+      if (g.healthy) e.largest_free = std::max(e.largest_free, g.free_units);
+    }
+  }
   object_nodes_[name] = node;
   if (e.memory) DropListedReservations(node, *e.memory);
   PurgeExpiredLocked();
@@ -366,13 +375,25 @@ void ClusterView::PurgeExpiredLocked() {
   }
 }
 
+ClusterView::EvalContext ClusterView::Context(const PodRequest& pod, bool assignments,
+                                              bool score) const {
+  EvalContext ctx;
+  ctx.now = clock_.Now();
+  ctx.pod_key = pod.key();
+  ctx.assignments = assignments;
+  ctx.score = score;
+  return ctx;
+}
+
 NodeVerdict ClusterView::Evaluate(const PodRequest& pod, const std::string& node) const {
+  const EvalContext ctx = Context(pod, true, true);
   std::shared_lock l(mu_);
-  return EvaluateLocked(pod, node);
+  return EvaluateLocked(pod, node, ctx);
 }
 
 NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string& node,
-                                        bool assignments) const {
+                                        const EvalContext& ctx) const {
+  const bool assignments = ctx.assignments;
   NodeVerdict v;
   if (pod.resource.empty() || (pod.containers.empty() && pod.init_containers.empty())) {
     v.fits = true;  // not ours to judge
@@ -400,10 +421,8 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string
   const Entry& e = obj->second;
   if (!e.memory) return unresolvable("GPU memory object is malformed: " + e.error);
   const NodeMemory& m = *e.memory;
-  const Clock::Duration stale_after = options_.stale_after.count() > 0
-                                          ? options_.stale_after
-                                          : std::chrono::seconds(3 * m.heartbeat_seconds);
-  const Clock::Duration age = clock_.Now() - e.changed_at;
+  const Clock::Duration stale_after = e.stale_after;
+  const Clock::Duration age = ctx.now - e.changed_at;
   if (age > stale_after) {
     return unresolvable(
         "GPU memory object is stale: configmaps/" + options_.ns + "/" + e.object_name +
@@ -426,10 +445,17 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string
   for (size_t i = 0; i < m.gpus.size(); ++i) {
     free[i] = m.gpus[i].healthy ? m.gpus[i].free_units : 0;
   }
-  const Clock::TimePoint now = clock_.Now();
-  if (auto r = reservations_.find(node); r != reservations_.end()) {
+  const Clock::TimePoint now = ctx.now;
+  if (reservations_.empty()) {
+    // Fast path (filter on a fleet without pending binds): one container, no init containers.
+    if (!ctx.score && !assignments && pod.init_containers.empty() && pod.containers.size() == 1 &&
+        e.largest_free >= pod.containers[0].units) {
+      v.fits = true;
+      return v;
+    }
+  } else if (auto r = reservations_.find(node); r != reservations_.end()) {
     for (const Reservation& res : r->second) {
-      if (res.expires <= now || res.pod_key == pod.key()) continue;
+      if (res.expires <= now || res.pod_key == ctx.pod_key) continue;
       for (const Assignment& a : res.assignments) {
         for (size_t g = 0; g < m.gpus.size(); ++g) {
           if (m.gpus[g].uuid == a.gpu) free[g] = std::max<int64_t>(0, free[g] - a.units);
@@ -485,6 +511,7 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string
     if (assignments) v.assignments.push_back({c.name, m.gpus[*g].uuid, c.units});
   }
   v.fits = true;
+  if (!ctx.score) return v;
   // Score: the leftover share on the GPUs used (weight 0.8), then on the node (0.2). Best fit
   // prefers little leftover, spread much.
   double gpu_left = 0;
@@ -512,9 +539,10 @@ FilterOutcome ClusterView::Filter(const PodRequest& pod,
                                   const std::vector<std::string>& nodes) const {
   FilterOutcome out;
   out.passed.reserve(nodes.size());
+  const EvalContext ctx = Context(pod, /*assignments=*/false, /*score=*/false);
   std::shared_lock l(mu_);
   for (const std::string& n : nodes) {
-    NodeVerdict v = EvaluateLocked(pod, n, /*assignments=*/false);
+    NodeVerdict v = EvaluateLocked(pod, n, ctx);
     if (v.fits) {
       out.passed.push_back(n);
     } else if (v.unresolvable) {
@@ -530,9 +558,10 @@ std::vector<std::pair<std::string, int>> ClusterView::Prioritize(
     const PodRequest& pod, const std::vector<std::string>& nodes) const {
   std::vector<std::pair<std::string, int>> out;
   out.reserve(nodes.size());
+  const EvalContext ctx = Context(pod, /*assignments=*/false, /*score=*/true);
   std::shared_lock l(mu_);
   for (const std::string& n : nodes) {
-    NodeVerdict v = EvaluateLocked(pod, n, /*assignments=*/false);
+    NodeVerdict v = EvaluateLocked(pod, n, ctx);
     out.emplace_back(n, v.fits ? v.score : 0);
   }
   return out;
@@ -550,7 +579,7 @@ Result<std::vector<Assignment>> ClusterView::Reserve(const PodRequest& pod, cons
       return r.assignments;
     }
   }
-  NodeVerdict v = EvaluateLocked(pod, node);
+  NodeVerdict v = EvaluateLocked(pod, node, Context(pod, true, true));
   if (!v.fits) {
     return Status(ErrorCode::kUnavailable,
                   "pod " + pod.key() + " no longer fits on node " + node + ": " + v.reason);

@@ -177,14 +177,24 @@ class ClusterView {
     Clock::TimePoint changed_at;
     std::optional<NodeMemory> memory;
     std::string error;  // when memory is empty
+    // Summary of `memory`, computed when the object changes (filter reads it per node per call).
+    Clock::Duration stale_after{0};
+    int64_t largest_free = 0;  // over healthy GPUs
+  };
+  // Per-call constants, computed once per verb rather than once per node.
+  struct EvalContext {
+    Clock::TimePoint now;
+    std::string pod_key;
+    bool assignments = true;  // fill NodeVerdict::assignments (bind needs them)
+    bool score = true;        // compute NodeVerdict::score (filter does not need it)
   };
   struct NodeInfo {
     bool pool_label = false;
   };
 
-  // `assignments`: fill NodeVerdict::assignments (bind needs them; filter and prioritize not).
+  EvalContext Context(const PodRequest& pod, bool assignments, bool score) const;
   NodeVerdict EvaluateLocked(const PodRequest& pod, const std::string& node,
-                             bool assignments = true) const;
+                             const EvalContext& ctx) const;
   void DropListedReservations(const std::string& node, const NodeMemory& memory);
   void PurgeExpiredLocked();
 
