@@ -271,6 +271,7 @@ void ClusterView::UpsertObject(const json& cm) {
     }
   }
   std::unique_lock l(mu_);
+  ++version_;  // invalidates the filter memos
   Entry& e = objects_[node];
   if (e.resource_version != rv || e.object_name != name) e.changed_at = clock_.Now();
   e.object_name = name;
@@ -293,6 +294,7 @@ void ClusterView::UpsertObject(const json& cm) {
 
 void ClusterView::RemoveObject(const std::string& configmap_name) {
   std::unique_lock l(mu_);
+  ++version_;  // invalidates the filter memos
   auto it = object_nodes_.find(configmap_name);
   if (it == object_nodes_.end()) return;
   auto obj = objects_.find(it->second);
@@ -324,12 +326,14 @@ void ClusterView::UpsertNode(const json& node) {
   const json labels = meta.value("labels", json::object());
   info.pool_label = labels.is_object() && labels.value(kNodePoolLabel, "") == "true";
   std::unique_lock l(mu_);
+  ++version_;  // invalidates the filter memos
   nodes_known_ = true;
   nodes_[name] = info;
 }
 
 void ClusterView::RemoveNode(const std::string& name) {
   std::unique_lock l(mu_);
+  ++version_;  // invalidates the filter memos
   nodes_.erase(name);
   reservations_.erase(name);
 }
@@ -341,6 +345,7 @@ void ClusterView::ReplaceNodes(const std::vector<json>& nodes) {
     if (n.contains("metadata")) names.insert(n["metadata"].value("name", ""));
   }
   std::unique_lock l(mu_);
+  ++version_;  // invalidates the filter memos
   nodes_known_ = true;
   for (auto it = nodes_.begin(); it != nodes_.end();) {
     if (names.count(it->first)) {
@@ -392,7 +397,8 @@ NodeVerdict ClusterView::Evaluate(const PodRequest& pod, const std::string& node
 }
 
 NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string& node,
-                                        const EvalContext& ctx) const {
+                                        const EvalContext& ctx, const Objects::value_type* hint,
+                                        const Objects::value_type** found) const {
   const bool assignments = ctx.assignments;
   NodeVerdict v;
   if (pod.resource.empty() || (pod.containers.empty() && pod.init_containers.empty())) {
@@ -405,8 +411,13 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string
     v.reason = std::move(reason);
     return v;
   };
-  auto obj = objects_.find(node);
-  if (obj == objects_.end()) {
+  const Objects::value_type* obj = hint;
+  if (obj == nullptr) {
+    auto it = objects_.find(node);
+    if (it != objects_.end()) obj = &*it;
+  }
+  if (found) *found = obj;
+  if (obj == nullptr) {
     if (nodes_known_) {
       auto n = nodes_.find(node);
       if (n != nodes_.end() && !n->second.pool_label) {
@@ -540,16 +551,42 @@ FilterOutcome ClusterView::Filter(const PodRequest& pod,
   FilterOutcome out;
   out.passed.reserve(nodes.size());
   const EvalContext ctx = Context(pod, /*assignments=*/false, /*score=*/false);
+  // What prioritize can reuse: the objects of the nodes that passed, found once here.
+  const bool memo = !pod.uid.empty() && !pod.resource.empty();
+  std::vector<const Objects::value_type*> found_objects;
+  if (memo) found_objects.reserve(nodes.size());
   std::shared_lock l(mu_);
   for (const std::string& n : nodes) {
-    NodeVerdict v = EvaluateLocked(pod, n, ctx);
+    const Objects::value_type* found = nullptr;
+    NodeVerdict v = EvaluateLocked(pod, n, ctx, nullptr, &found);
     if (v.fits) {
+      if (memo) found_objects.push_back(found);
       out.passed.push_back(n);
     } else if (v.unresolvable) {
       out.unresolvable.emplace(n, std::move(v.reason));
     } else {
       out.failed.emplace(n, std::move(v.reason));
     }
+  }
+  if (memo) {
+    FilterMemo m;
+    m.uid = pod.uid;
+    m.pod_key = ctx.pod_key;
+    m.resource = pod.resource;
+    for (const ContainerUnits& c : pod.containers) m.units.push_back(c.units);
+    m.units.push_back(-1);
+    for (const ContainerUnits& c : pod.init_containers) m.units.push_back(c.units);
+    m.version = version_;
+    m.passed = std::move(found_objects);
+    std::lock_guard ml(memo_mu_);
+    for (auto it = memos_.begin(); it != memos_.end(); ++it) {
+      if (it->uid == m.uid) {
+        memos_.erase(it);
+        break;
+      }
+    }
+    memos_.push_back(std::move(m));
+    if (memos_.size() > kFilterMemos) memos_.pop_front();
   }
   return out;
 }
@@ -560,8 +597,28 @@ std::vector<std::pair<std::string, int>> ClusterView::Prioritize(
   out.reserve(nodes.size());
   const EvalContext ctx = Context(pod, /*assignments=*/false, /*score=*/true);
   std::shared_lock l(mu_);
-  for (const std::string& n : nodes) {
-    NodeVerdict v = EvaluateLocked(pod, n, ctx);
+  // The filter's lookups, when the view has not changed since: the scheduler sends the nodes that
+  // passed, in order. The evaluation itself is redone, at this call's time.
+  std::vector<const Objects::value_type*> passed;
+  if (!pod.uid.empty() && !pod.resource.empty()) {
+    std::lock_guard ml(memo_mu_);
+    for (FilterMemo& m : memos_) {
+      if (m.uid != pod.uid || m.version != version_ || m.pod_key != ctx.pod_key ||
+          m.resource != pod.resource)
+        continue;
+      std::vector<int64_t> units;
+      for (const ContainerUnits& c : pod.containers) units.push_back(c.units);
+      units.push_back(-1);
+      for (const ContainerUnits& c : pod.init_containers) units.push_back(c.units);
+      if (units == m.units) passed = m.passed;
+      break;
+    }
+  }
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const std::string& n = nodes[i];
+    const Objects::value_type* hint =
+        i < passed.size() && passed[i] != nullptr && passed[i]->first == n ? passed[i] : nullptr;
+    NodeVerdict v = EvaluateLocked(pod, n, ctx, hint);
     out.emplace_back(n, v.fits ? v.score : 0);
   }
   return out;
@@ -570,6 +627,7 @@ std::vector<std::pair<std::string, int>> ClusterView::Prioritize(
 Result<std::vector<Assignment>> ClusterView::Reserve(const PodRequest& pod, const std::string& node,
                                                      bool* already) {
   std::unique_lock l(mu_);
+  ++version_;  // invalidates the filter memos
   PurgeExpiredLocked();
   if (already) *already = false;
   if (auto it = reservations_.find(node); it != reservations_.end()) {
@@ -592,6 +650,7 @@ Result<std::vector<Assignment>> ClusterView::Reserve(const PodRequest& pod, cons
 
 void ClusterView::Unreserve(const std::string& pod_key, const std::string& node) {
   std::unique_lock l(mu_);
+  ++version_;  // invalidates the filter memos
   auto it = reservations_.find(node);
   if (it == reservations_.end()) return;
   auto& list = it->second;

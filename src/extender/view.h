@@ -21,7 +21,9 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <shared_mutex>
@@ -192,20 +194,38 @@ class ClusterView {
     bool pool_label = false;
   };
 
+  using Objects = std::unordered_map<std::string, Entry>;
+  // A filter's lookups, for the prioritize of the same pod that follows it: the objects of the
+  // nodes that passed, valid while the view's version is unchanged (no object, node or
+  // reservation changed; element pointers of an unordered_map survive anything but erase).
+  struct FilterMemo {
+    std::string uid, pod_key, resource;
+    std::vector<int64_t> units;  // containers, -1, init containers
+    uint64_t version = 0;
+    std::vector<const Objects::value_type*> passed;
+  };
+  static constexpr size_t kFilterMemos = 16;
+
   EvalContext Context(const PodRequest& pod, bool assignments, bool score) const;
-  NodeVerdict EvaluateLocked(const PodRequest& pod, const std::string& node,
-                             const EvalContext& ctx) const;
+  // `hint`: the node's object, already found; `found`: set to the object found (or nullptr).
+  NodeVerdict EvaluateLocked(const PodRequest& pod, const std::string& node, const EvalContext& ctx,
+                             const Objects::value_type* hint = nullptr,
+                             const Objects::value_type** found = nullptr) const;
   void DropListedReservations(const std::string& node, const NodeMemory& memory);
   void PurgeExpiredLocked();
 
   const Clock& clock_;
   const ViewOptions options_;
   mutable std::shared_mutex mu_;
-  std::unordered_map<std::string, Entry> objects_;                          // node → its object
+  Objects objects_;                                                         // node → its object
   std::map<std::string, std::string> object_nodes_;                         // object name → node
   std::unordered_map<std::string, std::vector<Reservation>> reservations_;  // node → reservations
   std::map<std::string, NodeInfo> nodes_;
   bool nodes_known_ = false;
+  uint64_t version_ = 0;  // bumped by every change, under mu_ held exclusively
+
+  mutable std::mutex memo_mu_;  // filter runs under mu_ shared: the memos have their own lock
+  mutable std::deque<FilterMemo> memos_;
 };
 
 }  // namespace gpulet::extender
