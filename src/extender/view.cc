@@ -279,12 +279,17 @@ void ClusterView::UpsertObject(const json& cm) {
   e.memory = std::move(memory);
   e.error = std::move(error);
   e.largest_free = 0;
+  e.healthy_total = 0;
+  e.units.clear();
   if (e.memory) {
     e.stale_after = options_.stale_after.count() > 0
                         ? options_.stale_after
                         : Clock::Duration(std::chrono::seconds(3 * e.memory->heartbeat_seconds));
+    e.units.reserve(e.memory->gpus.size());
     for (const GpuMemory& g : e.memory->gpus) {
+      e.units.push_back({g.healthy ? g.free_units : 0, g.total_units});
       if (g.healthy) e.largest_free = std::max(e.largest_free, g.free_units);
+      if (g.healthy) e.healthy_total += g.total_units;
     }
   }
   object_nodes_[name] = node;
@@ -453,9 +458,7 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string
   thread_local std::vector<size_t> used;
   free.assign(m.gpus.size(), 0);
   used.clear();
-  for (size_t i = 0; i < m.gpus.size(); ++i) {
-    free[i] = m.gpus[i].healthy ? m.gpus[i].free_units : 0;
-  }
+  for (size_t i = 0; i < m.gpus.size(); ++i) free[i] = e.units[i].free;
   const Clock::TimePoint now = ctx.now;
   if (reservations_.empty()) {
     // Fast path (filter on a fleet without pending binds): one container, no init containers.
@@ -527,16 +530,14 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string
   // prefers little leftover, spread much.
   double gpu_left = 0;
   for (size_t g : used) {
-    gpu_left += m.gpus[g].total_units > 0
-                    ? static_cast<double>(free[g]) / static_cast<double>(m.gpus[g].total_units)
+    gpu_left += e.units[g].total > 0
+                    ? static_cast<double>(free[g]) / static_cast<double>(e.units[g].total)
                     : 0;
   }
   if (!used.empty()) gpu_left /= static_cast<double>(used.size());
-  int64_t node_free = 0, node_total = 0;
-  for (size_t i = 0; i < free.size(); ++i) {
-    node_free += free[i];
-    node_total += m.gpus[i].healthy ? m.gpus[i].total_units : 0;
-  }
+  int64_t node_free = 0;
+  for (size_t i = 0; i < free.size(); ++i) node_free += free[i];
+  const int64_t node_total = e.healthy_total;
   const double node_left =
       node_total > 0 ? static_cast<double>(node_free) / static_cast<double>(node_total) : 0;
   const double left = 0.8 * gpu_left + 0.2 * node_left;

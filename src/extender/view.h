@@ -181,7 +181,13 @@ class ClusterView {
     std::string error;  // when memory is empty
     // Summary of `memory`, computed when the object changes (filter reads it per node per call).
     Clock::Duration stale_after{0};
-    int64_t largest_free = 0;  // over healthy GPUs
+    int64_t largest_free = 0;   // over healthy GPUs
+    int64_t healthy_total = 0;  // total units of the healthy GPUs
+    struct Units {
+      int64_t free = 0;  // 0 when unhealthy
+      int64_t total = 0;
+    };
+    std::vector<Units> units;  // per GPU, as memory->gpus: 16 bytes each, not NodeMemory's 96
   };
   // Per-call constants, computed once per verb rather than once per node.
   struct EvalContext {
