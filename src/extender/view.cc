@@ -285,6 +285,9 @@ void ClusterView::UpsertObject(const json& cm) {
     e.stale_after = options_.stale_after.count() > 0
                         ? options_.stale_after
                         : Clock::Duration(std::chrono::seconds(3 * e.memory->heartbeat_seconds));
+    auto r = std::find(resources_.begin(), resources_.end(), e.memory->resource);
+    if (r == resources_.end()) r = resources_.insert(r, e.memory->resource);
+    e.resource = static_cast<size_t>(r - resources_.begin());
     e.units.reserve(e.memory->gpus.size());
     for (const GpuMemory& g : e.memory->gpus) {
       e.units.push_back({g.healthy ? g.free_units : 0, g.total_units});
@@ -448,7 +451,11 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string
         FormatDuration(std::chrono::duration_cast<std::chrono::milliseconds>(stale_after)) +
         "; is gpulet's node agent running?)");
   }
-  if (m.resource != pod.resource) {
+  if (!ctx.resource) {
+    auto r = std::find(resources_.begin(), resources_.end(), pod.resource);
+    ctx.resource = static_cast<size_t>(r - resources_.begin());  // size(): no object's
+  }
+  if (e.resource != *ctx.resource) {
     return unresolvable("node's GPU memory pool is " + m.resource + ", the pod asks for " +
                         pod.resource);
   }

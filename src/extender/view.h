@@ -183,6 +183,7 @@ class ClusterView {
     Clock::Duration stale_after{0};
     int64_t largest_free = 0;   // over healthy GPUs
     int64_t healthy_total = 0;  // total units of the healthy GPUs
+    size_t resource = 0;        // memory->resource, as its index in resources_
     struct Units {
       int64_t free = 0;  // 0 when unhealthy
       int64_t total = 0;
@@ -193,8 +194,9 @@ class ClusterView {
   struct EvalContext {
     Clock::TimePoint now;
     std::string pod_key;
-    bool assignments = true;  // fill NodeVerdict::assignments (bind needs them)
-    bool score = true;        // compute NodeVerdict::score (filter does not need it)
+    bool assignments = true;                 // fill NodeVerdict::assignments (bind needs them)
+    bool score = true;                       // compute NodeVerdict::score (filter does not need it)
+    mutable std::optional<size_t> resource;  // the pod's in resources_ (found once, under mu_)
   };
   struct NodeInfo {
     bool pool_label = false;
@@ -228,7 +230,8 @@ class ClusterView {
   std::unordered_map<std::string, std::vector<Reservation>> reservations_;  // node → reservations
   std::map<std::string, NodeInfo> nodes_;
   bool nodes_known_ = false;
-  uint64_t version_ = 0;  // bumped by every change, under mu_ held exclusively
+  std::vector<std::string> resources_;  // the memory resources objects name (a handful)
+  uint64_t version_ = 0;                // bumped by every change, under mu_ held exclusively
 
   mutable std::mutex memo_mu_;  // filter runs under mu_ shared: the memos have their own lock
   mutable std::deque<FilterMemo> memos_;
