@@ -280,7 +280,7 @@ void ClusterView::UpsertObject(const json& cm) {
   e.error = std::move(error);
   e.largest_free = 0;
   e.healthy_total = 0;
-  e.units.clear();
+  std::vector<Entry::Units> units;
   if (e.memory) {
     e.stale_after = options_.stale_after.count() > 0
                         ? options_.stale_after
@@ -288,13 +288,14 @@ void ClusterView::UpsertObject(const json& cm) {
     auto r = std::find(resources_.begin(), resources_.end(), e.memory->resource);
     if (r == resources_.end()) r = resources_.insert(r, e.memory->resource);
     e.resource = static_cast<size_t>(r - resources_.begin());
-    e.units.reserve(e.memory->gpus.size());
+    units.reserve(e.memory->gpus.size());
     for (const GpuMemory& g : e.memory->gpus) {
-      e.units.push_back({g.healthy ? g.free_units : 0, g.total_units});
+      units.push_back({g.healthy ? g.free_units : 0, g.total_units});
       if (g.healthy) e.largest_free = std::max(e.largest_free, g.free_units);
       if (g.healthy) e.healthy_total += g.total_units;
     }
   }
+  e.units.Assign(units);
   object_nodes_[name] = node;
   if (e.memory) DropListedReservations(node, *e.memory);
   PurgeExpiredLocked();

@@ -20,6 +20,7 @@
 // Thread-safe: one shared mutex; Filter and Prioritize take it shared.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -188,7 +189,25 @@ class ClusterView {
       int64_t free = 0;  // 0 when unhealthy
       int64_t total = 0;
     };
-    std::vector<Units> units;  // per GPU, as memory->gpus: 16 bytes each, not NodeMemory's 96
+    // Per GPU, as memory->gpus: 16 bytes each (not NodeMemory's 96), held in the entry itself
+    // for up to 8 GPUs, so that evaluating a node touches no other allocation.
+    struct UnitsList {
+      static constexpr size_t kInline = 8;
+      std::array<Units, kInline> small{};
+      std::vector<Units> large;
+      size_t n = 0;
+      const Units& operator[](size_t i) const { return n <= kInline ? small[i] : large[i]; }
+      void Assign(const std::vector<Units>& all) {
+        n = all.size();
+        large.clear();
+        if (n <= kInline) {
+          std::copy(all.begin(), all.end(), small.begin());
+        } else {
+          large = all;
+        }
+      }
+    };
+    UnitsList units;
   };
   // Per-call constants, computed once per verb rather than once per node.
   struct EvalContext {

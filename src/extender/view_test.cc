@@ -374,6 +374,21 @@ TEST(Objects, ReplaceRemovesWhatIsGone) {
 
 // Prioritize after filter reuses the filter's lookups: whatever changes in between (an object
 // removed, republished or gone stale, a reservation) is seen as if evaluated afresh.
+TEST(Filter, NodesWithMoreThanEightGpus) {
+  FakeClock clock;
+  ClusterView view(clock, {});
+  std::vector<Gpu> gpus(10, Gpu{80, 5});
+  gpus[9] = {80, 30};
+  Publish(view, "big", gpus, "1");
+  NodeVerdict v = view.Evaluate(Request("p", {30}), "big");
+  ASSERT_TRUE(v.fits) << v.reason;
+  ASSERT_EQ(v.assignments.size(), 1u);
+  EXPECT_EQ(v.assignments[0].gpu, GpuUuid("big", 9));
+  EXPECT_EQ(v.score, 10);
+  EXPECT_THAT(view.Evaluate(Request("p", {31}), "big").reason,
+              HasSubstr("the largest free GPU has 30 units (GPU 9, 80 total)"));
+}
+
 TEST(Prioritize, AfterFilterSeesChangesInBetween) {
   FakeClock clock;
   ClusterView view(clock, {});
