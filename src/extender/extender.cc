@@ -63,15 +63,6 @@ void AppendString(std::string& out, const std::string& s) {
   out += '"';
 }
 
-void AppendNames(std::string& out, const std::vector<std::string>& names) {
-  out += '[';
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (i) out += ',';
-    AppendString(out, names[i]);
-  }
-  out += ']';
-}
-
 void AppendMap(std::string& out, const std::map<std::string, std::string>& m) {
   out += '{';
   bool first = true;
@@ -138,8 +129,8 @@ Body ParseBody(const std::string& text) {
 }
 
 struct Args {
-  json pod;
-  bool cache_mode = true;  // NodeNames given (else Nodes.items)
+  const json* pod = nullptr;  // in the parsed body (which outlives the Args)
+  bool cache_mode = true;     // NodeNames given (else Nodes.items)
   std::vector<std::string> names;
   std::vector<const json*> node_objects;  // full-node mode, parallel to names
 };
@@ -153,7 +144,7 @@ Result<Args> ParseArgs(Body& parsed) {
   if (!pod || !pod->is_object()) {
     return Status(ErrorCode::kInvalidInput, "ExtenderArgs.Pod: required, an object");
   }
-  a.pod = *pod;
+  a.pod = pod;
   const json* names = Field(body, "NodeNames");
   const json* nodes = Field(body, "Nodes");
   if (names && names->is_array() && parsed.names_taken && body.find("NodeNames") != body.end()) {
@@ -239,32 +230,33 @@ Answer Extender::Filter(const std::string& body) {
     return BadRequest("filter: " + args.status().message());
   }
   FilterOutcome out;
-  auto pod = ParsePodRequest(args->pod);
+  std::vector<size_t> passed;  // indices into args->names
+  auto pod = ParsePodRequest(*args->pod);
   if (!pod.ok()) {
     // The pod's own spec is wrong: no node can take it, and preemption cannot help.
     for (const std::string& n : args->names) out.unresolvable[n] = pod.status().message();
   } else {
     Remember(*pod);
-    out = view_.Filter(*pod, args->names);
+    out = view_.Filter(*pod, args->names, &passed);
   }
-  nodes_passed_ += out.passed.size();
+  nodes_passed_ += passed.size();
   nodes_failed_ += out.failed.size();
   nodes_unresolvable_ += out.unresolvable.size();
   // ExtenderFilterResult.
   std::string r;
-  r.reserve(64 + out.passed.size() * 24);
+  size_t bytes = 128;
+  for (size_t i : passed) bytes += args->names[i].size() + 3;
+  r.reserve(bytes);
   if (args->cache_mode) {
-    r += "{\"Nodes\":null,\"NodeNames\":";
-    AppendNames(r, out.passed);
+    r += "{\"Nodes\":null,\"NodeNames\":[";
+    for (size_t k = 0; k < passed.size(); ++k) {
+      if (k) r += ',';
+      AppendString(r, args->names[passed[k]]);
+    }
+    r += ']';
   } else {
     json items = json::array();
-    size_t k = 0;
-    for (size_t i = 0; i < args->names.size() && k < out.passed.size(); ++i) {
-      if (args->names[i] == out.passed[k]) {
-        items.push_back(*args->node_objects[i]);
-        ++k;
-      }
-    }
+    for (size_t i : passed) items.push_back(*args->node_objects[i]);
     r += "{\"Nodes\":";
     r += json{{"metadata", json::object()}, {"items", std::move(items)}}.dump();
     r += ",\"NodeNames\":null";
@@ -290,22 +282,24 @@ Answer Extender::Prioritize(const std::string& body) {
     return BadRequest("prioritize: " + args.status().message());
   }
   // HostPriorityList.
-  std::vector<std::pair<std::string, int>> scores;
-  auto pod = ParsePodRequest(args->pod);
+  std::vector<int> scores;  // parallel to args->names
+  auto pod = ParsePodRequest(*args->pod);
   if (!pod.ok()) {
-    for (const std::string& n : args->names) scores.emplace_back(n, 0);
+    scores.assign(args->names.size(), 0);
   } else {
-    scores = view_.Prioritize(*pod, args->names);
+    scores = view_.Scores(*pod, args->names);
   }
   std::string r;
-  r.reserve(2 + scores.size() * 40);
+  size_t bytes = 2;
+  for (const std::string& n : args->names) bytes += n.size() + 32;
+  r.reserve(bytes);
   r += '[';
   for (size_t i = 0; i < scores.size(); ++i) {
     if (i) r += ',';
     r += "{\"Host\":";
-    AppendString(r, scores[i].first);
+    AppendString(r, args->names[i]);
     r += ",\"Score\":";
-    r += std::to_string(scores[i].second);
+    r += std::to_string(scores[i]);
     r += '}';
   }
   r += ']';

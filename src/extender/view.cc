@@ -555,22 +555,32 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string
   return v;
 }
 
-FilterOutcome ClusterView::Filter(const PodRequest& pod,
-                                  const std::vector<std::string>& nodes) const {
+FilterOutcome ClusterView::Filter(const PodRequest& pod, const std::vector<std::string>& nodes,
+                                  std::vector<size_t>* passed_index) const {
   FilterOutcome out;
-  out.passed.reserve(nodes.size());
+  if (passed_index) {
+    passed_index->clear();
+    passed_index->reserve(nodes.size());
+  } else {
+    out.passed.reserve(nodes.size());
+  }
   const EvalContext ctx = Context(pod, /*assignments=*/false, /*score=*/false);
   // What prioritize can reuse: the objects of the nodes that passed, found once here.
   const bool memo = !pod.uid.empty() && !pod.resource.empty();
   std::vector<const Objects::value_type*> found_objects;
   if (memo) found_objects.reserve(nodes.size());
   std::shared_lock l(mu_);
-  for (const std::string& n : nodes) {
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const std::string& n = nodes[i];
     const Objects::value_type* found = nullptr;
     NodeVerdict v = EvaluateLocked(pod, n, ctx, nullptr, &found);
     if (v.fits) {
       if (memo) found_objects.push_back(found);
-      out.passed.push_back(n);
+      if (passed_index) {
+        passed_index->push_back(i);
+      } else {
+        out.passed.push_back(n);
+      }
     } else if (v.unresolvable) {
       out.unresolvable.emplace(n, std::move(v.reason));
     } else {
@@ -602,7 +612,16 @@ FilterOutcome ClusterView::Filter(const PodRequest& pod,
 
 std::vector<std::pair<std::string, int>> ClusterView::Prioritize(
     const PodRequest& pod, const std::vector<std::string>& nodes) const {
+  const std::vector<int> scores = Scores(pod, nodes);
   std::vector<std::pair<std::string, int>> out;
+  out.reserve(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) out.emplace_back(nodes[i], scores[i]);
+  return out;
+}
+
+std::vector<int> ClusterView::Scores(const PodRequest& pod,
+                                     const std::vector<std::string>& nodes) const {
+  std::vector<int> out;
   out.reserve(nodes.size());
   const EvalContext ctx = Context(pod, /*assignments=*/false, /*score=*/true);
   std::shared_lock l(mu_);
@@ -628,7 +647,7 @@ std::vector<std::pair<std::string, int>> ClusterView::Prioritize(
     const Objects::value_type* hint =
         i < passed.size() && passed[i] != nullptr && passed[i]->first == n ? passed[i] : nullptr;
     NodeVerdict v = EvaluateLocked(pod, n, ctx, hint);
-    out.emplace_back(n, v.fits ? v.score : 0);
+    out.push_back(v.fits ? v.score : 0);
   }
   return out;
 }

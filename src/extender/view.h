@@ -152,10 +152,15 @@ class ClusterView {
   void ReplaceNodes(const std::vector<nlohmann::json>& nodes);
 
   NodeVerdict Evaluate(const PodRequest& pod, const std::string& node) const;
-  FilterOutcome Filter(const PodRequest& pod, const std::vector<std::string>& nodes) const;
+  // With `passed_index`: the indices in `nodes` of those that passed go there, and
+  // FilterOutcome::passed stays empty (no copies of the names).
+  FilterOutcome Filter(const PodRequest& pod, const std::vector<std::string>& nodes,
+                       std::vector<size_t>* passed_index = nullptr) const;
   // One entry per node, in order; nodes that do not fit score 0.
   std::vector<std::pair<std::string, int>> Prioritize(const PodRequest& pod,
                                                       const std::vector<std::string>& nodes) const;
+  // The same scores, parallel to `nodes`.
+  std::vector<int> Scores(const PodRequest& pod, const std::vector<std::string>& nodes) const;
 
   // Checks the fit now and reserves the units. kUnavailable with the reason when the pod no longer
   // fits. A pod that already holds a reservation on `node` keeps it (*already = true): a repeated
