@@ -464,6 +464,23 @@ TEST(ExtenderArgs, NodeNamesParsedAsTheSchedulerSendsThem) {
     EXPECT_EQ(a.status, 400);
     EXPECT_THAT(a.body, HasSubstr("ExtenderArgs.NodeNames[1]: must be a string"));
   }
+  // As the scheduler writes it (read without the general parser), and variants that are not.
+  const std::string pj = pod.dump();
+  for (const std::string& body :
+       {"{\"Pod\":" + pj + ",\"Nodes\":null,\"NodeNames\":[\"n1\",\"n2\"]}",
+        " {\n \"NodeNames\" : [ \"n2\" , \"n1\" ] ,\"Pod\" : " + pj + " } ",
+        "{\"Pod\":" + pj + ",\"NodeNames\":[\"n\\u0031\"]}",
+        "{\"Pod\":" + pj + ",\"X\":[1,{\"a\":\"]\\\"\"}],\"NodeNames\":[\"n1\"]}"}) {
+    Answer a = ext.Filter(body);
+    ASSERT_EQ(a.status, 200) << body;
+    EXPECT_EQ(json::parse(a.body)["NodeNames"], json::array({"n1"})) << body;
+  }
+  for (const std::string& body : {"{\"Pod\":" + pj + ",\"NodeNames\":[\"n1\"]} x",
+                                  "{\"Pod\":" + pj + ",\"NodeNames\":[\"n1\",]}",
+                                  "{\"Pod\":" + pj + ",\"X\":[1,],\"NodeNames\":[\"n1\"]}",
+                                  std::string("{\"Pod\":{\"a\":},\"NodeNames\":[\"n1\"]}")}) {
+    EXPECT_EQ(ext.Filter(body).status, 400) << body;
+  }
   Answer a = ext.Filter(json{{"Pod", pod}, {"NodeNames", "n1"}}.dump());
   EXPECT_EQ(a.status, 400);
   EXPECT_THAT(a.body, HasSubstr("NodeNames: must be a list"));
