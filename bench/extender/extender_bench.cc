@@ -185,7 +185,8 @@ int main(int argc, char** argv) {
   std::printf(
       "### Filter + prioritize, node-cache mode, real HTTP\n\n"
       "Pod asking for 20 units (1 GiB each); every node 8 GPUs of 80 units with 0–80 free "
-      "(seeded). Times in ms.\n\n"
+      "(seeded). Times in ms. In-process: the same filter + prioritize called on the extender "
+      "directly (no HTTP): its own share.\n\n"
       "| nodes × GPUs | passed | filter median | filter p99 | filter+prioritize median | "
       "filter+prioritize p99 | in-process median | in-process p99 | runs |\n"
       "|---|---|---|---|---|---|---|---|---|\n");
