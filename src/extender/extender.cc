@@ -2,8 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <sstream>
+#include <string_view>
 
 namespace gpulet::extender {
 namespace {
@@ -36,6 +39,16 @@ const json* Field(const json& obj, const std::string& name) {
 // 5,000 nodes cost more than the filtering itself).
 void AppendString(std::string& out, const std::string& s) {
   out += '"';
+  // Node names never need escaping: append them whole; escape character by character otherwise.
+  const bool plain = std::none_of(s.begin(), s.end(), [](char ch) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    return c == '"' || c == '\\' || c < 0x20;
+  });
+  if (plain) {
+    out.append(s);
+    out += '"';
+    return;
+  }
   for (char ch : s) {
     const unsigned char c = static_cast<unsigned char>(ch);
     if (c == '"' || c == '\\') {
@@ -52,15 +65,6 @@ void AppendString(std::string& out, const std::string& s) {
   out += '"';
 }
 
-void AppendNames(std::string& out, const std::vector<std::string>& names) {
-  out += '[';
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (i) out += ',';
-    AppendString(out, names[i]);
-  }
-  out += ']';
-}
-
 void AppendMap(std::string& out, const std::map<std::string, std::string>& m) {
   out += '{';
   bool first = true;
@@ -74,24 +78,220 @@ void AppendMap(std::string& out, const std::map<std::string, std::string>& m) {
   out += '}';
 }
 
+// The request body parsed, with ExtenderArgs.NodeNames (5,000 names at scale) collected straight
+// into strings rather than into a JSON array of them: the DOM keeps an empty array in its place.
+struct Body {
+  json doc;                        // discarded when not JSON
+  bool names_taken = false;        // an array under the exact key "NodeNames" was collected
+  std::vector<std::string> names;  // its strings
+  long bad_name = -1;              // index of its first element that is not a string
+};
+
+Body ParseBody(const std::string& text) {
+  Body b;
+  bool key_is_names = false;  // the last top-level key was "NodeNames"
+  bool in_names = false;
+  long index = 0;
+  auto callback = [&](int depth, json::parse_event_t event, json& parsed) -> bool {
+    using E = json::parse_event_t;
+    if (depth == 1) {
+      if (event == E::key) {
+        key_is_names = parsed.is_string() && parsed.get_ref<const std::string&>() == "NodeNames";
+      } else if (event == E::array_start && key_is_names) {
+        in_names = true;
+        b.names_taken = true;  // a repeated key: the last one counts, as in the DOM
+        b.names.clear();
+        b.names.reserve(text.size() / 16);
+        b.bad_name = -1;
+        index = 0;
+      } else if (event == E::array_end) {
+        in_names = false;
+      }
+      return true;
+    }
+    if (depth != 2 || !in_names) return true;
+    if (event == E::value) {
+      if (parsed.is_string()) {
+        b.names.push_back(std::move(parsed.get_ref<std::string&>()));
+      } else if (b.bad_name < 0) {
+        b.bad_name = index;
+      }
+      ++index;
+      return false;  // not kept in the DOM
+    }
+    if (event == E::object_start || event == E::array_start) {
+      if (b.bad_name < 0) b.bad_name = index;
+      ++index;
+      return false;
+    }
+    return true;
+  };
+  b.doc = json::parse(text.begin(), text.end(), callback, /*allow_exceptions=*/false);
+  return b;
+}
+
+// The body as kube-scheduler sends it: {"Pod": {...}, "Nodes": null, "NodeNames": ["..."]},
+// names plain ASCII. Reads the names without the general JSON parser (which costs more than
+// the filtering at 5,000 nodes) and parses only the Pod with it; everything else is checked
+// with json::accept. Anything else (escapes, other shapes, keys in other cases, repeated keys)
+// returns nullopt, and the general parser (ParseBody) answers, so the answers are the same.
+std::optional<Body> ParseSchedulerBody(const std::string& text) {
+  const char* p = text.data();
+  const char* const end = p + text.size();
+  auto ws = [&] {
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) ++p;
+  };
+  auto plain = [&](std::string_view* out) {  // a string without escapes, ASCII only
+    if (p >= end || *p != '"') return false;
+    const char* start = ++p;
+    for (; p < end; ++p) {
+      const unsigned char c = static_cast<unsigned char>(*p);
+      if (c == '"') {
+        *out = std::string_view(start, static_cast<size_t>(p - start));
+        ++p;
+        return true;
+      }
+      if (c == '\\' || c < 0x20 || c >= 0x80) return false;
+    }
+    return false;
+  };
+  auto skip = [&] {  // to the end of one value (its validity is checked by the caller)
+    int depth = 0;
+    while (p < end) {
+      const char c = *p;
+      if (c == '"') {
+        for (++p; p < end && *p != '"'; ++p) {
+          if (*p == '\\') ++p;
+        }
+        if (p >= end) return false;
+        ++p;
+        if (depth == 0) return true;
+      } else if (c == '{' || c == '[') {
+        ++depth;
+        ++p;
+      } else if (c == '}' || c == ']') {
+        if (depth == 0) return true;
+        ++p;
+        if (--depth == 0) return true;
+      } else if (c == ',' && depth == 0) {
+        return true;
+      } else {
+        ++p;
+      }
+    }
+    return false;
+  };
+  auto same_letters = [](std::string_view a, std::string_view b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (std::tolower(static_cast<unsigned char>(a[i])) !=
+          std::tolower(static_cast<unsigned char>(b[i])))
+        return false;
+    }
+    return true;
+  };
+  Body b;
+  std::string_view pod_text;
+  bool have_pod = false, have_names = false;
+  ws();
+  if (p >= end || *p != '{') return std::nullopt;
+  ++p;
+  for (;;) {
+    ws();
+    std::string_view key;
+    if (!plain(&key)) return std::nullopt;
+    ws();
+    if (p >= end || *p != ':') return std::nullopt;
+    ++p;
+    ws();
+    if (key == "NodeNames") {
+      if (have_names || p >= end || *p != '[') return std::nullopt;
+      have_names = true;
+      ++p;
+      ws();
+      b.names.reserve(text.size() / 16);
+      if (p < end && *p == ']') {
+        ++p;
+      } else {
+        for (;;) {
+          std::string_view name;
+          if (!plain(&name)) return std::nullopt;
+          b.names.emplace_back(name);
+          ws();
+          if (p < end && *p == ',') {
+            ++p;
+            ws();
+          } else if (p < end && *p == ']') {
+            ++p;
+            break;
+          } else {
+            return std::nullopt;
+          }
+        }
+      }
+    } else {
+      if ((key != "Pod" && same_letters(key, "Pod")) || same_letters(key, "NodeNames") ||
+          (key == "Pod" && have_pod))
+        return std::nullopt;
+      const char* start = p;
+      if (!skip()) return std::nullopt;
+      const std::string_view value(start, static_cast<size_t>(p - start));
+      if (key == "Pod") {
+        have_pod = true;
+        pod_text = value;
+      } else if (!json::accept(value.begin(), value.end())) {
+        return std::nullopt;
+      }
+    }
+    ws();
+    if (p < end && *p == ',') {
+      ++p;
+    } else if (p < end && *p == '}') {
+      ++p;
+      break;
+    } else {
+      return std::nullopt;
+    }
+  }
+  ws();
+  if (p != end || !have_pod || !have_names) return std::nullopt;
+  json pod = json::parse(pod_text.begin(), pod_text.end(), nullptr, /*allow_exceptions=*/false);
+  if (pod.is_discarded()) return std::nullopt;
+  b.doc = json::object();
+  b.doc["Pod"] = std::move(pod);
+  b.doc["NodeNames"] = json::array();
+  b.names_taken = true;
+  return b;
+}
+
 struct Args {
-  json pod;
-  bool cache_mode = true;  // NodeNames given (else Nodes.items)
+  const json* pod = nullptr;  // in the parsed body (which outlives the Args)
+  bool cache_mode = true;     // NodeNames given (else Nodes.items)
   std::vector<std::string> names;
   std::vector<const json*> node_objects;  // full-node mode, parallel to names
 };
 
 // Parses ExtenderArgs; the error text says what is wrong.
-Result<Args> ParseArgs(const json& body) {
+Result<Args> ParseArgs(Body& parsed) {
+  const json& body = parsed.doc;
   if (!body.is_object()) return Status(ErrorCode::kInvalidInput, "ExtenderArgs: must be an object");
   Args a;
   const json* pod = Field(body, "Pod");
   if (!pod || !pod->is_object()) {
     return Status(ErrorCode::kInvalidInput, "ExtenderArgs.Pod: required, an object");
   }
-  a.pod = *pod;
+  a.pod = pod;
   const json* names = Field(body, "NodeNames");
   const json* nodes = Field(body, "Nodes");
+  if (names && names->is_array() && parsed.names_taken && body.find("NodeNames") != body.end()) {
+    if (parsed.bad_name >= 0) {
+      return Status(
+          ErrorCode::kInvalidInput,
+          "ExtenderArgs.NodeNames[" + std::to_string(parsed.bad_name) + "]: must be a string");
+    }
+    a.names = std::move(parsed.names);
+    return a;
+  }
   if (names && names->is_array()) {
     a.names.reserve(names->size());
     for (size_t i = 0; i < names->size(); ++i) {
@@ -155,43 +355,45 @@ std::optional<PodRequest> Extender::Recall(const std::string& uid, const std::st
 
 Answer Extender::Filter(const std::string& body) {
   ++filter_requests_;
-  json j = json::parse(body, nullptr, false);
-  if (j.is_discarded()) {
+  std::optional<Body> fast = ParseSchedulerBody(body);
+  Body parsed = fast ? std::move(*fast) : ParseBody(body);
+  if (parsed.doc.is_discarded()) {
     ++bad_requests_;
     return BadRequest("filter: request body is not JSON");
   }
-  auto args = ParseArgs(j);
+  auto args = ParseArgs(parsed);
   if (!args.ok()) {
     ++bad_requests_;
     return BadRequest("filter: " + args.status().message());
   }
   FilterOutcome out;
-  auto pod = ParsePodRequest(args->pod);
+  std::vector<size_t> passed;  // indices into args->names
+  auto pod = ParsePodRequest(*args->pod);
   if (!pod.ok()) {
     // The pod's own spec is wrong: no node can take it, and preemption cannot help.
     for (const std::string& n : args->names) out.unresolvable[n] = pod.status().message();
   } else {
     Remember(*pod);
-    out = view_.Filter(*pod, args->names);
+    out = view_.Filter(*pod, args->names, &passed);
   }
-  nodes_passed_ += out.passed.size();
+  nodes_passed_ += passed.size();
   nodes_failed_ += out.failed.size();
   nodes_unresolvable_ += out.unresolvable.size();
   // ExtenderFilterResult.
   std::string r;
-  r.reserve(64 + out.passed.size() * 24);
+  size_t bytes = 128;
+  for (size_t i : passed) bytes += args->names[i].size() + 3;
+  r.reserve(bytes);
   if (args->cache_mode) {
-    r += "{\"Nodes\":null,\"NodeNames\":";
-    AppendNames(r, out.passed);
+    r += "{\"Nodes\":null,\"NodeNames\":[";
+    for (size_t k = 0; k < passed.size(); ++k) {
+      if (k) r += ',';
+      AppendString(r, args->names[passed[k]]);
+    }
+    r += ']';
   } else {
     json items = json::array();
-    size_t k = 0;
-    for (size_t i = 0; i < args->names.size() && k < out.passed.size(); ++i) {
-      if (args->names[i] == out.passed[k]) {
-        items.push_back(*args->node_objects[i]);
-        ++k;
-      }
-    }
+    for (size_t i : passed) items.push_back(*args->node_objects[i]);
     r += "{\"Nodes\":";
     r += json{{"metadata", json::object()}, {"items", std::move(items)}}.dump();
     r += ",\"NodeNames\":null";
@@ -206,32 +408,37 @@ Answer Extender::Filter(const std::string& body) {
 
 Answer Extender::Prioritize(const std::string& body) {
   ++prioritize_requests_;
-  json j = json::parse(body, nullptr, false);
-  if (j.is_discarded()) {
+  std::optional<Body> fast = ParseSchedulerBody(body);
+  Body parsed = fast ? std::move(*fast) : ParseBody(body);
+  if (parsed.doc.is_discarded()) {
     ++bad_requests_;
     return BadRequest("prioritize: request body is not JSON");
   }
-  auto args = ParseArgs(j);
+  auto args = ParseArgs(parsed);
   if (!args.ok()) {
     ++bad_requests_;
     return BadRequest("prioritize: " + args.status().message());
   }
   // HostPriorityList.
-  std::vector<std::pair<std::string, int>> scores;
-  auto pod = ParsePodRequest(args->pod);
+  std::vector<int> scores;  // parallel to args->names
+  auto pod = ParsePodRequest(*args->pod);
   if (!pod.ok()) {
-    for (const std::string& n : args->names) scores.emplace_back(n, 0);
+    scores.assign(args->names.size(), 0);
   } else {
-    scores = view_.Prioritize(*pod, args->names);
+    scores = view_.Scores(*pod, args->names);
   }
   std::string r;
-  r.reserve(2 + scores.size() * 40);
+  size_t bytes = 2;
+  for (const std::string& n : args->names) bytes += n.size() + 32;
+  r.reserve(bytes);
   r += '[';
   for (size_t i = 0; i < scores.size(); ++i) {
     if (i) r += ',';
     r += "{\"Host\":";
-    AppendString(r, scores[i].first);
-    r += ",\"Score\":" + std::to_string(scores[i].second) + "}";
+    AppendString(r, args->names[i]);
+    r += ",\"Score\":";
+    r += std::to_string(scores[i]);
+    r += '}';
   }
   r += ']';
   return {200, "application/json", std::move(r)};

@@ -271,12 +271,31 @@ void ClusterView::UpsertObject(const json& cm) {
     }
   }
   std::unique_lock l(mu_);
+  ++version_;  // invalidates the filter memos
   Entry& e = objects_[node];
   if (e.resource_version != rv || e.object_name != name) e.changed_at = clock_.Now();
   e.object_name = name;
   e.resource_version = rv;
   e.memory = std::move(memory);
   e.error = std::move(error);
+  e.largest_free = 0;
+  e.healthy_total = 0;
+  std::vector<Entry::Units> units;
+  if (e.memory) {
+    e.stale_after = options_.stale_after.count() > 0
+                        ? options_.stale_after
+                        : Clock::Duration(std::chrono::seconds(3 * e.memory->heartbeat_seconds));
+    auto r = std::find(resources_.begin(), resources_.end(), e.memory->resource);
+    if (r == resources_.end()) r = resources_.insert(r, e.memory->resource);
+    e.resource = static_cast<size_t>(r - resources_.begin());
+    units.reserve(e.memory->gpus.size());
+    for (const GpuMemory& g : e.memory->gpus) {
+      units.push_back({g.healthy ? g.free_units : 0, g.total_units});
+      if (g.healthy) e.largest_free = std::max(e.largest_free, g.free_units);
+      if (g.healthy) e.healthy_total += g.total_units;
+    }
+  }
+  e.units.Assign(units);
   object_nodes_[name] = node;
   if (e.memory) DropListedReservations(node, *e.memory);
   PurgeExpiredLocked();
@@ -284,6 +303,7 @@ void ClusterView::UpsertObject(const json& cm) {
 
 void ClusterView::RemoveObject(const std::string& configmap_name) {
   std::unique_lock l(mu_);
+  ++version_;  // invalidates the filter memos
   auto it = object_nodes_.find(configmap_name);
   if (it == object_nodes_.end()) return;
   auto obj = objects_.find(it->second);
@@ -315,12 +335,14 @@ void ClusterView::UpsertNode(const json& node) {
   const json labels = meta.value("labels", json::object());
   info.pool_label = labels.is_object() && labels.value(kNodePoolLabel, "") == "true";
   std::unique_lock l(mu_);
+  ++version_;  // invalidates the filter memos
   nodes_known_ = true;
   nodes_[name] = info;
 }
 
 void ClusterView::RemoveNode(const std::string& name) {
   std::unique_lock l(mu_);
+  ++version_;  // invalidates the filter memos
   nodes_.erase(name);
   reservations_.erase(name);
 }
@@ -332,6 +354,7 @@ void ClusterView::ReplaceNodes(const std::vector<json>& nodes) {
     if (n.contains("metadata")) names.insert(n["metadata"].value("name", ""));
   }
   std::unique_lock l(mu_);
+  ++version_;  // invalidates the filter memos
   nodes_known_ = true;
   for (auto it = nodes_.begin(); it != nodes_.end();) {
     if (names.count(it->first)) {
@@ -366,13 +389,26 @@ void ClusterView::PurgeExpiredLocked() {
   }
 }
 
+ClusterView::EvalContext ClusterView::Context(const PodRequest& pod, bool assignments,
+                                              bool score) const {
+  EvalContext ctx;
+  ctx.now = clock_.Now();
+  ctx.pod_key = pod.key();
+  ctx.assignments = assignments;
+  ctx.score = score;
+  return ctx;
+}
+
 NodeVerdict ClusterView::Evaluate(const PodRequest& pod, const std::string& node) const {
+  const EvalContext ctx = Context(pod, true, true);
   std::shared_lock l(mu_);
-  return EvaluateLocked(pod, node);
+  return EvaluateLocked(pod, node, ctx);
 }
 
 NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string& node,
-                                        bool assignments) const {
+                                        const EvalContext& ctx, const Objects::value_type* hint,
+                                        const Objects::value_type** found) const {
+  const bool assignments = ctx.assignments;
   NodeVerdict v;
   if (pod.resource.empty() || (pod.containers.empty() && pod.init_containers.empty())) {
     v.fits = true;  // not ours to judge
@@ -384,8 +420,13 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string
     v.reason = std::move(reason);
     return v;
   };
-  auto obj = objects_.find(node);
-  if (obj == objects_.end()) {
+  const Objects::value_type* obj = hint;
+  if (obj == nullptr) {
+    auto it = objects_.find(node);
+    if (it != objects_.end()) obj = &*it;
+  }
+  if (found) *found = obj;
+  if (obj == nullptr) {
     if (nodes_known_) {
       auto n = nodes_.find(node);
       if (n != nodes_.end() && !n->second.pool_label) {
@@ -400,10 +441,8 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string
   const Entry& e = obj->second;
   if (!e.memory) return unresolvable("GPU memory object is malformed: " + e.error);
   const NodeMemory& m = *e.memory;
-  const Clock::Duration stale_after = options_.stale_after.count() > 0
-                                          ? options_.stale_after
-                                          : std::chrono::seconds(3 * m.heartbeat_seconds);
-  const Clock::Duration age = clock_.Now() - e.changed_at;
+  const Clock::Duration stale_after = e.stale_after;
+  const Clock::Duration age = ctx.now - e.changed_at;
   if (age > stale_after) {
     return unresolvable(
         "GPU memory object is stale: configmaps/" + options_.ns + "/" + e.object_name +
@@ -413,7 +452,11 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string
         FormatDuration(std::chrono::duration_cast<std::chrono::milliseconds>(stale_after)) +
         "; is gpulet's node agent running?)");
   }
-  if (m.resource != pod.resource) {
+  if (!ctx.resource) {
+    auto r = std::find(resources_.begin(), resources_.end(), pod.resource);
+    ctx.resource = static_cast<size_t>(r - resources_.begin());  // size(): no object's
+  }
+  if (e.resource != *ctx.resource) {
     return unresolvable("node's GPU memory pool is " + m.resource + ", the pod asks for " +
                         pod.resource);
   }
@@ -423,13 +466,18 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string
   thread_local std::vector<size_t> used;
   free.assign(m.gpus.size(), 0);
   used.clear();
-  for (size_t i = 0; i < m.gpus.size(); ++i) {
-    free[i] = m.gpus[i].healthy ? m.gpus[i].free_units : 0;
-  }
-  const Clock::TimePoint now = clock_.Now();
-  if (auto r = reservations_.find(node); r != reservations_.end()) {
+  for (size_t i = 0; i < m.gpus.size(); ++i) free[i] = e.units[i].free;
+  const Clock::TimePoint now = ctx.now;
+  if (reservations_.empty()) {
+    // Fast path (filter on a fleet without pending binds): one container, no init containers.
+    if (!ctx.score && !assignments && pod.init_containers.empty() && pod.containers.size() == 1 &&
+        e.largest_free >= pod.containers[0].units) {
+      v.fits = true;
+      return v;
+    }
+  } else if (auto r = reservations_.find(node); r != reservations_.end()) {
     for (const Reservation& res : r->second) {
-      if (res.expires <= now || res.pod_key == pod.key()) continue;
+      if (res.expires <= now || res.pod_key == ctx.pod_key) continue;
       for (const Assignment& a : res.assignments) {
         for (size_t g = 0; g < m.gpus.size(); ++g) {
           if (m.gpus[g].uuid == a.gpu) free[g] = std::max<int64_t>(0, free[g] - a.units);
@@ -485,20 +533,19 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string
     if (assignments) v.assignments.push_back({c.name, m.gpus[*g].uuid, c.units});
   }
   v.fits = true;
+  if (!ctx.score) return v;
   // Score: the leftover share on the GPUs used (weight 0.8), then on the node (0.2). Best fit
   // prefers little leftover, spread much.
   double gpu_left = 0;
   for (size_t g : used) {
-    gpu_left += m.gpus[g].total_units > 0
-                    ? static_cast<double>(free[g]) / static_cast<double>(m.gpus[g].total_units)
+    gpu_left += e.units[g].total > 0
+                    ? static_cast<double>(free[g]) / static_cast<double>(e.units[g].total)
                     : 0;
   }
   if (!used.empty()) gpu_left /= static_cast<double>(used.size());
-  int64_t node_free = 0, node_total = 0;
-  for (size_t i = 0; i < free.size(); ++i) {
-    node_free += free[i];
-    node_total += m.gpus[i].healthy ? m.gpus[i].total_units : 0;
-  }
+  int64_t node_free = 0;
+  for (size_t i = 0; i < free.size(); ++i) node_free += free[i];
+  const int64_t node_total = e.healthy_total;
   const double node_left =
       node_total > 0 ? static_cast<double>(node_free) / static_cast<double>(node_total) : 0;
   const double left = 0.8 * gpu_left + 0.2 * node_left;
@@ -508,32 +555,99 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string
   return v;
 }
 
-FilterOutcome ClusterView::Filter(const PodRequest& pod,
-                                  const std::vector<std::string>& nodes) const {
+FilterOutcome ClusterView::Filter(const PodRequest& pod, const std::vector<std::string>& nodes,
+                                  std::vector<size_t>* passed_index) const {
   FilterOutcome out;
-  out.passed.reserve(nodes.size());
+  if (passed_index) {
+    passed_index->clear();
+    passed_index->reserve(nodes.size());
+  } else {
+    out.passed.reserve(nodes.size());
+  }
+  const EvalContext ctx = Context(pod, /*assignments=*/false, /*score=*/false);
+  // What prioritize can reuse: the objects of the nodes that passed, found once here.
+  const bool memo = !pod.uid.empty() && !pod.resource.empty();
+  std::vector<const Objects::value_type*> found_objects;
+  if (memo) found_objects.reserve(nodes.size());
   std::shared_lock l(mu_);
-  for (const std::string& n : nodes) {
-    NodeVerdict v = EvaluateLocked(pod, n, /*assignments=*/false);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const std::string& n = nodes[i];
+    const Objects::value_type* found = nullptr;
+    NodeVerdict v = EvaluateLocked(pod, n, ctx, nullptr, &found);
     if (v.fits) {
-      out.passed.push_back(n);
+      if (memo) found_objects.push_back(found);
+      if (passed_index) {
+        passed_index->push_back(i);
+      } else {
+        out.passed.push_back(n);
+      }
     } else if (v.unresolvable) {
       out.unresolvable.emplace(n, std::move(v.reason));
     } else {
       out.failed.emplace(n, std::move(v.reason));
     }
   }
+  if (memo) {
+    FilterMemo m;
+    m.uid = pod.uid;
+    m.pod_key = ctx.pod_key;
+    m.resource = pod.resource;
+    for (const ContainerUnits& c : pod.containers) m.units.push_back(c.units);
+    m.units.push_back(-1);
+    for (const ContainerUnits& c : pod.init_containers) m.units.push_back(c.units);
+    m.version = version_;
+    m.passed = std::move(found_objects);
+    std::lock_guard ml(memo_mu_);
+    for (auto it = memos_.begin(); it != memos_.end(); ++it) {
+      if (it->uid == m.uid) {
+        memos_.erase(it);
+        break;
+      }
+    }
+    memos_.push_back(std::move(m));
+    if (memos_.size() > kFilterMemos) memos_.pop_front();
+  }
   return out;
 }
 
 std::vector<std::pair<std::string, int>> ClusterView::Prioritize(
     const PodRequest& pod, const std::vector<std::string>& nodes) const {
+  const std::vector<int> scores = Scores(pod, nodes);
   std::vector<std::pair<std::string, int>> out;
   out.reserve(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) out.emplace_back(nodes[i], scores[i]);
+  return out;
+}
+
+std::vector<int> ClusterView::Scores(const PodRequest& pod,
+                                     const std::vector<std::string>& nodes) const {
+  std::vector<int> out;
+  out.reserve(nodes.size());
+  const EvalContext ctx = Context(pod, /*assignments=*/false, /*score=*/true);
   std::shared_lock l(mu_);
-  for (const std::string& n : nodes) {
-    NodeVerdict v = EvaluateLocked(pod, n, /*assignments=*/false);
-    out.emplace_back(n, v.fits ? v.score : 0);
+  // The filter's lookups, when the view has not changed since: the scheduler sends the nodes that
+  // passed, in order. The evaluation itself is redone, at this call's time.
+  std::vector<const Objects::value_type*> passed;
+  if (!pod.uid.empty() && !pod.resource.empty()) {
+    std::lock_guard ml(memo_mu_);
+    for (FilterMemo& m : memos_) {
+      if (m.uid != pod.uid || m.version != version_ || m.pod_key != ctx.pod_key ||
+          m.resource != pod.resource)
+        continue;
+      std::vector<int64_t> units;
+      for (const ContainerUnits& c : pod.containers) units.push_back(c.units);
+      units.push_back(-1);
+      for (const ContainerUnits& c : pod.init_containers) units.push_back(c.units);
+      if (units == m.units) passed = m.passed;
+      break;
+    }
+  }
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const std::string& n = nodes[i];
+    const Objects::value_type* hint =
+        i < passed.size() && passed[i] != nullptr && passed[i]->first == n ? passed[i] : nullptr;
+    NodeVerdict v = EvaluateLocked(pod, n, ctx, hint);
+    out.push_back(v.fits ? v.score : 0);
   }
   return out;
 }
@@ -541,6 +655,7 @@ std::vector<std::pair<std::string, int>> ClusterView::Prioritize(
 Result<std::vector<Assignment>> ClusterView::Reserve(const PodRequest& pod, const std::string& node,
                                                      bool* already) {
   std::unique_lock l(mu_);
+  ++version_;  // invalidates the filter memos
   PurgeExpiredLocked();
   if (already) *already = false;
   if (auto it = reservations_.find(node); it != reservations_.end()) {
@@ -550,7 +665,7 @@ Result<std::vector<Assignment>> ClusterView::Reserve(const PodRequest& pod, cons
       return r.assignments;
     }
   }
-  NodeVerdict v = EvaluateLocked(pod, node);
+  NodeVerdict v = EvaluateLocked(pod, node, Context(pod, true, true));
   if (!v.fits) {
     return Status(ErrorCode::kUnavailable,
                   "pod " + pod.key() + " no longer fits on node " + node + ": " + v.reason);
@@ -563,6 +678,7 @@ Result<std::vector<Assignment>> ClusterView::Reserve(const PodRequest& pod, cons
 
 void ClusterView::Unreserve(const std::string& pod_key, const std::string& node) {
   std::unique_lock l(mu_);
+  ++version_;  // invalidates the filter memos
   auto it = reservations_.find(node);
   if (it == reservations_.end()) return;
   auto& list = it->second;

@@ -20,8 +20,11 @@
 // Thread-safe: one shared mutex; Filter and Prioritize take it shared.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <deque>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <shared_mutex>
@@ -149,10 +152,15 @@ class ClusterView {
   void ReplaceNodes(const std::vector<nlohmann::json>& nodes);
 
   NodeVerdict Evaluate(const PodRequest& pod, const std::string& node) const;
-  FilterOutcome Filter(const PodRequest& pod, const std::vector<std::string>& nodes) const;
+  // With `passed_index`: the indices in `nodes` of those that passed go there, and
+  // FilterOutcome::passed stays empty (no copies of the names).
+  FilterOutcome Filter(const PodRequest& pod, const std::vector<std::string>& nodes,
+                       std::vector<size_t>* passed_index = nullptr) const;
   // One entry per node, in order; nodes that do not fit score 0.
   std::vector<std::pair<std::string, int>> Prioritize(const PodRequest& pod,
                                                       const std::vector<std::string>& nodes) const;
+  // The same scores, parallel to `nodes`.
+  std::vector<int> Scores(const PodRequest& pod, const std::vector<std::string>& nodes) const;
 
   // Checks the fit now and reserves the units. kUnavailable with the reason when the pod no longer
   // fits. A pod that already holds a reservation on `node` keeps it (*already = true): a repeated
@@ -177,25 +185,80 @@ class ClusterView {
     Clock::TimePoint changed_at;
     std::optional<NodeMemory> memory;
     std::string error;  // when memory is empty
+    // Summary of `memory`, computed when the object changes (filter reads it per node per call).
+    Clock::Duration stale_after{0};
+    int64_t largest_free = 0;   // over healthy GPUs
+    int64_t healthy_total = 0;  // total units of the healthy GPUs
+    size_t resource = 0;        // memory->resource, as its index in resources_
+    struct Units {
+      int64_t free = 0;  // 0 when unhealthy
+      int64_t total = 0;
+    };
+    // Per GPU, as memory->gpus: 16 bytes each (not NodeMemory's 96), held in the entry itself
+    // for up to 8 GPUs, so that evaluating a node touches no other allocation.
+    struct UnitsList {
+      static constexpr size_t kInline = 8;
+      std::array<Units, kInline> small{};
+      std::vector<Units> large;
+      size_t n = 0;
+      const Units& operator[](size_t i) const { return n <= kInline ? small[i] : large[i]; }
+      void Assign(const std::vector<Units>& all) {
+        n = all.size();
+        large.clear();
+        if (n <= kInline) {
+          std::copy(all.begin(), all.end(), small.begin());
+        } else {
+          large = all;
+        }
+      }
+    };
+    UnitsList units;
+  };
+  // Per-call constants, computed once per verb rather than once per node.
+  struct EvalContext {
+    Clock::TimePoint now;
+    std::string pod_key;
+    bool assignments = true;                 // fill NodeVerdict::assignments (bind needs them)
+    bool score = true;                       // compute NodeVerdict::score (filter does not need it)
+    mutable std::optional<size_t> resource;  // the pod's in resources_ (found once, under mu_)
   };
   struct NodeInfo {
     bool pool_label = false;
   };
 
-  // `assignments`: fill NodeVerdict::assignments (bind needs them; filter and prioritize not).
-  NodeVerdict EvaluateLocked(const PodRequest& pod, const std::string& node,
-                             bool assignments = true) const;
+  using Objects = std::unordered_map<std::string, Entry>;
+  // A filter's lookups, for the prioritize of the same pod that follows it: the objects of the
+  // nodes that passed, valid while the view's version is unchanged (no object, node or
+  // reservation changed; element pointers of an unordered_map survive anything but erase).
+  struct FilterMemo {
+    std::string uid, pod_key, resource;
+    std::vector<int64_t> units;  // containers, -1, init containers
+    uint64_t version = 0;
+    std::vector<const Objects::value_type*> passed;
+  };
+  static constexpr size_t kFilterMemos = 16;
+
+  EvalContext Context(const PodRequest& pod, bool assignments, bool score) const;
+  // `hint`: the node's object, already found; `found`: set to the object found (or nullptr).
+  NodeVerdict EvaluateLocked(const PodRequest& pod, const std::string& node, const EvalContext& ctx,
+                             const Objects::value_type* hint = nullptr,
+                             const Objects::value_type** found = nullptr) const;
   void DropListedReservations(const std::string& node, const NodeMemory& memory);
   void PurgeExpiredLocked();
 
   const Clock& clock_;
   const ViewOptions options_;
   mutable std::shared_mutex mu_;
-  std::unordered_map<std::string, Entry> objects_;                          // node → its object
+  Objects objects_;                                                         // node → its object
   std::map<std::string, std::string> object_nodes_;                         // object name → node
   std::unordered_map<std::string, std::vector<Reservation>> reservations_;  // node → reservations
   std::map<std::string, NodeInfo> nodes_;
   bool nodes_known_ = false;
+  std::vector<std::string> resources_;  // the memory resources objects name (a handful)
+  uint64_t version_ = 0;                // bumped by every change, under mu_ held exclusively
+
+  mutable std::mutex memo_mu_;  // filter runs under mu_ shared: the memos have their own lock
+  mutable std::deque<FilterMemo> memos_;
 };
 
 }  // namespace gpulet::extender

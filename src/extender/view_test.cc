@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "extender/extender.h"
 #include "extender/test_objects.h"
 
 namespace gpulet::extender {
@@ -369,6 +370,124 @@ TEST(Objects, ReplaceRemovesWhatIsGone) {
   // Objects that are not ours (no node label, no prefix) are ignored.
   view.UpsertObject(json{{"metadata", {{"name", "unrelated"}}}});
   EXPECT_EQ(view.stats().objects, 1u);
+}
+
+// Prioritize after filter reuses the filter's lookups: whatever changes in between (an object
+// removed, republished or gone stale, a reservation) is seen as if evaluated afresh.
+TEST(Filter, NodesWithMoreThanEightGpus) {
+  FakeClock clock;
+  ClusterView view(clock, {});
+  std::vector<Gpu> gpus(10, Gpu{80, 5});
+  gpus[9] = {80, 30};
+  Publish(view, "big", gpus, "1");
+  NodeVerdict v = view.Evaluate(Request("p", {30}), "big");
+  ASSERT_TRUE(v.fits) << v.reason;
+  ASSERT_EQ(v.assignments.size(), 1u);
+  EXPECT_EQ(v.assignments[0].gpu, GpuUuid("big", 9));
+  EXPECT_EQ(v.score, 10);
+  EXPECT_THAT(view.Evaluate(Request("p", {31}), "big").reason,
+              HasSubstr("the largest free GPU has 30 units (GPU 9, 80 total)"));
+}
+
+TEST(Prioritize, AfterFilterSeesChangesInBetween) {
+  FakeClock clock;
+  ClusterView view(clock, {});
+  Publish(view, "tight", {{80, 20}, {80, 0}}, "1");
+  Publish(view, "roomy", {{80, 80}, {80, 80}}, "1");
+  Publish(view, "half", {{80, 40}, {80, 40}}, "1");
+  const PodRequest pod = Request("p", {20});
+  const std::vector<std::string> all = {"tight", "roomy", "half"};
+  ASSERT_EQ(view.Filter(pod, all).passed, all);
+  const auto fresh = view.Prioritize(pod, all);
+  EXPECT_EQ(fresh[0].second, 10);
+  ASSERT_EQ(view.Filter(pod, all).passed, all);
+  EXPECT_EQ(view.Prioritize(pod, all), fresh);  // unchanged view: same answer
+
+  view.RemoveObject("gpulet-memory-roomy");
+  auto p = view.Prioritize(pod, all);
+  EXPECT_EQ(p[1], std::make_pair(std::string("roomy"), 0));
+  EXPECT_EQ(p[0], fresh[0]);
+
+  Publish(view, "roomy", {{80, 80}, {80, 80}}, "2");
+  ASSERT_EQ(view.Filter(pod, all).passed, all);
+  Publish(view, "tight", {{80, 0}, {80, 0}}, "2");  // now full
+  EXPECT_EQ(view.Prioritize(pod, all)[0].second, 0);
+
+  ASSERT_EQ(view.Filter(pod, {"roomy", "half"}).passed.size(), 2u);
+  ASSERT_TRUE(view.Reserve(Request("other", {60}), "roomy").ok());
+  const auto reserved = view.Prioritize(pod, {"roomy", "half"});
+  ClusterView again(clock, {});
+  Publish(again, "roomy", {{80, 20}, {80, 80}}, "1");
+  Publish(again, "half", {{80, 40}, {80, 40}}, "1");
+  EXPECT_EQ(reserved, again.Prioritize(pod, {"roomy", "half"}));
+
+  ASSERT_EQ(view.Filter(pod, {"half"}).passed.size(), 1u);
+  clock.Advance(std::chrono::seconds(91));  // past 3 × heartbeat since published: stale
+  EXPECT_EQ(view.Prioritize(pod, {"half"})[0].second, 0);
+  // A different list than the filter passed: every node looked up.
+  EXPECT_EQ(view.Prioritize(pod, {"missing", "half"})[0].second, 0);
+}
+
+TEST(ExtenderArgs, NodeNamesParsedAsTheSchedulerSendsThem) {
+  FakeClock clock;
+  ClusterView view(clock, {});
+  Publish(view, "n1", {{80, 80}}, "1");
+  Publish(view, "n2", {{80, 10}}, "1");
+  Extender ext(
+      view,
+      [](const std::string&, const std::string&, const std::string&, const std::string&) {
+        return Status();
+      },
+      [](const std::string&, const std::string&) -> Result<json> {
+        return Status(ErrorCode::kNotFound, "none");
+      });
+  const json pod = MemoryPod("p", {20});
+  auto filter = [&](const json& args) {
+    Answer a = ext.Filter(args.dump());
+    EXPECT_EQ(a.status, 200) << a.body;
+    return json::parse(a.body);
+  };
+  EXPECT_EQ(
+      filter({{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", {"n1", "n2", "n3"}}})["NodeNames"],
+      json::array({"n1"}));
+  // Go matches field names regardless of case.
+  EXPECT_EQ(filter({{"Pod", pod}, {"nodeNames", {"n1", "n2"}}})["NodeNames"], json::array({"n1"}));
+  EXPECT_EQ(filter({{"Pod", pod}, {"NodeNames", json::array()}})["NodeNames"], json::array());
+  // Names nested deeper are not the list.
+  EXPECT_EQ(
+      filter(
+          {{"Pod", pod}, {"NodeNames", {"n1"}}, {"Extra", {{"NodeNames", {"n2"}}}}})["NodeNames"],
+      json::array({"n1"}));
+  for (const json& bad : {json::array({"n1", 2}), json::array({"n1", {{"a", 1}}}),
+                          json::array({"n1", json::array({"n2"})})}) {
+    Answer a = ext.Filter(json{{"Pod", pod}, {"NodeNames", bad}}.dump());
+    EXPECT_EQ(a.status, 400);
+    EXPECT_THAT(a.body, HasSubstr("ExtenderArgs.NodeNames[1]: must be a string"));
+  }
+  // As the scheduler writes it (read without the general parser), and variants that are not.
+  const std::string pj = pod.dump();
+  for (const std::string& body :
+       {"{\"Pod\":" + pj + ",\"Nodes\":null,\"NodeNames\":[\"n1\",\"n2\"]}",
+        " {\n \"NodeNames\" : [ \"n2\" , \"n1\" ] ,\"Pod\" : " + pj + " } ",
+        "{\"Pod\":" + pj + ",\"NodeNames\":[\"n\\u0031\"]}",
+        "{\"Pod\":" + pj + ",\"X\":[1,{\"a\":\"]\\\"\"}],\"NodeNames\":[\"n1\"]}"}) {
+    Answer a = ext.Filter(body);
+    ASSERT_EQ(a.status, 200) << body;
+    EXPECT_EQ(json::parse(a.body)["NodeNames"], json::array({"n1"})) << body;
+  }
+  for (const std::string& body : {"{\"Pod\":" + pj + ",\"NodeNames\":[\"n1\"]} x",
+                                  "{\"Pod\":" + pj + ",\"NodeNames\":[\"n1\",]}",
+                                  "{\"Pod\":" + pj + ",\"X\":[1,],\"NodeNames\":[\"n1\"]}",
+                                  std::string("{\"Pod\":{\"a\":},\"NodeNames\":[\"n1\"]}")}) {
+    EXPECT_EQ(ext.Filter(body).status, 400) << body;
+  }
+  Answer a = ext.Filter(json{{"Pod", pod}, {"NodeNames", "n1"}}.dump());
+  EXPECT_EQ(a.status, 400);
+  EXPECT_THAT(a.body, HasSubstr("NodeNames: must be a list"));
+  Answer p = ext.Prioritize(json{{"Pod", pod}, {"NodeNames", {"n1", "n2"}}}.dump());
+  ASSERT_EQ(p.status, 200);
+  EXPECT_EQ(json::parse(p.body),
+            json::parse(R"([{"Host":"n1","Score":2},{"Host":"n2","Score":0}])"));
 }
 
 }  // namespace
