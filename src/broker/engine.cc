@@ -30,6 +30,24 @@ Decision Make(const Journal& j, Action a, std::string node, std::string code, st
   return d;
 }
 
+std::optional<Decision> LendGate(const Journal& j, const BrokerConfig& c,
+                                 const std::string& floor_note, int lent, const char* unit) {
+  if (j.demand_streak == 0) {
+    if (!floor_note.empty()) return Make(j, Action::kNone, "", "k8s_floor", floor_note);
+    return Make(j, Action::kNone, "", "no_demand", "no demand");
+  }
+  if (j.demand_streak < c.demand_evaluations) {
+    return Make(j, Action::kNone, "", "demand_building",
+                "demand seen " + std::to_string(j.demand_streak) + " of " +
+                    std::to_string(c.demand_evaluations) + " evaluations");
+  }
+  if (lent >= c.k8s_max_nodes) {
+    return Make(j, Action::kNone, "", "k8s_cap",
+                "demand, but " + std::to_string(lent) + " " + unit + " lent = kubernetes.maxNodes");
+  }
+  return std::nullopt;
+}
+
 std::optional<Decision> FailClosedOrCountStreaks(const SlurmView& slurm, const KubeView& kube,
                                                  Journal& j) {
   if (!slurm.ok) {
@@ -424,19 +442,7 @@ Decision Evaluate(const SlurmView& slurm, const KubeView& kube, const Journal& j
   }
 
   // Lends to Kubernetes.
-  if (j.demand_streak == 0) {
-    if (!floor_note.empty()) return Make(j, Action::kNone, "", "k8s_floor", floor_note);
-    return Make(j, Action::kNone, "", "no_demand", "no demand");
-  }
-  if (j.demand_streak < c.demand_evaluations) {
-    return Make(j, Action::kNone, "", "demand_building",
-                "demand seen " + std::to_string(j.demand_streak) + " of " +
-                    std::to_string(c.demand_evaluations) + " evaluations");
-  }
-  if (lent >= c.k8s_max_nodes) {
-    return Make(j, Action::kNone, "", "k8s_cap",
-                "demand, but " + std::to_string(lent) + " nodes lent = kubernetes.maxNodes");
-  }
+  if (std::optional<Decision> d = LendGate(j, c, floor_note, lent, "nodes")) return *d;
   int slurm_managed = 0;
   for (const std::string& name : c.nodes) {
     if (j.OwnerOf(name) == Owner::kSlurm) ++slurm_managed;

@@ -23,6 +23,10 @@ Decision Make(const Journal& j, Action a, std::string node, std::string code, st
 // (fail closed); otherwise nullopt, after counting the demand/quiet streaks into `j`.
 std::optional<Decision> FailClosedOrCountStreaks(const SlurmView& slurm, const KubeView& kube,
                                                  Journal& j);
+// Both modes gate lending alike: no demand (or not yet for long enough), or `lent` already at
+// kubernetes.maxNodes (`unit`: "nodes" or "pods"), is a no-action decision; nullopt otherwise.
+std::optional<Decision> LendGate(const Journal& j, const BrokerConfig& c,
+                                 const std::string& floor_note, int lent, const char* unit);
 // Up, not drained, with GPUs.
 bool SlurmCapacity(const SlurmNode& n);
 // The GPUs of type `type` ("" = any) of the nodes Slurm can schedule on, optionally with `plus`.

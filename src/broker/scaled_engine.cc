@@ -302,19 +302,7 @@ Decision EvaluateScaled(const SlurmView& slurm, const KubeView& kube, const Jour
   }
 
   // Lends to Kubernetes: drain the highest ordinal of a pool.
-  if (j.demand_streak == 0) {
-    if (!floor_note.empty()) return Make(j, Action::kNone, "", "k8s_floor", floor_note);
-    return Make(j, Action::kNone, "", "no_demand", "no demand");
-  }
-  if (j.demand_streak < c.demand_evaluations) {
-    return Make(j, Action::kNone, "", "demand_building",
-                "demand seen " + std::to_string(j.demand_streak) + " of " +
-                    std::to_string(c.demand_evaluations) + " evaluations");
-  }
-  if (lent >= c.k8s_max_nodes) {
-    return Make(j, Action::kNone, "", "k8s_cap",
-                "demand, but " + std::to_string(lent) + " pods lent = kubernetes.maxNodes");
-  }
+  if (std::optional<Decision> d = LendGate(j, c, floor_note, lent, "pods")) return *d;
   const LendContext ctx = MakeLendContext(slurm, j, largest_per_type);
   const ScaledPool* pick = nullptr;
   std::string pick_name, blockers;
