@@ -37,7 +37,7 @@ const json* Field(const json& obj, const std::string& name) {
 
 // JSON string literal of `s` (the answers are written by hand: building nlohmann objects for
 // 5,000 nodes cost more than the filtering itself).
-void AppendString(std::string& out, const std::string& s) {
+void AppendString(std::string& out, std::string_view s) {
   out += '"';
   // Node names never need escaping: append them whole; escape character by character otherwise.
   const bool plain = std::none_of(s.begin(), s.end(), [](char ch) {
@@ -83,8 +83,12 @@ void AppendMap(std::string& out, const std::map<std::string, std::string>& m) {
 struct Body {
   json doc;                        // discarded when not JSON
   bool names_taken = false;        // an array under the exact key "NodeNames" was collected
-  std::vector<std::string> names;  // its strings
+  std::vector<std::string> names;  // its strings (general parser)
   long bad_name = -1;              // index of its first element that is not a string
+  // Scheduler-shaped bodies: the names as views into the request, and the array's text.
+  bool plain = false;
+  std::vector<std::string_view> plain_names;
+  std::string_view names_text;
 };
 
 Body ParseBody(const std::string& text) {
@@ -209,19 +213,21 @@ std::optional<Body> ParseSchedulerBody(const std::string& text) {
       have_names = true;
       ++p;
       ws();
-      b.names.reserve(text.size() / 16);
+      const char* first = p;
+      b.plain_names.reserve(text.size() / 16);
       if (p < end && *p == ']') {
         ++p;
       } else {
         for (;;) {
           std::string_view name;
           if (!plain(&name)) return std::nullopt;
-          b.names.emplace_back(name);
+          b.plain_names.push_back(name);
           ws();
           if (p < end && *p == ',') {
             ++p;
             ws();
           } else if (p < end && *p == ']') {
+            b.names_text = std::string_view(first, static_cast<size_t>(p - first));
             ++p;
             break;
           } else {
@@ -261,21 +267,22 @@ std::optional<Body> ParseSchedulerBody(const std::string& text) {
   b.doc["Pod"] = std::move(pod);
   b.doc["NodeNames"] = json::array();
   b.names_taken = true;
+  b.plain = true;
   return b;
 }
 
 struct Args {
   const json* pod = nullptr;  // in the parsed body (which outlives the Args)
   bool cache_mode = true;     // NodeNames given (else Nodes.items)
-  std::vector<std::string> names;
-  std::vector<const json*> node_objects;  // full-node mode, parallel to names
+  std::vector<std::string> owned;  // the names, when they are not views into the request
+  NameList list;                   // the names (views into the request or into `owned`)
+  std::vector<const json*> node_objects;  // full-node mode, parallel to the names
 };
 
-// Parses ExtenderArgs; the error text says what is wrong.
-Result<Args> ParseArgs(Body& parsed) {
+// Parses ExtenderArgs into `a`; the error text says what is wrong.
+Status ParseArgs(Body& parsed, Args& a) {
   const json& body = parsed.doc;
   if (!body.is_object()) return Status(ErrorCode::kInvalidInput, "ExtenderArgs: must be an object");
-  Args a;
   const json* pod = Field(body, "Pod");
   if (!pod || !pod->is_object()) {
     return Status(ErrorCode::kInvalidInput, "ExtenderArgs.Pod: required, an object");
@@ -283,25 +290,34 @@ Result<Args> ParseArgs(Body& parsed) {
   a.pod = pod;
   const json* names = Field(body, "NodeNames");
   const json* nodes = Field(body, "Nodes");
+  if (parsed.plain) {
+    a.list.names = std::move(parsed.plain_names);
+    a.list.text = parsed.names_text;
+    return Status::Ok();
+  }
+  auto views = [&a] {
+    a.list.names.assign(a.owned.begin(), a.owned.end());
+    return Status::Ok();
+  };
   if (names && names->is_array() && parsed.names_taken && body.find("NodeNames") != body.end()) {
     if (parsed.bad_name >= 0) {
       return Status(
           ErrorCode::kInvalidInput,
           "ExtenderArgs.NodeNames[" + std::to_string(parsed.bad_name) + "]: must be a string");
     }
-    a.names = std::move(parsed.names);
-    return a;
+    a.owned = std::move(parsed.names);
+    return views();
   }
   if (names && names->is_array()) {
-    a.names.reserve(names->size());
+    a.owned.reserve(names->size());
     for (size_t i = 0; i < names->size(); ++i) {
       if (!(*names)[i].is_string()) {
         return Status(ErrorCode::kInvalidInput,
                       "ExtenderArgs.NodeNames[" + std::to_string(i) + "]: must be a string");
       }
-      a.names.push_back((*names)[i].get<std::string>());
+      a.owned.push_back((*names)[i].get<std::string>());
     }
-    return a;
+    return views();
   }
   if (names && !names->is_null()) {
     return Status(ErrorCode::kInvalidInput, "ExtenderArgs.NodeNames: must be a list");
@@ -320,11 +336,11 @@ Result<Args> ParseArgs(Body& parsed) {
           return Status(ErrorCode::kInvalidInput, "ExtenderArgs.Nodes.items[" + std::to_string(i) +
                                                       "].metadata.name: required");
         }
-        a.names.push_back(name);
+        a.owned.push_back(name);
         a.node_objects.push_back(&n);
       }
     }
-    return a;
+    return views();
   }
   return Status(ErrorCode::kInvalidInput, "ExtenderArgs: NodeNames or Nodes required");
 }
@@ -361,20 +377,21 @@ Answer Extender::Filter(const std::string& body) {
     ++bad_requests_;
     return BadRequest("filter: request body is not JSON");
   }
-  auto args = ParseArgs(parsed);
-  if (!args.ok()) {
+  Args args;
+  if (Status st = ParseArgs(parsed, args); !st.ok()) {
     ++bad_requests_;
-    return BadRequest("filter: " + args.status().message());
+    return BadRequest("filter: " + st.message());
   }
+  const std::vector<std::string_view>& names = args.list.names;
   FilterOutcome out;
-  std::vector<size_t> passed;  // indices into args->names
-  auto pod = ParsePodRequest(*args->pod);
+  std::vector<size_t> passed;  // indices into names
+  auto pod = ParsePodRequest(*args.pod);
   if (!pod.ok()) {
     // The pod's own spec is wrong: no node can take it, and preemption cannot help.
-    for (const std::string& n : args->names) out.unresolvable[n] = pod.status().message();
+    for (std::string_view n : names) out.unresolvable.emplace(n, pod.status().message());
   } else {
     Remember(*pod);
-    out = view_.Filter(*pod, args->names, &passed);
+    out = view_.Filter(*pod, args.list, &passed);
   }
   nodes_passed_ += passed.size();
   nodes_failed_ += out.failed.size();
@@ -382,18 +399,22 @@ Answer Extender::Filter(const std::string& body) {
   // ExtenderFilterResult.
   std::string r;
   size_t bytes = 128;
-  for (size_t i : passed) bytes += args->names[i].size() + 3;
+  for (size_t i : passed) bytes += names[i].size() + 3;
   r.reserve(bytes);
-  if (args->cache_mode) {
+  if (args.cache_mode) {
     r += "{\"Nodes\":null,\"NodeNames\":[";
-    for (size_t k = 0; k < passed.size(); ++k) {
-      if (k) r += ',';
-      AppendString(r, args->names[passed[k]]);
+    if (!args.list.text.empty() && passed.size() == names.size()) {
+      r += args.list.text;  // every node passed: the list as it came
+    } else {
+      for (size_t k = 0; k < passed.size(); ++k) {
+        if (k) r += ',';
+        AppendString(r, names[passed[k]]);
+      }
     }
     r += ']';
   } else {
     json items = json::array();
-    for (size_t i : passed) items.push_back(*args->node_objects[i]);
+    for (size_t i : passed) items.push_back(*args.node_objects[i]);
     r += "{\"Nodes\":";
     r += json{{"metadata", json::object()}, {"items", std::move(items)}}.dump();
     r += ",\"NodeNames\":null";
@@ -414,28 +435,29 @@ Answer Extender::Prioritize(const std::string& body) {
     ++bad_requests_;
     return BadRequest("prioritize: request body is not JSON");
   }
-  auto args = ParseArgs(parsed);
-  if (!args.ok()) {
+  Args args;
+  if (Status st = ParseArgs(parsed, args); !st.ok()) {
     ++bad_requests_;
-    return BadRequest("prioritize: " + args.status().message());
+    return BadRequest("prioritize: " + st.message());
   }
+  const std::vector<std::string_view>& names = args.list.names;
   // HostPriorityList.
-  std::vector<int> scores;  // parallel to args->names
-  auto pod = ParsePodRequest(*args->pod);
+  std::vector<int> scores;  // parallel to names
+  auto pod = ParsePodRequest(*args.pod);
   if (!pod.ok()) {
-    scores.assign(args->names.size(), 0);
+    scores.assign(names.size(), 0);
   } else {
-    scores = view_.Scores(*pod, args->names);
+    scores = view_.Scores(*pod, args.list);
   }
   std::string r;
   size_t bytes = 2;
-  for (const std::string& n : args->names) bytes += n.size() + 32;
+  for (std::string_view n : names) bytes += n.size() + 32;
   r.reserve(bytes);
   r += '[';
   for (size_t i = 0; i < scores.size(); ++i) {
     if (i) r += ',';
     r += "{\"Host\":";
-    AppendString(r, args->names[i]);
+    AppendString(r, names[i]);
     r += ",\"Score\":";
     r += std::to_string(scores[i]);
     r += '}';

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <mutex>
 #include <set>
 
@@ -271,25 +272,28 @@ void ClusterView::UpsertObject(const json& cm) {
     }
   }
   std::unique_lock l(mu_);
-  ++version_;  // invalidates the filter memos
-  Entry& e = objects_[node];
-  if (e.resource_version != rv || e.object_name != name) e.changed_at = clock_.Now();
-  e.object_name = name;
-  e.resource_version = rv;
-  e.memory = std::move(memory);
-  e.error = std::move(error);
+  const uint32_t slot = MakeSlotLocked(node);
+  Slot& e = slots_[slot];
+  SlotInfo& info = info_[slot];
+  if (info.resource_version != rv || info.object_name != name) e.changed_at = clock_.Now();
+  info.object_name = name;
+  info.resource_version = rv;
+  info.memory = std::move(memory);
+  info.error = std::move(error);
+  e.ok = info.memory.has_value();
   e.largest_free = 0;
   e.healthy_total = 0;
-  std::vector<Entry::Units> units;
-  if (e.memory) {
-    e.stale_after = options_.stale_after.count() > 0
-                        ? options_.stale_after
-                        : Clock::Duration(std::chrono::seconds(3 * e.memory->heartbeat_seconds));
-    auto r = std::find(resources_.begin(), resources_.end(), e.memory->resource);
-    if (r == resources_.end()) r = resources_.insert(r, e.memory->resource);
-    e.resource = static_cast<size_t>(r - resources_.begin());
-    units.reserve(e.memory->gpus.size());
-    for (const GpuMemory& g : e.memory->gpus) {
+  std::vector<GpuUnits> units;
+  if (info.memory) {
+    e.stale_after =
+        options_.stale_after.count() > 0
+            ? options_.stale_after
+            : Clock::Duration(std::chrono::seconds(3 * info.memory->heartbeat_seconds));
+    auto r = std::find(resources_.begin(), resources_.end(), info.memory->resource);
+    if (r == resources_.end()) r = resources_.insert(r, info.memory->resource);
+    e.resource = static_cast<uint32_t>(r - resources_.begin());
+    units.reserve(info.memory->gpus.size());
+    for (const GpuMemory& g : info.memory->gpus) {
       units.push_back({g.healthy ? g.free_units : 0, g.total_units});
       if (g.healthy) e.largest_free = std::max(e.largest_free, g.free_units);
       if (g.healthy) e.healthy_total += g.total_units;
@@ -297,17 +301,56 @@ void ClusterView::UpsertObject(const json& cm) {
   }
   e.units.Assign(units);
   object_nodes_[name] = node;
-  if (e.memory) DropListedReservations(node, *e.memory);
+  if (info.memory) DropListedReservations(node, *info.memory);
   PurgeExpiredLocked();
+}
+
+uint32_t ClusterView::SlotOf(std::string_view node) const {
+  auto it = slot_of_.find(node);
+  return it == slot_of_.end() ? kNoSlot : it->second;
+}
+
+uint32_t ClusterView::MakeSlotLocked(const std::string& node) {
+  if (const uint32_t s = SlotOf(node); s != kNoSlot) return s;
+  uint32_t s;
+  if (!free_slots_.empty()) {
+    s = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    s = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
+    info_.emplace_back();
+  }
+  slots_[s] = Slot{};
+  slots_[s].used = true;
+  slots_[s].reserved = reservations_.count(node) > 0;
+  info_[s] = SlotInfo{};
+  info_[s].node = node;
+  slot_of_.emplace(node, s);
+  ++layout_;
+  return s;
+}
+
+void ClusterView::FreeSlotLocked(uint32_t slot) {
+  slot_of_.erase(info_[slot].node);
+  slots_[slot] = Slot{};
+  info_[slot] = SlotInfo{};
+  free_slots_.push_back(slot);
+  ++layout_;
+}
+
+void ClusterView::SyncReservedLocked(const std::string& node) {
+  if (const uint32_t s = SlotOf(node); s != kNoSlot) {
+    slots_[s].reserved = reservations_.count(node) > 0;
+  }
 }
 
 void ClusterView::RemoveObject(const std::string& configmap_name) {
   std::unique_lock l(mu_);
-  ++version_;  // invalidates the filter memos
   auto it = object_nodes_.find(configmap_name);
   if (it == object_nodes_.end()) return;
-  auto obj = objects_.find(it->second);
-  if (obj != objects_.end() && obj->second.object_name == configmap_name) objects_.erase(obj);
+  const uint32_t slot = SlotOf(it->second);
+  if (slot != kNoSlot && info_[slot].object_name == configmap_name) FreeSlotLocked(slot);
   object_nodes_.erase(it);
 }
 
@@ -335,16 +378,15 @@ void ClusterView::UpsertNode(const json& node) {
   const json labels = meta.value("labels", json::object());
   info.pool_label = labels.is_object() && labels.value(kNodePoolLabel, "") == "true";
   std::unique_lock l(mu_);
-  ++version_;  // invalidates the filter memos
   nodes_known_ = true;
   nodes_[name] = info;
 }
 
 void ClusterView::RemoveNode(const std::string& name) {
   std::unique_lock l(mu_);
-  ++version_;  // invalidates the filter memos
   nodes_.erase(name);
   reservations_.erase(name);
+  SyncReservedLocked(name);
 }
 
 void ClusterView::ReplaceNodes(const std::vector<json>& nodes) {
@@ -354,13 +396,13 @@ void ClusterView::ReplaceNodes(const std::vector<json>& nodes) {
     if (n.contains("metadata")) names.insert(n["metadata"].value("name", ""));
   }
   std::unique_lock l(mu_);
-  ++version_;  // invalidates the filter memos
   nodes_known_ = true;
   for (auto it = nodes_.begin(); it != nodes_.end();) {
     if (names.count(it->first)) {
       ++it;
     } else {
       reservations_.erase(it->first);
+      SyncReservedLocked(it->first);
       it = nodes_.erase(it);
     }
   }
@@ -375,7 +417,10 @@ void ClusterView::DropListedReservations(const std::string& node, const NodeMemo
   list.erase(std::remove_if(list.begin(), list.end(),
                             [&](const Reservation& r) { return listed.count(r.pod_key) > 0; }),
              list.end());
-  if (list.empty()) reservations_.erase(it);
+  if (list.empty()) {
+    reservations_.erase(it);
+    SyncReservedLocked(node);
+  }
 }
 
 void ClusterView::PurgeExpiredLocked() {
@@ -385,7 +430,13 @@ void ClusterView::PurgeExpiredLocked() {
     list.erase(std::remove_if(list.begin(), list.end(),
                               [&](const Reservation& r) { return r.expires <= now; }),
                list.end());
-    it = list.empty() ? reservations_.erase(it) : std::next(it);
+    if (list.empty()) {
+      const std::string node = it->first;
+      it = reservations_.erase(it);
+      SyncReservedLocked(node);
+    } else {
+      ++it;
+    }
   }
 }
 
@@ -402,12 +453,11 @@ ClusterView::EvalContext ClusterView::Context(const PodRequest& pod, bool assign
 NodeVerdict ClusterView::Evaluate(const PodRequest& pod, const std::string& node) const {
   const EvalContext ctx = Context(pod, true, true);
   std::shared_lock l(mu_);
-  return EvaluateLocked(pod, node, ctx);
+  return EvaluateLocked(pod, SlotOf(node), node, ctx);
 }
 
-NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string& node,
-                                        const EvalContext& ctx, const Objects::value_type* hint,
-                                        const Objects::value_type** found) const {
+NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, uint32_t slot,
+                                        std::string_view node, const EvalContext& ctx) const {
   const bool assignments = ctx.assignments;
   NodeVerdict v;
   if (pod.resource.empty() || (pod.containers.empty() && pod.init_containers.empty())) {
@@ -420,32 +470,27 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string
     v.reason = std::move(reason);
     return v;
   };
-  const Objects::value_type* obj = hint;
-  if (obj == nullptr) {
-    auto it = objects_.find(node);
-    if (it != objects_.end()) obj = &*it;
-  }
-  if (found) *found = obj;
-  if (obj == nullptr) {
+  if (slot == kNoSlot) {
     if (nodes_known_) {
       auto n = nodes_.find(node);
       if (n != nodes_.end() && !n->second.pool_label) {
         return unresolvable("node has no gpulet GPU memory pool (no " +
                             std::string(kNodePoolLabel) + "=true label, no " + kObjectPrefix +
-                            node + " object)");
+                            std::string(node) + " object)");
       }
     }
     return unresolvable("no GPU memory object configmaps/" + options_.ns + "/" + kObjectPrefix +
-                        node + " (is gpulet's node agent running there with a memory pool?)");
+                        std::string(node) +
+                        " (is gpulet's node agent running there with a memory pool?)");
   }
-  const Entry& e = obj->second;
-  if (!e.memory) return unresolvable("GPU memory object is malformed: " + e.error);
-  const NodeMemory& m = *e.memory;
+  const Slot& e = slots_[slot];
+  const SlotInfo& info = info_[slot];
+  if (!e.ok) return unresolvable("GPU memory object is malformed: " + info.error);
   const Clock::Duration stale_after = e.stale_after;
   const Clock::Duration age = ctx.now - e.changed_at;
   if (age > stale_after) {
     return unresolvable(
-        "GPU memory object is stale: configmaps/" + options_.ns + "/" + e.object_name +
+        "GPU memory object is stale: configmaps/" + options_.ns + "/" + info.object_name +
         " unchanged for " +
         FormatDuration(std::chrono::duration_cast<std::chrono::milliseconds>(age)) +
         " (stale after " +
@@ -457,37 +502,39 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string
     ctx.resource = static_cast<size_t>(r - resources_.begin());  // size(): no object's
   }
   if (e.resource != *ctx.resource) {
-    return unresolvable("node's GPU memory pool is " + m.resource + ", the pod asks for " +
-                        pod.resource);
+    return unresolvable("node's GPU memory pool is " + info.memory->resource +
+                        ", the pod asks for " + pod.resource);
+  }
+  // Fast path (filter, no pending bind on the node): one container, no init containers.
+  if (!e.reserved && !ctx.score && !assignments && pod.init_containers.empty() &&
+      pod.containers.size() == 1) {
+    v.fits = e.largest_free >= pod.containers[0].units;
+    if (v.fits) return v;
   }
   // Free units per GPU after reservations (expired ones no longer count).
   // Scratch reused by this thread: filter evaluates thousands of nodes per request.
+  const size_t n = e.units.n;
   thread_local std::vector<int64_t> free;
   thread_local std::vector<size_t> used;
-  free.assign(m.gpus.size(), 0);
+  free.resize(n);
   used.clear();
-  for (size_t i = 0; i < m.gpus.size(); ++i) free[i] = e.units[i].free;
-  const Clock::TimePoint now = ctx.now;
-  if (reservations_.empty()) {
-    // Fast path (filter on a fleet without pending binds): one container, no init containers.
-    if (!ctx.score && !assignments && pod.init_containers.empty() && pod.containers.size() == 1 &&
-        e.largest_free >= pod.containers[0].units) {
-      v.fits = true;
-      return v;
-    }
-  } else if (auto r = reservations_.find(node); r != reservations_.end()) {
-    for (const Reservation& res : r->second) {
-      if (res.expires <= now || res.pod_key == ctx.pod_key) continue;
-      for (const Assignment& a : res.assignments) {
-        for (size_t g = 0; g < m.gpus.size(); ++g) {
-          if (m.gpus[g].uuid == a.gpu) free[g] = std::max<int64_t>(0, free[g] - a.units);
+  for (size_t i = 0; i < n; ++i) free[i] = e.units[i].free;
+  if (e.reserved) {
+    if (auto r = reservations_.find(info.node); r != reservations_.end()) {
+      const NodeMemory& m = *info.memory;
+      for (const Reservation& res : r->second) {
+        if (res.expires <= ctx.now || res.pod_key == ctx.pod_key) continue;
+        for (const Assignment& a : res.assignments) {
+          for (size_t g = 0; g < n; ++g) {
+            if (m.gpus[g].uuid == a.gpu) free[g] = std::max<int64_t>(0, free[g] - a.units);
+          }
         }
       }
     }
   }
   auto pick = [&](int64_t need) -> std::optional<size_t> {
     std::optional<size_t> best;
-    for (size_t i = 0; i < free.size(); ++i) {
+    for (size_t i = 0; i < n; ++i) {
       if (free[i] < need) continue;
       if (!best) {
         best = i;
@@ -500,12 +547,14 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string
   };
   auto largest = [&]() {
     size_t best = 0;
-    for (size_t i = 1; i < free.size(); ++i) {
+    for (size_t i = 1; i < n; ++i) {
       if (free[i] > free[best]) best = i;
     }
     return best;
   };
   auto no_fit = [&](const ContainerUnits& c, bool after_earlier, const char* kind) {
+    const NodeMemory& m = *info.memory;
+    v.fits = false;
     v.reason = std::string(kind) + " \"" + c.name + "\" needs " + Units(c.units) + " of " +
                pod.resource + " on one GPU; ";
     if (m.gpus.empty()) {
@@ -530,7 +579,7 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string
     if (!g) return no_fit(c, k > 0, "container");
     free[*g] -= c.units;
     if (std::find(used.begin(), used.end(), *g) == used.end()) used.push_back(*g);
-    if (assignments) v.assignments.push_back({c.name, m.gpus[*g].uuid, c.units});
+    if (assignments) v.assignments.push_back({c.name, info.memory->gpus[*g].uuid, c.units});
   }
   v.fits = true;
   if (!ctx.score) return v;
@@ -544,7 +593,7 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string
   }
   if (!used.empty()) gpu_left /= static_cast<double>(used.size());
   int64_t node_free = 0;
-  for (size_t i = 0; i < free.size(); ++i) node_free += free[i];
+  for (size_t i = 0; i < n; ++i) node_free += free[i];
   const int64_t node_total = e.healthy_total;
   const double node_left =
       node_total > 0 ? static_cast<double>(node_free) / static_cast<double>(node_total) : 0;
@@ -555,57 +604,127 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, const std::string
   return v;
 }
 
+std::shared_ptr<const ClusterView::Resolved> ClusterView::ResolveLocked(
+    const NameList& list) const {
+  if (!list.text.empty()) {
+    std::lock_guard g(resolved_mu_);
+    for (auto it = resolved_.begin(); it != resolved_.end(); ++it) {
+      const Resolved& r = **it;
+      if (r.layout != layout_ || r.slots.size() != list.names.size() ||
+          r.text.size() != list.text.size() ||
+          std::memcmp(r.text.data(), list.text.data(), r.text.size()) != 0)
+        continue;
+      std::shared_ptr<const Resolved> hit = *it;
+      if (it != resolved_.begin()) {
+        resolved_.erase(it);
+        resolved_.push_front(hit);
+      }
+      return hit;
+    }
+  }
+  auto r = std::make_shared<Resolved>();
+  r->layout = layout_;
+  r->slots.reserve(list.names.size());
+  for (std::string_view name : list.names) r->slots.push_back(SlotOf(name));
+  if (!list.text.empty()) {
+    r->text.assign(list.text);
+    RememberLocked(r);
+  }
+  return r;
+}
+
+void ClusterView::RememberLocked(std::shared_ptr<const Resolved> r) const {
+  std::lock_guard g(resolved_mu_);
+  // Lists of an older layout can never match again.
+  resolved_.erase(std::remove_if(resolved_.begin(), resolved_.end(),
+                                 [&](const auto& old) {
+                                   return old->layout != layout_ || old->text == r->text;
+                                 }),
+                  resolved_.end());
+  resolved_.push_front(std::move(r));
+  size_t bytes = 0, kept = 0;
+  for (const auto& old : resolved_) {
+    bytes += old->text.size() + old->slots.size() * sizeof(uint32_t);
+    if (kept > 0 && (kept >= kRememberedLists || bytes > kRememberedBytes)) break;
+    ++kept;
+  }
+  resolved_.resize(kept);
+}
+
+size_t ClusterView::remembered_lists() const {
+  std::lock_guard g(resolved_mu_);
+  return resolved_.size();
+}
+
+namespace {
+
+NameList ViewsOf(const std::vector<std::string>& nodes) {
+  NameList list;
+  list.names.assign(nodes.begin(), nodes.end());
+  return list;
+}
+
+// The JSON array body of plain names, as the scheduler would send them back.
+std::string JoinPlain(const std::vector<std::string_view>& names) {
+  size_t bytes = 0;
+  for (std::string_view n : names) bytes += n.size() + 3;
+  std::string out;
+  out.reserve(bytes);
+  for (std::string_view n : names) {
+    if (!out.empty()) out += ',';
+    out += '"';
+    out += n;
+    out += '"';
+  }
+  return out;
+}
+
+}  // namespace
+
 FilterOutcome ClusterView::Filter(const PodRequest& pod, const std::vector<std::string>& nodes,
                                   std::vector<size_t>* passed_index) const {
+  return Filter(pod, ViewsOf(nodes), passed_index);
+}
+
+FilterOutcome ClusterView::Filter(const PodRequest& pod, const NameList& nodes,
+                                  std::vector<size_t>* passed_index) const {
   FilterOutcome out;
-  if (passed_index) {
-    passed_index->clear();
-    passed_index->reserve(nodes.size());
-  } else {
-    out.passed.reserve(nodes.size());
-  }
+  std::vector<size_t> own_index;
+  std::vector<size_t>& passed = passed_index ? *passed_index : own_index;
+  passed.clear();
+  passed.reserve(nodes.names.size());
   const EvalContext ctx = Context(pod, /*assignments=*/false, /*score=*/false);
-  // What prioritize can reuse: the objects of the nodes that passed, found once here.
-  const bool memo = !pod.uid.empty() && !pod.resource.empty();
-  std::vector<const Objects::value_type*> found_objects;
-  if (memo) found_objects.reserve(nodes.size());
   std::shared_lock l(mu_);
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    const std::string& n = nodes[i];
-    const Objects::value_type* found = nullptr;
-    NodeVerdict v = EvaluateLocked(pod, n, ctx, nullptr, &found);
+  const std::shared_ptr<const Resolved> resolved = ResolveLocked(nodes);
+  for (size_t i = 0; i < nodes.names.size(); ++i) {
+    const std::string_view n = nodes.names[i];
+    NodeVerdict v = EvaluateLocked(pod, resolved->slots[i], n, ctx);
     if (v.fits) {
-      if (memo) found_objects.push_back(found);
-      if (passed_index) {
-        passed_index->push_back(i);
-      } else {
-        out.passed.push_back(n);
-      }
+      passed.push_back(i);
     } else if (v.unresolvable) {
       out.unresolvable.emplace(n, std::move(v.reason));
     } else {
       out.failed.emplace(n, std::move(v.reason));
     }
   }
-  if (memo) {
-    FilterMemo m;
-    m.uid = pod.uid;
-    m.pod_key = ctx.pod_key;
-    m.resource = pod.resource;
-    for (const ContainerUnits& c : pod.containers) m.units.push_back(c.units);
-    m.units.push_back(-1);
-    for (const ContainerUnits& c : pod.init_containers) m.units.push_back(c.units);
-    m.version = version_;
-    m.passed = std::move(found_objects);
-    std::lock_guard ml(memo_mu_);
-    for (auto it = memos_.begin(); it != memos_.end(); ++it) {
-      if (it->uid == m.uid) {
-        memos_.erase(it);
-        break;
-      }
+  // Prioritize gets the nodes that passed: remember that list too (when some failed; else it is
+  // the list just resolved).
+  if (!nodes.text.empty() && !passed.empty() && passed.size() < nodes.names.size()) {
+    std::vector<std::string_view> names;
+    auto r = std::make_shared<Resolved>();
+    r->layout = layout_;
+    names.reserve(passed.size());
+    r->slots.reserve(passed.size());
+    for (size_t i : passed) {
+      names.push_back(nodes.names[i]);
+      r->slots.push_back(resolved->slots[i]);
     }
-    memos_.push_back(std::move(m));
-    if (memos_.size() > kFilterMemos) memos_.pop_front();
+    r->text = JoinPlain(names);
+    RememberLocked(std::move(r));
+  }
+  if (!passed_index) {
+    out.passed.reserve(passed.size());
+    for (size_t i : passed) out.passed.emplace_back(nodes.names[i]);
   }
   return out;
 }
@@ -621,32 +740,17 @@ std::vector<std::pair<std::string, int>> ClusterView::Prioritize(
 
 std::vector<int> ClusterView::Scores(const PodRequest& pod,
                                      const std::vector<std::string>& nodes) const {
+  return Scores(pod, ViewsOf(nodes));
+}
+
+std::vector<int> ClusterView::Scores(const PodRequest& pod, const NameList& nodes) const {
   std::vector<int> out;
-  out.reserve(nodes.size());
+  out.reserve(nodes.names.size());
   const EvalContext ctx = Context(pod, /*assignments=*/false, /*score=*/true);
   std::shared_lock l(mu_);
-  // The filter's lookups, when the view has not changed since: the scheduler sends the nodes that
-  // passed, in order. The evaluation itself is redone, at this call's time.
-  std::vector<const Objects::value_type*> passed;
-  if (!pod.uid.empty() && !pod.resource.empty()) {
-    std::lock_guard ml(memo_mu_);
-    for (FilterMemo& m : memos_) {
-      if (m.uid != pod.uid || m.version != version_ || m.pod_key != ctx.pod_key ||
-          m.resource != pod.resource)
-        continue;
-      std::vector<int64_t> units;
-      for (const ContainerUnits& c : pod.containers) units.push_back(c.units);
-      units.push_back(-1);
-      for (const ContainerUnits& c : pod.init_containers) units.push_back(c.units);
-      if (units == m.units) passed = m.passed;
-      break;
-    }
-  }
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    const std::string& n = nodes[i];
-    const Objects::value_type* hint =
-        i < passed.size() && passed[i] != nullptr && passed[i]->first == n ? passed[i] : nullptr;
-    NodeVerdict v = EvaluateLocked(pod, n, ctx, hint);
+  const std::shared_ptr<const Resolved> resolved = ResolveLocked(nodes);
+  for (size_t i = 0; i < nodes.names.size(); ++i) {
+    NodeVerdict v = EvaluateLocked(pod, resolved->slots[i], nodes.names[i], ctx);
     out.push_back(v.fits ? v.score : 0);
   }
   return out;
@@ -655,7 +759,6 @@ std::vector<int> ClusterView::Scores(const PodRequest& pod,
 Result<std::vector<Assignment>> ClusterView::Reserve(const PodRequest& pod, const std::string& node,
                                                      bool* already) {
   std::unique_lock l(mu_);
-  ++version_;  // invalidates the filter memos
   PurgeExpiredLocked();
   if (already) *already = false;
   if (auto it = reservations_.find(node); it != reservations_.end()) {
@@ -665,7 +768,7 @@ Result<std::vector<Assignment>> ClusterView::Reserve(const PodRequest& pod, cons
       return r.assignments;
     }
   }
-  NodeVerdict v = EvaluateLocked(pod, node, Context(pod, true, true));
+  NodeVerdict v = EvaluateLocked(pod, SlotOf(node), node, Context(pod, true, true));
   if (!v.fits) {
     return Status(ErrorCode::kUnavailable,
                   "pod " + pod.key() + " no longer fits on node " + node + ": " + v.reason);
@@ -673,35 +776,37 @@ Result<std::vector<Assignment>> ClusterView::Reserve(const PodRequest& pod, cons
   if (v.assignments.empty()) return v.assignments;  // nothing of ours to hold
   reservations_[node].push_back(
       {pod.key(), v.assignments, clock_.Now() + options_.reservation_timeout});
+  SyncReservedLocked(node);
   return v.assignments;
 }
 
 void ClusterView::Unreserve(const std::string& pod_key, const std::string& node) {
   std::unique_lock l(mu_);
-  ++version_;  // invalidates the filter memos
   auto it = reservations_.find(node);
   if (it == reservations_.end()) return;
   auto& list = it->second;
   list.erase(std::remove_if(list.begin(), list.end(),
                             [&](const Reservation& r) { return r.pod_key == pod_key; }),
              list.end());
-  if (list.empty()) reservations_.erase(it);
+  if (list.empty()) {
+    reservations_.erase(it);
+    SyncReservedLocked(node);
+  }
 }
 
 ViewStats ClusterView::stats() const {
   std::shared_lock l(mu_);
   ViewStats s;
   const Clock::TimePoint now = clock_.Now();
-  s.objects = objects_.size();
-  for (const auto& [node, e] : objects_) {
-    if (!e.memory) {
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& e = slots_[i];
+    if (!e.used) continue;
+    ++s.objects;
+    if (!e.ok) {
       ++s.malformed;
       continue;
     }
-    const Clock::Duration stale_after = options_.stale_after.count() > 0
-                                            ? options_.stale_after
-                                            : std::chrono::seconds(3 * e.memory->heartbeat_seconds);
-    if (now - e.changed_at > stale_after) ++s.stale;
+    if (now - e.changed_at > e.stale_after) ++s.stale;
   }
   for (const auto& [node, list] : reservations_) {
     for (const Reservation& r : list) {
@@ -713,14 +818,10 @@ ViewStats ClusterView::stats() const {
   return s;
 }
 
-}  // namespace gpulet::extender
-
-namespace gpulet::extender {
-
 std::string ClusterView::ObjectVersion(const std::string& node) const {
   std::shared_lock l(mu_);
-  auto it = objects_.find(node);
-  return it == objects_.end() ? "" : it->second.resource_version;
+  const uint32_t slot = SlotOf(node);
+  return slot == kNoSlot ? "" : info_[slot].resource_version;
 }
 
 }  // namespace gpulet::extender

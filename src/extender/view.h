@@ -24,11 +24,13 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <shared_mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -135,6 +137,17 @@ struct ViewStats {
   int64_t reserved_units = 0;
 };
 
+// Node names as a request carries them. `names`: views that outlive the call. `text`: when the
+// request's JSON array held only plain names (no escapes), the array's bytes between its brackets,
+// exactly as sent; empty otherwise. A list with `text` is resolved to the view's nodes once and
+// remembered by those bytes (kube-scheduler sends the same list pod after pod, and prioritize
+// gets the list filter answered), so a repeated list costs one comparison of its bytes instead
+// of a lookup per name. `text` must be the encoding of `names`: the view trusts it.
+struct NameList {
+  std::vector<std::string_view> names;
+  std::string_view text;
+};
+
 class ClusterView {
  public:
   ClusterView(const Clock& clock, ViewOptions options);
@@ -156,11 +169,14 @@ class ClusterView {
   // FilterOutcome::passed stays empty (no copies of the names).
   FilterOutcome Filter(const PodRequest& pod, const std::vector<std::string>& nodes,
                        std::vector<size_t>* passed_index = nullptr) const;
+  FilterOutcome Filter(const PodRequest& pod, const NameList& nodes,
+                       std::vector<size_t>* passed_index = nullptr) const;
   // One entry per node, in order; nodes that do not fit score 0.
   std::vector<std::pair<std::string, int>> Prioritize(const PodRequest& pod,
                                                       const std::vector<std::string>& nodes) const;
   // The same scores, parallel to `nodes`.
   std::vector<int> Scores(const PodRequest& pod, const std::vector<std::string>& nodes) const;
+  std::vector<int> Scores(const PodRequest& pod, const NameList& nodes) const;
 
   // Checks the fit now and reserves the units. kUnavailable with the reason when the pod no longer
   // fits. A pod that already holds a reservation on `node` keeps it (*already = true): a repeated
@@ -172,47 +188,60 @@ class ClusterView {
   ViewStats stats() const;
   // The resourceVersion of the node's object as last seen ("" when none).
   std::string ObjectVersion(const std::string& node) const;
+  // Name lists remembered (for tests: a repeated list must not be resolved again).
+  size_t remembered_lists() const;
 
  private:
+  static constexpr uint32_t kNoSlot = UINT32_MAX;
+  static constexpr size_t kRememberedLists = 8;
+  static constexpr size_t kRememberedBytes = 16 << 20;
+
   struct Reservation {
     std::string pod_key;
     std::vector<Assignment> assignments;
     Clock::TimePoint expires;
   };
-  struct Entry {
-    std::string object_name;
-    std::string resource_version;
-    Clock::TimePoint changed_at;
-    std::optional<NodeMemory> memory;
-    std::string error;  // when memory is empty
-    // Summary of `memory`, computed when the object changes (filter reads it per node per call).
+  struct GpuUnits {
+    int64_t free = 0;  // 0 when unhealthy
+    int64_t total = 0;
+  };
+  // Per GPU, held in the slot itself for up to 8 GPUs, so that evaluating a node touches no other
+  // allocation.
+  struct UnitsList {
+    static constexpr size_t kInline = 8;
+    std::array<GpuUnits, kInline> small{};
+    std::vector<GpuUnits> large;
+    size_t n = 0;
+    const GpuUnits& operator[](size_t i) const { return n <= kInline ? small[i] : large[i]; }
+    void Assign(const std::vector<GpuUnits>& all) {
+      n = all.size();
+      large.clear();
+      if (n <= kInline) {
+        std::copy(all.begin(), all.end(), small.begin());
+      } else {
+        large = all;
+      }
+    }
+  };
+  // A node that has an object: what filter and prioritize read per node per call, computed when
+  // the object changes, dense by slot number. The rest is in SlotInfo (reasons, binds).
+  struct Slot {
+    Clock::TimePoint changed_at;  // resourceVersion last changed, on our clock
     Clock::Duration stale_after{0};
     int64_t largest_free = 0;   // over healthy GPUs
     int64_t healthy_total = 0;  // total units of the healthy GPUs
-    size_t resource = 0;        // memory->resource, as its index in resources_
-    struct Units {
-      int64_t free = 0;  // 0 when unhealthy
-      int64_t total = 0;
-    };
-    // Per GPU, as memory->gpus: 16 bytes each (not NodeMemory's 96), held in the entry itself
-    // for up to 8 GPUs, so that evaluating a node touches no other allocation.
-    struct UnitsList {
-      static constexpr size_t kInline = 8;
-      std::array<Units, kInline> small{};
-      std::vector<Units> large;
-      size_t n = 0;
-      const Units& operator[](size_t i) const { return n <= kInline ? small[i] : large[i]; }
-      void Assign(const std::vector<Units>& all) {
-        n = all.size();
-        large.clear();
-        if (n <= kInline) {
-          std::copy(all.begin(), all.end(), small.begin());
-        } else {
-          large = all;
-        }
-      }
-    };
+    uint32_t resource = 0;      // the object's resource, as its index in resources_
+    bool ok = false;            // the object parsed (else SlotInfo::error says why)
+    bool reserved = false;      // reservations_ holds entries for the node
+    bool used = false;          // false: on the free list
     UnitsList units;
+  };
+  struct SlotInfo {
+    std::string node;
+    std::string object_name;
+    std::string resource_version;
+    std::optional<NodeMemory> memory;
+    std::string error;  // when memory is empty
   };
   // Per-call constants, computed once per verb rather than once per node.
   struct EvalContext {
@@ -225,40 +254,48 @@ class ClusterView {
   struct NodeInfo {
     bool pool_label = false;
   };
-
-  using Objects = std::unordered_map<std::string, Entry>;
-  // A filter's lookups, for the prioritize of the same pod that follows it: the objects of the
-  // nodes that passed, valid while the view's version is unchanged (no object, node or
-  // reservation changed; element pointers of an unordered_map survive anything but erase).
-  struct FilterMemo {
-    std::string uid, pod_key, resource;
-    std::vector<int64_t> units;  // containers, -1, init containers
-    uint64_t version = 0;
-    std::vector<const Objects::value_type*> passed;
+  // A name list resolved to slots (kNoSlot: no object), valid while layout_ is unchanged.
+  struct Resolved {
+    std::string text;
+    uint64_t layout = 0;
+    std::vector<uint32_t> slots;
   };
-  static constexpr size_t kFilterMemos = 16;
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
 
   EvalContext Context(const PodRequest& pod, bool assignments, bool score) const;
-  // `hint`: the node's object, already found; `found`: set to the object found (or nullptr).
-  NodeVerdict EvaluateLocked(const PodRequest& pod, const std::string& node, const EvalContext& ctx,
-                             const Objects::value_type* hint = nullptr,
-                             const Objects::value_type** found = nullptr) const;
+  NodeVerdict EvaluateLocked(const PodRequest& pod, uint32_t slot, std::string_view node,
+                             const EvalContext& ctx) const;
+  uint32_t SlotOf(std::string_view node) const;
+  // The node's slot, made when it has none (a new layout).
+  uint32_t MakeSlotLocked(const std::string& node);
+  void FreeSlotLocked(uint32_t slot);
+  // Slot::reserved from reservations_, after they changed for `node`.
+  void SyncReservedLocked(const std::string& node);
+  std::shared_ptr<const Resolved> ResolveLocked(const NameList& list) const;
+  void RememberLocked(std::shared_ptr<const Resolved> r) const;
   void DropListedReservations(const std::string& node, const NodeMemory& memory);
   void PurgeExpiredLocked();
 
   const Clock& clock_;
   const ViewOptions options_;
   mutable std::shared_mutex mu_;
-  Objects objects_;                                                         // node → its object
+  std::vector<Slot> slots_;
+  std::vector<SlotInfo> info_;  // parallel to slots_
+  std::vector<uint32_t> free_slots_;
+  std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> slot_of_;  // node → slot
+  uint64_t layout_ = 0;  // bumped when a slot is made or freed (remembered lists re-resolve)
   std::map<std::string, std::string> object_nodes_;                         // object name → node
   std::unordered_map<std::string, std::vector<Reservation>> reservations_;  // node → reservations
-  std::map<std::string, NodeInfo> nodes_;
+  std::map<std::string, NodeInfo, std::less<>> nodes_;
   bool nodes_known_ = false;
   std::vector<std::string> resources_;  // the memory resources objects name (a handful)
-  uint64_t version_ = 0;                // bumped by every change, under mu_ held exclusively
 
-  mutable std::mutex memo_mu_;  // filter runs under mu_ shared: the memos have their own lock
-  mutable std::deque<FilterMemo> memos_;
+  // Filter and prioritize run under mu_ shared: the remembered lists have their own lock.
+  mutable std::mutex resolved_mu_;
+  mutable std::deque<std::shared_ptr<const Resolved>> resolved_;  // most recently used first
 };
 
 }  // namespace gpulet::extender

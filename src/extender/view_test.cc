@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
+#include <random>
+
 #include "extender/extender.h"
 #include "extender/test_objects.h"
 
@@ -488,6 +491,179 @@ TEST(ExtenderArgs, NodeNamesParsedAsTheSchedulerSendsThem) {
   ASSERT_EQ(p.status, 200);
   EXPECT_EQ(json::parse(p.body),
             json::parse(R"([{"Host":"n1","Score":2},{"Host":"n2","Score":0}])"));
+}
+
+
+// Filter's one-comparison path for one-container pods must still see the units bound pods hold.
+TEST(Filter, SeesReservationsOnTheFastPath) {
+  FakeClock clock;
+  ViewOptions options;
+  options.reservation_timeout = std::chrono::seconds(20);
+  ClusterView view(clock, options);
+  Publish(view, "n1", {{80, 30}}, "1");
+  Publish(view, "n2", {{80, 30}}, "1");
+  const PodRequest b = Request("b", {20});
+  const std::vector<std::string> both = {"n1", "n2"};
+  ASSERT_EQ(view.Filter(b, both).passed, both);
+  ASSERT_TRUE(view.Reserve(Request("a", {20}), "n1").ok());
+  FilterOutcome f = view.Filter(b, both);
+  EXPECT_EQ(f.passed, std::vector<std::string>{"n2"});
+  EXPECT_THAT(f.failed["n1"], HasSubstr("the largest free GPU has 10 units"));
+  view.Unreserve("default/a", "n1");
+  EXPECT_EQ(view.Filter(b, both).passed, both);
+  ASSERT_TRUE(view.Reserve(Request("a", {20}), "n1").ok());
+  ASSERT_TRUE(view.Reserve(Request("c", {20}), "n2").ok());
+  EXPECT_TRUE(view.Filter(b, both).passed.empty());
+  clock.Advance(std::chrono::seconds(21));  // reservations expired
+  EXPECT_EQ(view.Filter(b, both).passed, both);
+  ASSERT_TRUE(view.Reserve(Request("a", {20}), "n1").ok());
+  // The node lists pod a: its reservation is dropped, the published free units count.
+  Publish(view, "n1", {{80, 10}}, "2",
+          json::array({{{"namespace", "default"}, {"name", "a"}, {"units", 20}}}));
+  EXPECT_EQ(view.Filter(b, both).passed, std::vector<std::string>{"n2"});
+  Publish(view, "n1", {{80, 30}}, "3",
+          json::array({{{"namespace", "default"}, {"name", "a"}, {"units", 0}}}));
+  EXPECT_EQ(view.Filter(b, both).passed, both);
+  EXPECT_EQ(view.stats().reservations, 0u);
+}
+
+// Filter and prioritize through the extender (scheduler-shaped bodies: the node lists are
+// remembered by their bytes) give the answers the view gives for the same names looked up one by
+// one, whatever changes in between: objects published, changed, removed and re-added (slots
+// freed and reused), reservations made, dropped and expired, nodes deleted, time passing.
+TEST(RememberedLists, AnswersEqualLookingEveryNameUp) {
+  FakeClock clock;
+  ViewOptions options;
+  options.reservation_timeout = std::chrono::seconds(20);
+  ClusterView view(clock, options);
+  Extender ext(
+      view,
+      [](const std::string&, const std::string&, const std::string&, const std::string&) {
+        return Status();
+      },
+      [](const std::string&, const std::string&) -> Result<json> {
+        return Status(ErrorCode::kNotFound, "none");
+      });
+  std::mt19937 rng(7);
+  auto pick = [&](int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng); };
+  std::vector<std::string> nodes;
+  for (int i = 0; i < 24; ++i) nodes.push_back("node-" + std::to_string(i));
+  // A few lists, repeated: all nodes, a half, a reordering, one with unknown names.
+  std::vector<std::vector<std::string>> lists = {nodes};
+  lists.push_back(std::vector<std::string>(nodes.begin(), nodes.begin() + 12));
+  lists.push_back(std::vector<std::string>(nodes.rbegin(), nodes.rend()));
+  lists.push_back({"node-3", "ghost-1", "node-5", "ghost-2"});
+  int version = 1;
+  auto publish = [&](const std::string& node) {
+    std::vector<Gpu> gpus(1 + static_cast<size_t>(pick(4)));
+    for (Gpu& g : gpus) {
+      g.free = pick(81);
+      g.healthy = pick(10) != 0;
+    }
+    Publish(view, node, gpus, std::to_string(++version));
+  };
+  for (const std::string& n : nodes) publish(n);
+  int checked = 0;
+  for (int step = 0; step < 600; ++step) {
+    const std::string& node = nodes[static_cast<size_t>(pick(static_cast<int>(nodes.size())))];
+    switch (pick(8)) {
+      case 0:
+        publish(node);
+        break;
+      case 1:
+        view.RemoveObject("gpulet-memory-" + node);
+        break;
+      case 2:
+        (void)view.Reserve(Request("r" + std::to_string(step), {1 + pick(40)}), node);
+        break;
+      case 3:
+        view.RemoveNode(node);
+        break;
+      case 4:
+        clock.Advance(std::chrono::seconds(pick(12)));
+        break;
+      default:
+        break;
+    }
+    const json pod = MemoryPod("p" + std::to_string(pick(3)),
+                               pick(3) == 0 ? std::vector<int64_t>{1 + pick(30), 1 + pick(30)}
+                                            : std::vector<int64_t>{1 + pick(60)});
+    auto parsed = ParsePodRequest(pod);
+    ASSERT_TRUE(parsed.ok());
+    const std::vector<std::string>& names = lists[static_cast<size_t>(pick(4))];
+    // Filter: the extender's answer against each name looked up.
+    Answer f = ext.Filter(CacheModeArgs(pod, names));
+    ASSERT_EQ(f.status, 200);
+    const json fr = json::parse(f.body);
+    const FilterOutcome want = view.Filter(*parsed, names);
+    ASSERT_EQ(fr["NodeNames"].get<std::vector<std::string>>(), want.passed) << "step " << step;
+    ASSERT_EQ((fr["FailedNodes"].get<std::map<std::string, std::string>>()), want.failed);
+    ASSERT_EQ((fr["FailedAndUnresolvableNodes"].get<std::map<std::string, std::string>>()),
+              want.unresolvable);
+    // Prioritize of what passed (the list filter remembered), and of the whole list.
+    for (const std::vector<std::string>& asked : {want.passed, names}) {
+      Answer p = ext.Prioritize(CacheModeArgs(pod, asked));
+      ASSERT_EQ(p.status, 200);
+      const auto scores = view.Prioritize(*parsed, asked);
+      const json pr = json::parse(p.body);
+      ASSERT_EQ(pr.size(), scores.size());
+      for (size_t i = 0; i < scores.size(); ++i) {
+        ASSERT_EQ(pr[i]["Host"], scores[i].first);
+        ASSERT_EQ(pr[i]["Score"], scores[i].second) << "step " << step << " " << scores[i].first;
+      }
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 600);
+  EXPECT_LE(view.remembered_lists(), 8u);
+}
+
+TEST(RememberedLists, ARepeatedListIsResolvedOnceAndTheCacheIsBounded) {
+  FakeClock clock;
+  ClusterView view(clock, {});
+  Publish(view, "a", {{80, 80}}, "1");
+  Publish(view, "b", {{80, 5}}, "1");
+  Publish(view, "c", {{80, 80}}, "1");
+  Extender ext(
+      view,
+      [](const std::string&, const std::string&, const std::string&, const std::string&) {
+        return Status();
+      },
+      [](const std::string&, const std::string&) -> Result<json> {
+        return Status(ErrorCode::kNotFound, "none");
+      });
+  const json pod = MemoryPod("p", {20});
+  const std::string body = CacheModeArgs(pod, {"a", "b", "c"});
+  ASSERT_EQ(json::parse(ext.Filter(body).body)["NodeNames"], json::array({"a", "c"}));
+  EXPECT_EQ(view.remembered_lists(), 2u);  // the list asked, and the one that passed
+  ASSERT_EQ(ext.Prioritize(CacheModeArgs(pod, {"a", "c"})).status, 200);
+  ASSERT_EQ(json::parse(ext.Filter(body).body)["NodeNames"], json::array({"a", "c"}));
+  EXPECT_EQ(view.remembered_lists(), 2u);
+  // A node whose object appears later is found in a list remembered before it had one.
+  ASSERT_EQ(json::parse(ext.Filter(CacheModeArgs(pod, {"a", "d"})).body)["NodeNames"],
+            json::array({"a"}));
+  Publish(view, "d", {{80, 80}}, "1");
+  EXPECT_EQ(json::parse(ext.Filter(CacheModeArgs(pod, {"a", "d"})).body)["NodeNames"],
+            json::array({"a", "d"}));
+  // A freed slot reused by another node: each name still finds its own object.
+  view.RemoveObject("gpulet-memory-a");
+  Publish(view, "e", {{80, 1}}, "1");
+  const json r = json::parse(ext.Filter(CacheModeArgs(pod, {"a", "e", "c"})).body);
+  EXPECT_EQ(r["NodeNames"], json::array({"c"}));
+  EXPECT_THAT(r["FailedAndUnresolvableNodes"]["a"].get<std::string>(),
+              HasSubstr("no GPU memory object"));
+  EXPECT_THAT(r["FailedNodes"]["e"].get<std::string>(), HasSubstr("largest free GPU has 1 unit"));
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(ext.Filter(CacheModeArgs(pod, {"c", "n" + std::to_string(i)})).status, 200);
+  }
+  EXPECT_EQ(view.remembered_lists(), 8u);
+  // Lists the general parser reads (escapes) are answered the same and not remembered.
+  ClusterView plain(clock, {});
+  Publish(plain, "a", {{80, 80}}, "1");
+  Extender plain_ext(plain, nullptr, nullptr);
+  const std::string escaped = "{\"Pod\":" + pod.dump() + ",\"NodeNames\":[\"\\u0061\"]}";
+  EXPECT_EQ(json::parse(plain_ext.Filter(escaped).body)["NodeNames"], json::array({"a"}));
+  EXPECT_EQ(plain.remembered_lists(), 0u);
 }
 
 }  // namespace
