@@ -4,7 +4,11 @@
 //     filled from the fake API server by its own watches. One sample = POST /filter with every
 //     node name + POST /prioritize with the nodes that passed, each timed from the request sent
 //     to the answer read (the client's parsing of the filter answer in between is not counted).
-//     The in-process columns: the same two calls on the Extender directly, without HTTP.
+//     The in-process columns: the same two calls on the Extender directly, without HTTP; the
+//     "HTTP alone" columns: the same bodies through the HTTP server to handlers that answer
+//     precomputed replies (the transport's share). Two node-list modes: the same list for every
+//     pod, and a list rotated by one node per pod (no list repeats, as kube-scheduler starts each
+//     pod's search where the last stopped).
 //  2. bind throughput: POST /bind from 16 concurrent clients, each bind reserving units and
 //     creating the Binding in the fake API server (HTTPS on loopback, one TLS connection per call
 //     as src/k8s/client makes them).
@@ -239,8 +243,12 @@ int main(int argc, char** argv) {
   std::printf(
       "### Filter + prioritize, node-cache mode, real HTTP\n\n"
       "Pod asking for 20 units (1 GiB each); every node 8 GPUs of 80 units with 0–80 free "
-      "(seeded). Times in ms. In-process: the same filter + prioritize called on the extender "
-      "directly (no HTTP): its own share.\n\n"
+      "(seeded). Times in ms. Node list \"same\": every pod's filter gets the same names (a "
+      "stable cluster; the extender resolves a list it has seen by comparing its bytes); \"new "
+      "each pod\": each list starts one node further on, as the scheduler's own search does, so "
+      "every filter looks each name up. In-process: the same filter + prioritize called on the "
+      "extender directly (no HTTP): its own share. HTTP alone: the same request and answer "
+      "bodies through the same HTTP server with handlers that return precomputed answers.\n\n"
       "| nodes × GPUs | node list | passed | filter median | filter p99 | filter+prioritize median | "
       "filter+prioritize p99 | in-process median | in-process p99 | HTTP alone median | "
       "HTTP alone p99 | runs |\n"
