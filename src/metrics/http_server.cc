@@ -1,12 +1,8 @@
 #include "metrics/http_server.h"
 
-#include <dlfcn.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <openssl/err.h>
-#include <openssl/evp.h>
-#include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -16,8 +12,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -25,95 +21,12 @@
 #include <vector>
 
 #include "common/listen_address.h"
+#include "metrics/openssl_library.h"
 
 namespace gpulet::metrics {
 namespace {
 
 using Steady = std::chrono::steady_clock;
-
-// OpenSSL, loaded when a web config asks for TLS or basic auth instead of linked: most exporters
-// serve plain HTTP, and libssl mapped into every gpulet process costs resident memory even
-// unused (docs/benchmarks.md, "Footprint"). Types and constants still come from the headers; only
-// the calls go through this table, as k8s/curl_library.h does for libcurl.
-struct OpenSsl {
-  decltype(&::TLS_server_method) tls_server_method;
-  decltype(&::SSL_CTX_new) ctx_new;
-  decltype(&::SSL_CTX_free) ctx_free;
-  decltype(&::SSL_CTX_ctrl) ctx_ctrl;
-  decltype(&::SSL_CTX_use_certificate_chain_file) ctx_use_certificate_chain_file;
-  decltype(&::SSL_CTX_use_PrivateKey_file) ctx_use_private_key_file;
-  decltype(&::SSL_CTX_check_private_key) ctx_check_private_key;
-  decltype(&::SSL_CTX_load_verify_locations) ctx_load_verify_locations;
-  decltype(&::SSL_CTX_set_client_CA_list) ctx_set_client_ca_list;
-  decltype(&::SSL_load_client_CA_file) load_client_ca_file;
-  decltype(&::SSL_CTX_set_verify) ctx_set_verify;
-  decltype(&::SSL_new) ssl_new;
-  decltype(&::SSL_set_fd) set_fd;
-  decltype(&::SSL_free) ssl_free;
-  decltype(&::SSL_accept) accept;
-  decltype(&::SSL_get_error) get_error;
-  decltype(&::SSL_read) read;
-  decltype(&::SSL_write) write;
-  decltype(&::SSL_shutdown) shutdown;
-  decltype(&::ERR_clear_error) err_clear_error;  // libcrypto's, found through libssl
-  decltype(&::EVP_Digest) evp_digest;
-  decltype(&::EVP_sha256) evp_sha256;
-};
-
-struct LoadedSsl {
-  OpenSsl api{};
-  const OpenSsl* table = nullptr;
-  std::string error;
-};
-
-// Loaded once, thread-safely, on first use; `table` is null when libssl.so.3 or one of its
-// functions cannot be found (`error` says why).
-const LoadedSsl& LoadSsl() {
-  static const LoadedSsl* loaded = [] {
-    auto* l = new LoadedSsl();  // lives for the program, as the library does
-    void* lib = dlopen("libssl.so.3", RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr) {
-      const char* why = dlerror();
-      l->error = std::string("cannot load libssl.so.3 (Debian package libssl3): ") +
-                 (why != nullptr ? why : "unknown error");
-      return l;
-    }
-    auto resolve = [&](auto& fn, const char* name) {
-      void* sym = dlsym(lib, name);  // the handle's scope: libssl, then libcrypto
-      if (sym == nullptr && l->error.empty()) l->error = std::string("libssl.so.3 has no ") + name;
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(sym);
-    };
-    OpenSsl& a = l->api;
-    resolve(a.tls_server_method, "TLS_server_method");
-    resolve(a.ctx_new, "SSL_CTX_new");
-    resolve(a.ctx_free, "SSL_CTX_free");
-    resolve(a.ctx_ctrl, "SSL_CTX_ctrl");
-    resolve(a.ctx_use_certificate_chain_file, "SSL_CTX_use_certificate_chain_file");
-    resolve(a.ctx_use_private_key_file, "SSL_CTX_use_PrivateKey_file");
-    resolve(a.ctx_check_private_key, "SSL_CTX_check_private_key");
-    resolve(a.ctx_load_verify_locations, "SSL_CTX_load_verify_locations");
-    resolve(a.ctx_set_client_ca_list, "SSL_CTX_set_client_CA_list");
-    resolve(a.load_client_ca_file, "SSL_load_client_CA_file");
-    resolve(a.ctx_set_verify, "SSL_CTX_set_verify");
-    resolve(a.ssl_new, "SSL_new");
-    resolve(a.set_fd, "SSL_set_fd");
-    resolve(a.ssl_free, "SSL_free");
-    resolve(a.accept, "SSL_accept");
-    resolve(a.get_error, "SSL_get_error");
-    resolve(a.read, "SSL_read");
-    resolve(a.write, "SSL_write");
-    resolve(a.shutdown, "SSL_shutdown");
-    resolve(a.err_clear_error, "ERR_clear_error");
-    resolve(a.evp_digest, "EVP_Digest");
-    resolve(a.evp_sha256, "EVP_sha256");
-    if (l->error.empty()) l->table = &l->api;
-    return l;
-  }();
-  return *loaded;
-}
-
-// The table; only called once MetricsServer::Start has loaded it (TLS or basic auth configured).
-const OpenSsl& Ssl() { return *LoadSsl().table; }
 
 struct Request {
   std::string method;
@@ -207,13 +120,9 @@ const char* Reason(int status) {
   }
 }
 
-// SHA-256 of an Authorization value: what the credential cache keys on.
-std::string Digest(const std::string& s) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  Ssl().evp_digest(s.data(), s.size(), md, &len, Ssl().evp_sha256(), nullptr);
-  return std::string(reinterpret_cast<char*>(md), len);
-}
+// SHA-256 of an Authorization value: what the credential cache keys on (libcrypto is loaded:
+// Start loads it when basic auth is configured).
+std::string Digest(const std::string& s) { return Sha256(*Crypto(), s); }
 
 constexpr size_t kAuthCacheSize = 4096;
 
@@ -237,7 +146,7 @@ class MetricsServer::Loop {
     if (epoll_fd_ >= 0) ::close(epoll_fd_);
     if (wake_fd_ >= 0) ::close(wake_fd_);
     if (listen_fd_ >= 0) ::close(listen_fd_);
-    if (ssl_ctx_) Ssl().ctx_free(ssl_ctx_);
+    if (ssl_ctx_) Ssl()->ctx_free(ssl_ctx_);
   }
 
   Status Start() {
@@ -346,7 +255,7 @@ class MetricsServer::Loop {
   }
 
   void Release(Conn& c) {
-    if (c.ssl) Ssl().ssl_free(c.ssl);
+    if (c.ssl) Ssl()->ssl_free(c.ssl);
     c.ssl = nullptr;
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
     ::close(c.fd);
@@ -413,8 +322,8 @@ class MetricsServer::Loop {
       c->last_active = Steady::now();
       c->deadline = c->last_active + options_.request_timeout;
       if (ssl_ctx_) {
-        c->ssl = Ssl().ssl_new(ssl_ctx_);
-        Ssl().set_fd(c->ssl, fd);
+        c->ssl = Ssl()->ssl_new(ssl_ctx_);
+        Ssl()->set_fd(c->ssl, fd);
         c->phase = Phase::kHandshake;
       }
       c->events = EPOLLIN | EPOLLRDHUP;
@@ -466,16 +375,16 @@ class MetricsServer::Loop {
   }
 
   void Handshake(Conn& c) {
-    const int r = Ssl().accept(c.ssl);
+    const int r = Ssl()->accept(c.ssl);
     if (r == 1) {
       c.phase = Phase::kReading;
       SetInterest(c, EPOLLIN | EPOLLRDHUP);
       return ReadRequest(c);
     }
-    const int err = Ssl().get_error(c.ssl, r);
+    const int err = Ssl()->get_error(c.ssl, r);
     if (err == SSL_ERROR_WANT_READ) return SetInterest(c, EPOLLIN | EPOLLRDHUP);
     if (err == SSL_ERROR_WANT_WRITE) return SetInterest(c, EPOLLOUT);
-    Ssl().err_clear_error();
+    Crypto()->err_clear_error();
     Close(c.fd);
   }
 
@@ -490,11 +399,11 @@ class MetricsServer::Loop {
       const size_t want = std::min(room, sizeof buf);
       ssize_t n;
       if (c.ssl) {
-        n = Ssl().read(c.ssl, buf, static_cast<int>(want));
+        n = Ssl()->read(c.ssl, buf, static_cast<int>(want));
         if (n <= 0) {
-          const int err = Ssl().get_error(c.ssl, static_cast<int>(n));
+          const int err = Ssl()->get_error(c.ssl, static_cast<int>(n));
           if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) return 0;
-          Ssl().err_clear_error();
+          Crypto()->err_clear_error();
           if (err == SSL_ERROR_ZERO_RETURN) {
             c.eof = true;
             return 0;
@@ -763,12 +672,12 @@ class MetricsServer::Loop {
         const char* p =
             c.sent < c.head.size() ? c.head.data() + c.sent : c.body + (c.sent - c.head.size());
         const size_t left = c.sent < c.head.size() ? c.head.size() - c.sent : total - c.sent;
-        n = Ssl().write(c.ssl, p, static_cast<int>(std::min<size_t>(left, 1 << 20)));
+        n = Ssl()->write(c.ssl, p, static_cast<int>(std::min<size_t>(left, 1 << 20)));
         if (n <= 0) {
-          const int err = Ssl().get_error(c.ssl, static_cast<int>(n));
+          const int err = Ssl()->get_error(c.ssl, static_cast<int>(n));
           if (err == SSL_ERROR_WANT_WRITE) return SetInterest(c, EPOLLOUT);
           if (err == SSL_ERROR_WANT_READ) return SetInterest(c, EPOLLIN);
-          Ssl().err_clear_error();
+          Crypto()->err_clear_error();
           return Close(c.fd);
         }
       } else {
@@ -799,7 +708,7 @@ class MetricsServer::Loop {
     c.body = nullptr;
     c.body_len = 0;
     if (c.close_after) {
-      if (c.ssl) Ssl().shutdown(c.ssl);
+      if (c.ssl) Ssl()->shutdown(c.ssl);
       return Close(c.fd);
     }
     c.phase = Phase::kReading;
@@ -847,35 +756,35 @@ class MetricsServer::Loop {
 namespace {
 
 Result<SSL_CTX*> MakeTlsContext(const WebConfig& web, const std::string& file) {
-  SSL_CTX* ctx = Ssl().ctx_new(Ssl().tls_server_method());
+  SSL_CTX* ctx = Ssl()->ctx_new(Ssl()->tls_server_method());
   auto fail = [&](const std::string& what) -> Result<SSL_CTX*> {
-    Ssl().ctx_free(ctx);
-    Ssl().err_clear_error();
+    Ssl()->ctx_free(ctx);
+    Crypto()->err_clear_error();
     return Status(ErrorCode::kInvalidInput, file + ": " + what);
   };
   if (!ctx) return fail("cannot create a TLS context");
-  if (Ssl().ctx_use_certificate_chain_file(ctx, web.cert_file.c_str()) != 1 ||
-      Ssl().ctx_use_private_key_file(ctx, web.key_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
-      Ssl().ctx_check_private_key(ctx) != 1) {
+  if (Ssl()->ctx_use_certificate_chain_file(ctx, web.cert_file.c_str()) != 1 ||
+      Ssl()->ctx_use_private_key_file(ctx, web.key_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
+      Ssl()->ctx_check_private_key(ctx) != 1) {
     return fail("cannot load TLS certificate/key (" + web.cert_file + ", " + web.key_file + ")");
   }
   if (web.require_client_cert) {
-    if (Ssl().ctx_load_verify_locations(ctx, web.client_ca_file.c_str(), nullptr) != 1) {
+    if (Ssl()->ctx_load_verify_locations(ctx, web.client_ca_file.c_str(), nullptr) != 1) {
       return fail("cannot load client CA file " + web.client_ca_file);
     }
-    Ssl().ctx_set_client_ca_list(ctx, Ssl().load_client_ca_file(web.client_ca_file.c_str()));
-    Ssl().ctx_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+    Ssl()->ctx_set_client_ca_list(ctx, Ssl()->load_client_ca_file(web.client_ca_file.c_str()));
+    Ssl()->ctx_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
   }
   if (web.min_tls_version != 0) {
     const int v = web.min_tls_version == 10   ? TLS1_VERSION
                   : web.min_tls_version == 11 ? TLS1_1_VERSION
                   : web.min_tls_version == 12 ? TLS1_2_VERSION
                                               : TLS1_3_VERSION;
-    Ssl().ctx_ctrl(ctx, SSL_CTRL_SET_MIN_PROTO_VERSION, v,
-                   nullptr);  // SSL_CTX_set_min_proto_version
+    Ssl()->ctx_ctrl(ctx, SSL_CTRL_SET_MIN_PROTO_VERSION, v,
+                    nullptr);  // SSL_CTX_set_min_proto_version
   }
-  Ssl().ctx_ctrl(ctx, SSL_CTRL_MODE,  // SSL_CTX_set_mode
-                 SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER, nullptr);
+  Ssl()->ctx_ctrl(ctx, SSL_CTRL_MODE,  // SSL_CTX_set_mode
+                  SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER, nullptr);
   return ctx;
 }
 
@@ -926,11 +835,12 @@ Status MetricsServer::Start() {
     if (!loaded.ok()) return loaded.status();
     web = std::move(loaded).value();
   }
-  // OpenSSL is loaded only when the web config needs it (TLS, or basic auth's credential digest).
-  if (web.tls() || !web.users.empty()) {
-    if (LoadSsl().table == nullptr) {
-      return Status(ErrorCode::kUnavailable, options_.web_config_file + ": " + LoadSsl().error);
-    }
+  // OpenSSL is loaded only when the web config needs it: libssl for TLS, libcrypto for basic
+  // auth (credential digests, base64, constant-time compare).
+  std::string openssl_error;
+  if ((web.tls() && Ssl(&openssl_error) == nullptr) ||
+      (!web.users.empty() && Crypto(&openssl_error) == nullptr)) {
+    return Status(ErrorCode::kUnavailable, options_.web_config_file + ": " + openssl_error);
   }
   SSL_CTX* ctx = nullptr;
   if (web.tls()) {
@@ -941,7 +851,7 @@ Status MetricsServer::Start() {
   }
   Result<int> fd = Listen(*addr, options_.address, &port_);
   if (!fd.ok()) {
-    if (ctx) Ssl().ctx_free(ctx);
+    if (ctx) Ssl()->ctx_free(ctx);
     return fd.status();
   }
   auto auth = std::make_unique<BasicAuth>(web.users);

@@ -122,8 +122,9 @@ std::string PackageOf(const std::string& path) {
 }
 
 // Libraries gpulet loads with dlopen rather than links: libcurl for the Kubernetes API
-// (k8s/curl_library.cc), libssl when a web config asks for TLS (metrics/http_server.cc).
-constexpr const char* kDlopened[] = {"libcurl.so.4", "libssl.so.3"};
+// (k8s/curl_library.cc), libcrypto when a web config asks for basic auth or TLS and libssl when it
+// asks for TLS (metrics/openssl_library.cc).
+constexpr const char* kDlopened[] = {"libcurl.so.4", "libcrypto.so.3", "libssl.so.3"};
 
 class ImageTest : public ::testing::Test {
  protected:
@@ -236,9 +237,11 @@ TEST_F(ImageTest, RuntimeStageInstallsEveryLibraryTheBinaryNeeds) {
   }
 }
 
-// libssl3 is in the image for the metrics port's TLS, loaded by name (kDlopened): the binary serves
-// HTTPS with a TLS web config, and a plain exporter never maps libssl.
-TEST_F(ImageTest, TlsLoadsLibsslOnlyWhenAWebConfigAsksForIt) {
+// libssl3 is in the image for the metrics port's TLS and basic auth, loaded by name (kDlopened):
+// the binary serves HTTPS with a TLS web config; a plain exporter maps neither libssl nor
+// libcrypto, and basic auth alone maps libcrypto only. Without a loadable libcrypto, a web config
+// that needs it fails the start with an error naming the library and the file.
+TEST_F(ImageTest, OpenSslIsLoadedOnlyWhenAWebConfigAsksForIt) {
   const std::string script = R"sh(set -u
 pid=""; d=$(mktemp -d)
 trap '[ -n "$pid" ] && kill $pid 2>/dev/null && wait $pid; rm -rf "$d"' EXIT
@@ -256,19 +259,40 @@ serve() {  # serve NAME [ARGS]: start an exporter on a free port, set $pid and $
   done
   echo "$1: not listening"; cat "$d/$1.log"; exit 3
 }
+maps() { echo "libssl=$(grep -c 'libssl\.so' /proc/$pid/maps) libcrypto=$(grep -c 'libcrypto\.so' /proc/$pid/maps)"; }
 serve plain
-echo "plain: $(curl -s http://127.0.0.1:$port/health) libssl=$(grep -c 'libssl\.so' /proc/$pid/maps)"
+echo "plain: $(curl -s http://127.0.0.1:$port/health) $(maps)"
+kill $pid; wait $pid
+# bcrypt ($2y$, cost 4) of "s3cret"
+printf 'basic_auth_users:\n  alice: $2y$04$MiDM8uS.jofjwf1Go9KEoeCzCbjf0ak.3PVmsjmmOOk8OYgDL7V8O\n' > "$d/auth.yml"
+serve auth --web-config-file "$d/auth.yml"
+echo "auth: $(curl -s -u alice:s3cret http://127.0.0.1:$port/health) $(curl -s -o /dev/null -w %{http_code} -u alice:wrong http://127.0.0.1:$port/health) $(maps)"
 kill $pid; wait $pid
 serve tls --web-config-file "$d/web.yml"
-echo "tls: $(curl -sk https://127.0.0.1:$port/health) libssl=$(grep -c 'libssl\.so' /proc/$pid/maps)"
+echo "tls: $(curl -sk https://127.0.0.1:$port/health) $(maps)"
+kill $pid; wait $pid; pid=""
+mkdir "$d/broken"; echo "not a library" > "$d/broken/libcrypto.so.3"
+LD_LIBRARY_PATH="$d/broken" "$GPULET" --simulate dgx-h100 --sim-state "$d/sim-broken" exporter \
+  -a 127.0.0.1:0 --web-config-file "$d/auth.yml" > "$d/broken.log" 2>&1
+echo "broken: rc=$? $(cat "$d/broken.log")"
 )sh";
   const CommandResult r = RunCommand("GPULET=" + GpuletBinary() + " bash -c '" +
                                      std::regex_replace(script, std::regex("'"), "'\\''") + "'");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("plain: OK libssl=0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("plain: OK libssl=0 libcrypto=0"), std::string::npos) << r.output;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(r.output, m, std::regex(R"(tls: OK libssl=(\d+))"))) << r.output;
+  ASSERT_TRUE(
+      std::regex_search(r.output, m, std::regex(R"(auth: OK 401 libssl=0 libcrypto=(\d+))")))
+      << r.output;
   EXPECT_GT(std::stoi(m[1]), 0) << r.output;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex(R"(tls: OK libssl=(\d+) libcrypto=(\d+))")))
+      << r.output;
+  EXPECT_GT(std::stoi(m[1]), 0) << r.output;
+  EXPECT_GT(std::stoi(m[2]), 0) << r.output;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex(R"(broken: rc=(\d+))"))) << r.output;
+  EXPECT_NE(std::stoi(m[1]), 0) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(auth\.yml: cannot load libcrypto\.so\.3)")))
+      << r.output;
 }
 
 // The shipped files must not reveal or depend on the build machine's paths.
