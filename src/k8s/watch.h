@@ -94,6 +94,7 @@ class WatchLoop {
   };
 
   WatchLoop(const Client& client, WatcherOptions options) : client_(client), options_(options) {}
+  ~WatchLoop() = default;  // owned as the watcher it is part of, never as a WatchLoop
   // Blocks until stop.
   void Loop(StopSignal& stop, const Source& source);
   void set_resource_version(const std::string& rv);
