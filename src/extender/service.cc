@@ -35,10 +35,10 @@ Service::Service(const k8s::Client& client, const Clock& clock, ServiceOptions o
             return *r;
           }) {
   // LIST + WATCH of both sources.
-  objects_ = std::make_unique<CollectionWatcher>(
+  objects_ = std::make_unique<k8s::CollectionWatcher>(
       client, "/api/v1/namespaces/" + options_.view.ns + "/configmaps",
       std::string(kMemoryPoolLabel) + "=true");
-  nodes_ = std::make_unique<CollectionWatcher>(client, "/api/v1/nodes", "");
+  nodes_ = std::make_unique<k8s::CollectionWatcher>(client, "/api/v1/nodes", "");
 }
 
 Service::~Service() { Stop(); }

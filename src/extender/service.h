@@ -15,7 +15,6 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "extender/extender.h"
-#include "extender/informer.h"
 #include "extender/view.h"
 #include "k8s/client.h"
 #include "k8s/watch.h"
@@ -63,8 +62,8 @@ class Service {
   ServiceOptions options_;
   ClusterView view_;
   Extender extender_;
-  std::unique_ptr<CollectionWatcher> objects_;  // the per-node GPU memory ConfigMaps
-  std::unique_ptr<CollectionWatcher> nodes_;
+  std::unique_ptr<k8s::CollectionWatcher> objects_;  // the per-node GPU memory ConfigMaps
+  std::unique_ptr<k8s::CollectionWatcher> nodes_;
   k8s::StopSignal stop_;
   std::thread objects_thread_, nodes_thread_;
   std::unique_ptr<metrics::Publisher> unused_publisher_;  // the server's own /metrics is replaced

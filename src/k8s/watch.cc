@@ -37,29 +37,29 @@ ObjectRef ConfigMapRef(const std::string& ns, const std::string& name) {
   return {"/api/v1/namespaces/" + ns + "/configmaps", name};
 }
 
-ObjectWatcher::ObjectWatcher(const Client& client, ObjectRef ref, WatcherOptions options)
-    : client_(client), ref_(std::move(ref)), options_(options) {}
-
-std::string ObjectWatcher::resource_version() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return resource_version_;
-}
-
 namespace {
+// metadata.resourceVersion of an object; "" when it has none.
 std::string VersionOf(const nlohmann::json& object) {
-  if (!object.is_object() || !object.contains("metadata")) return "";
+  if (!object.is_object() || !object.contains("metadata") || !object["metadata"].is_object()) {
+    return "";
+  }
   return object["metadata"].value("resourceVersion", "");
 }
 }  // namespace
 
-void ObjectWatcher::Run(StopSignal& stop, const OnChange& on_change) {
+std::string WatchLoop::resource_version() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return resource_version_;
+}
+
+void WatchLoop::set_resource_version(const std::string& rv) {
+  std::lock_guard<std::mutex> lock(mu_);
+  resource_version_ = rv;
+}
+
+void WatchLoop::Loop(StopSignal& stop, const Source& source) {
   bool need_list = true;
   std::chrono::milliseconds backoff = options_.initial_backoff;
-  const std::string what = ref_.Describe();
-  auto set_rv = [this](const std::string& rv) {
-    std::lock_guard<std::mutex> lock(mu_);
-    resource_version_ = rv;
-  };
   auto fail_wait = [&]() {
     ++stats_.reconnects;
     const bool stopped = stop.WaitFor(backoff);
@@ -70,39 +70,29 @@ void ObjectWatcher::Run(StopSignal& stop, const OnChange& on_change) {
   while (!stop.stopped()) {
     if (need_list) {
       ++stats_.lists;
-      ApiResult<nlohmann::json> got = client_.Get(ref_.ObjectPath());
-      if (got.ok()) {
-        set_rv(VersionOf(*got));
-        on_change(*got);
-      } else if (got.http_status() == 404) {
-        // Absent: watch from "now"; its creation arrives as ADDED.
-        set_rv("");
-        on_change(std::nullopt);
-      } else {
-        spdlog::warn("event=k8s_get_failed object={} error=\"{}\"", what, got.status().message());
+      const Status listed = source.list();
+      if (!listed.ok()) {
+        spdlog::warn("event={} {} retry_ms={} error=\"{}\"", source.list_failed_event,
+                     source.subject, backoff.count(), listed.message());
         if (fail_wait()) return;
         continue;
       }
       need_list = false;
     }
 
-    std::string query = "?watch=1&allowWatchBookmarks=true&fieldSelector=" +
-                        EscapeQueryValue("metadata.name=" + ref_.name) +
-                        "&timeoutSeconds=" + std::to_string(options_.timeout_seconds);
+    std::string path = source.watch_path;
     const std::string rv = resource_version();
-    if (!rv.empty()) query += "&resourceVersion=" + EscapeQueryValue(rv);
+    if (!rv.empty()) path += "&resourceVersion=" + EscapeQueryValue(rv);
     ++stats_.watches;
     bool got_event = false;
     WatchResult r = client_.Watch(
-        ref_.collection_path + query,
+        path,
         [&](const WatchEvent& ev) {
           got_event = true;
           const std::string v = VersionOf(ev.object);
-          if (!v.empty()) set_rv(v);
-          if (ev.type == "ADDED" || ev.type == "MODIFIED") {
-            on_change(ev.object);
-          } else if (ev.type == "DELETED") {
-            on_change(std::nullopt);
+          if (!v.empty()) set_resource_version(v);
+          if (ev.type == "ADDED" || ev.type == "MODIFIED" || ev.type == "DELETED") {
+            source.on_event(ev.type, ev.object);
           }
           return !stop.stopped();
         },
@@ -112,24 +102,90 @@ void ObjectWatcher::Run(StopSignal& stop, const OnChange& on_change) {
       case WatchEnd::kStopped:
         return;
       case WatchEnd::kClosed:
-        spdlog::debug("event=k8s_watch_closed object={} resource_version={}", what,
+        spdlog::debug("event=k8s_watch_closed {} resource_version={}", source.subject,
                       resource_version());
         break;
       case WatchEnd::kGone:
         ++stats_.gone;
-        spdlog::info("event=k8s_watch_gone object={} resource_version={} action=relist", what,
+        spdlog::info("event=k8s_watch_gone {} resource_version={} action=relist", source.subject,
                      resource_version());
         need_list = true;
         break;
       case WatchEnd::kBroken:
       case WatchEnd::kFailed:
-        spdlog::warn(
-            "event=k8s_watch_broken object={} resource_version={} retry_ms={} error=\"{}\"", what,
-            resource_version(), backoff.count(), r.error.message());
+        spdlog::warn("event=k8s_watch_broken {} resource_version={} retry_ms={} error=\"{}\"",
+                     source.subject, resource_version(), backoff.count(), r.error.message());
         if (fail_wait()) return;
         break;
     }
   }
+}
+
+ObjectWatcher::ObjectWatcher(const Client& client, ObjectRef ref, WatcherOptions options)
+    : WatchLoop(client, options), ref_(std::move(ref)) {}
+
+void ObjectWatcher::Run(StopSignal& stop, const OnChange& on_change) {
+  Source source;
+  source.subject = "object=" + ref_.Describe();
+  source.list_failed_event = "k8s_get_failed";
+  source.watch_path = ref_.collection_path + "?watch=1&allowWatchBookmarks=true&fieldSelector=" +
+                      EscapeQueryValue("metadata.name=" + ref_.name) +
+                      "&timeoutSeconds=" + std::to_string(options_.timeout_seconds);
+  source.list = [&]() -> Status {
+    ApiResult<nlohmann::json> got = client_.Get(ref_.ObjectPath());
+    if (got.ok()) {
+      set_resource_version(VersionOf(*got));
+      on_change(*got);
+      return Status::Ok();
+    }
+    if (got.http_status() == 404) {
+      // Absent: watch from "now"; its creation arrives as ADDED.
+      set_resource_version("");
+      on_change(std::nullopt);
+      return Status::Ok();
+    }
+    return got.status();
+  };
+  source.on_event = [&](const std::string& type, const nlohmann::json& object) {
+    if (type == "DELETED") {
+      on_change(std::nullopt);
+    } else {
+      on_change(object);
+    }
+  };
+  Loop(stop, source);
+}
+
+CollectionWatcher::CollectionWatcher(const Client& client, std::string collection_path,
+                                     std::string label_selector, WatcherOptions options)
+    : WatchLoop(client, options),
+      path_(std::move(collection_path)),
+      selector_(std::move(label_selector)) {}
+
+void CollectionWatcher::Run(StopSignal& stop, const OnList& on_list, const OnEvent& on_event) {
+  const std::string selector =
+      selector_.empty() ? "" : "labelSelector=" + EscapeQueryValue(selector_);
+  Source source;
+  source.subject = "collection=" + path_;
+  source.list_failed_event = "k8s_list_failed";
+  source.watch_path = path_ + "?watch=1&allowWatchBookmarks=true&timeoutSeconds=" +
+                      std::to_string(options_.timeout_seconds);
+  if (!selector.empty()) source.watch_path += "&" + selector;
+  source.list = [&]() -> Status {
+    ApiResult<nlohmann::json> got = client_.Get(path_ + (selector.empty() ? "" : "?" + selector));
+    if (!got.ok()) return got.status();
+    if (!got->is_object()) return Status(ErrorCode::kInvalidInput, "not an object");
+    std::vector<nlohmann::json> items;
+    if (got->contains("items") && (*got)["items"].is_array()) {
+      for (const auto& item : (*got)["items"]) items.push_back(item);
+    }
+    set_resource_version(VersionOf(*got));
+    on_list(items);
+    synced_ = true;
+    return Status::Ok();
+  };
+  source.on_event = on_event;
+  Loop(stop, source);
 }
 
 }  // namespace gpulet::k8s

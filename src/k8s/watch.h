@@ -1,11 +1,21 @@
-// ObjectWatcher: follows one named object (a Node, a ConfigMap) through GET + WATCH, the way an
-// informer does for a single object:
-//   1. GET the object (its resourceVersion is where the watch starts; 404 means "absent").
-//   2. WATCH the collection with fieldSelector=metadata.name=<name> from that resourceVersion.
-//   3. When the stream ends or breaks, watch again from the last resourceVersion seen (after a
-//      backoff when it broke); on 410 Gone the version is too old: go back to 1 (re-list).
-// on_change receives the object after every GET and every ADDED/MODIFIED event, and nullopt when
-// the object is absent or DELETED. Callers compare contents; the watcher does not de-duplicate.
+// The two informer-style watch loops, one loop underneath:
+//   ObjectWatcher follows one named object (a Node, a ConfigMap);
+//   CollectionWatcher follows a label-selected collection (the extender's per-node ConfigMaps,
+//   the Nodes).
+// Both run the same loop (WatchLoop):
+//   1. LIST the source (GET the object, or LIST the collection); its resourceVersion is where the
+//      watch starts. A failed LIST is retried after a backoff.
+//   2. WATCH from that resourceVersion.
+//   3. When the stream ends, watch again from the last resourceVersion seen; when it breaks (or
+//      the request fails), the same after a backoff; on 410 Gone the version is too old: go back
+//      to 1 (re-list). The backoff doubles up to max_backoff and goes back to initial_backoff
+//      once a watch delivered an event. StopSignal::Stop() ends the loop, waking a backoff wait.
+// ObjectWatcher: GET the object (404 means "absent"), WATCH with
+// fieldSelector=metadata.name=<name>. on_change receives the object after every GET and every
+// ADDED/MODIFIED event, and nullopt when the object is absent or DELETED. Callers compare
+// contents; the watcher does not de-duplicate.
+// CollectionWatcher: LIST with the label selector (on_list gets every item), WATCH with it
+// (on_event gets ADDED/MODIFIED/DELETED with the object); synced() once the first LIST arrived.
 #pragma once
 
 #include <atomic>
@@ -16,6 +26,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "k8s/client.h"
 
@@ -59,7 +70,45 @@ struct WatcherStats {
   std::atomic<uint64_t> gone{0};        // 410 Gone answers
 };
 
-class ObjectWatcher {
+// The loop both watchers share (see the file comment); not used directly.
+class WatchLoop {
+ public:
+  const WatcherStats& stats() const { return stats_; }
+  // The last resourceVersion seen: where the next watch starts.
+  std::string resource_version() const;
+
+ protected:
+  // What differs between the watchers.
+  struct Source {
+    // Names the source in log lines: "object=nodes/n1", "collection=/api/v1/nodes".
+    std::string subject;
+    // The log event of a failed LIST: "k8s_get_failed", "k8s_list_failed".
+    std::string list_failed_event;
+    // The watch request without resourceVersion: "<collection>?watch=1&...".
+    std::string watch_path;
+    // One LIST: records the resourceVersion to watch from (set_resource_version) and hands the
+    // result on; an error makes the loop back off and list again.
+    std::function<Status()> list;
+    // An ADDED, MODIFIED or DELETED event (after the version was recorded).
+    std::function<void(const std::string& type, const nlohmann::json& object)> on_event;
+  };
+
+  WatchLoop(const Client& client, WatcherOptions options) : client_(client), options_(options) {}
+  ~WatchLoop() = default;  // owned as the watcher it is part of, never as a WatchLoop
+  // Blocks until stop.
+  void Loop(StopSignal& stop, const Source& source);
+  void set_resource_version(const std::string& rv);
+
+  const Client& client_;
+  const WatcherOptions options_;
+
+ private:
+  WatcherStats stats_;
+  mutable std::mutex mu_;
+  std::string resource_version_;
+};
+
+class ObjectWatcher : public WatchLoop {
  public:
   using OnChange = std::function<void(const std::optional<nlohmann::json>&)>;
 
@@ -68,16 +117,29 @@ class ObjectWatcher {
   // Blocks until stop; see the file comment.
   void Run(StopSignal& stop, const OnChange& on_change);
 
-  const WatcherStats& stats() const { return stats_; }
-  std::string resource_version() const;
+ private:
+  ObjectRef ref_;
+};
+
+class CollectionWatcher : public WatchLoop {
+ public:
+  using OnList = std::function<void(const std::vector<nlohmann::json>& items)>;
+  using OnEvent = std::function<void(const std::string& type, const nlohmann::json& object)>;
+
+  // `collection_path`: "/api/v1/nodes", "/api/v1/namespaces/NS/configmaps"; an empty
+  // `label_selector` selects every object of the collection.
+  CollectionWatcher(const Client& client, std::string collection_path, std::string label_selector,
+                    WatcherOptions options = {});
+
+  // Blocks until stop; see the file comment.
+  void Run(StopSignal& stop, const OnList& on_list, const OnEvent& on_event);
+
+  bool synced() const { return synced_.load(); }  // the first LIST arrived
 
  private:
-  const Client& client_;
-  ObjectRef ref_;
-  WatcherOptions options_;
-  WatcherStats stats_;
-  mutable std::mutex mu_;
-  std::string resource_version_;
+  const std::string path_;
+  const std::string selector_;
+  std::atomic<bool> synced_{false};
 };
 
 }  // namespace gpulet::k8s

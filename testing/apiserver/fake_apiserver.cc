@@ -191,6 +191,7 @@ struct FakeApiServer::State {
   uint64_t expired_before = 0;
   bool gone_as_http = false;
   uint64_t break_generation = 0;
+  uint64_t close_generation = 0;  // CloseWatches()
   bool stopping = false;
   size_t open_watches = 0;
   std::vector<RecordedRequest> requests;
@@ -435,6 +436,7 @@ struct FakeApiServer::State {
     struct Stream {
       uint64_t cursor;
       uint64_t break_generation;
+      uint64_t close_generation;
       bool started = false;
       bool initial_added;
       bool gone;
@@ -444,6 +446,7 @@ struct FakeApiServer::State {
       std::lock_guard<std::mutex> lock(mu);
       stream->cursor = initial_added ? version : from;
       stream->break_generation = break_generation;
+      stream->close_generation = close_generation;
       stream->initial_added = initial_added;
       stream->gone = !initial_added && from < expired_before;
     }
@@ -487,9 +490,10 @@ struct FakeApiServer::State {
           }
           self->cv.wait_for(lock, std::chrono::milliseconds(100), [&] {
             return self->stopping || self->break_generation != stream->break_generation ||
+                   self->close_generation != stream->close_generation ||
                    (!self->history.empty() && self->history.back().version > stream->cursor);
           });
-          if (self->stopping) {
+          if (self->stopping || self->close_generation != stream->close_generation) {
             lock.unlock();
             sink.done();
             return true;
@@ -601,6 +605,12 @@ uint64_t FakeApiServer::current_version() const {
 void FakeApiServer::BreakWatches() {
   std::lock_guard<std::mutex> lock(state_->mu);
   ++state_->break_generation;
+  state_->cv.notify_all();
+}
+
+void FakeApiServer::CloseWatches() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  ++state_->close_generation;
   state_->cv.notify_all();
 }
 

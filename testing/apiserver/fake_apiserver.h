@@ -82,6 +82,8 @@ class FakeApiServer {
 
   // Cuts every open watch stream in the middle of a line, without the closing chunk.
   void BreakWatches();
+  // Ends every open watch stream cleanly (the closing chunk), as a server does at timeoutSeconds.
+  void CloseWatches();
   // Watches asking for a version older than `version` get 410 Gone.
   void ExpireVersionsBefore(uint64_t version);
   void SetGoneAsHttpStatus(bool on);
