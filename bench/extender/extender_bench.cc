@@ -182,11 +182,11 @@ void Latency(int nodes, int runs, const testing::TestPki& pki, bool rotate) {
       if (a.status != 200 || b.status != 200) return;
     }
   }
-  const Stats f = Summarize(filter), t = Summarize(total), o = Summarize(own),
-              h = Summarize(floor);
-  std::printf("| %d × 8 | %s | %zu | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %d |\n",
-              nodes, rotate ? "new each pod" : "same", passed, f.median, f.p99, t.median, t.p99, o.median, o.p99, h.median, h.p99,
-              runs);
+  const Stats f = Summarize(filter), t = Summarize(total), o = Summarize(own), h = Summarize(floor);
+  std::printf(
+      "| %d × 8 | %s | %zu | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %d |\n", nodes,
+      rotate ? "new each pod" : "same", passed, f.median, f.p99, t.median, t.p99, o.median, o.p99,
+      h.median, h.p99, runs);
 }
 
 void Binds(int pods, int clients, const testing::TestPki& pki) {
@@ -249,7 +249,8 @@ int main(int argc, char** argv) {
       "every filter looks each name up. In-process: the same filter + prioritize called on the "
       "extender directly (no HTTP): its own share. HTTP alone: the same request and answer "
       "bodies through the same HTTP server with handlers that return precomputed answers.\n\n"
-      "| nodes × GPUs | node list | passed | filter median | filter p99 | filter+prioritize median | "
+      "| nodes × GPUs | node list | passed | filter median | filter p99 | filter+prioritize median "
+      "| "
       "filter+prioritize p99 | in-process median | in-process p99 | HTTP alone median | "
       "HTTP alone p99 | runs |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|---|\n");

@@ -272,10 +272,10 @@ std::optional<Body> ParseSchedulerBody(const std::string& text) {
 }
 
 struct Args {
-  const json* pod = nullptr;  // in the parsed body (which outlives the Args)
-  bool cache_mode = true;     // NodeNames given (else Nodes.items)
-  std::vector<std::string> owned;  // the names, when they are not views into the request
-  NameList list;                   // the names (views into the request or into `owned`)
+  const json* pod = nullptr;              // in the parsed body (which outlives the Args)
+  bool cache_mode = true;                 // NodeNames given (else Nodes.items)
+  std::vector<std::string> owned;         // the names, when they are not views into the request
+  NameList list;                          // the names (views into the request or into `owned`)
   std::vector<const json*> node_objects;  // full-node mode, parallel to the names
 };
 

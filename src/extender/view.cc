@@ -285,10 +285,9 @@ void ClusterView::UpsertObject(const json& cm) {
   e.healthy_total = 0;
   std::vector<GpuUnits> units;
   if (info.memory) {
-    e.stale_after =
-        options_.stale_after.count() > 0
-            ? options_.stale_after
-            : Clock::Duration(std::chrono::seconds(3 * info.memory->heartbeat_seconds));
+    e.stale_after = options_.stale_after.count() > 0
+                        ? options_.stale_after
+                        : Clock::Duration(std::chrono::seconds(3 * info.memory->heartbeat_seconds));
     auto r = std::find(resources_.begin(), resources_.end(), info.memory->resource);
     if (r == resources_.end()) r = resources_.insert(r, info.memory->resource);
     e.resource = static_cast<uint32_t>(r - resources_.begin());
@@ -456,8 +455,8 @@ NodeVerdict ClusterView::Evaluate(const PodRequest& pod, const std::string& node
   return EvaluateLocked(pod, SlotOf(node), node, ctx);
 }
 
-NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, uint32_t slot,
-                                        std::string_view node, const EvalContext& ctx) const {
+NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, uint32_t slot, std::string_view node,
+                                        const EvalContext& ctx) const {
   const bool assignments = ctx.assignments;
   NodeVerdict v;
   if (pod.resource.empty() || (pod.containers.empty() && pod.init_containers.empty())) {

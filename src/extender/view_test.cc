@@ -22,6 +22,18 @@ PodRequest Request(const std::string& name, const std::vector<int64_t>& units) {
   return *r;
 }
 
+// An extender whose binds succeed without an API server and which finds no pod there.
+Extender OfflineExtender(ClusterView& view) {
+  return Extender(
+      view,
+      [](const std::string&, const std::string&, const std::string&, const std::string&) {
+        return Status();
+      },
+      [](const std::string&, const std::string&) -> Result<json> {
+        return Status(ErrorCode::kNotFound, "none");
+      });
+}
+
 void Publish(ClusterView& view, const std::string& node, const std::vector<Gpu>& gpus,
              const std::string& rv, json pods = json::array(), int heartbeat = 30) {
   view.UpsertObject(
@@ -436,14 +448,7 @@ TEST(ExtenderArgs, NodeNamesParsedAsTheSchedulerSendsThem) {
   ClusterView view(clock, {});
   Publish(view, "n1", {{80, 80}}, "1");
   Publish(view, "n2", {{80, 10}}, "1");
-  Extender ext(
-      view,
-      [](const std::string&, const std::string&, const std::string&, const std::string&) {
-        return Status();
-      },
-      [](const std::string&, const std::string&) -> Result<json> {
-        return Status(ErrorCode::kNotFound, "none");
-      });
+  Extender ext = OfflineExtender(view);
   const json pod = MemoryPod("p", {20});
   auto filter = [&](const json& args) {
     Answer a = ext.Filter(args.dump());
@@ -493,7 +498,6 @@ TEST(ExtenderArgs, NodeNamesParsedAsTheSchedulerSendsThem) {
             json::parse(R"([{"Host":"n1","Score":2},{"Host":"n2","Score":0}])"));
 }
 
-
 // Filter's one-comparison path for one-container pods must still see the units bound pods hold.
 TEST(Filter, SeesReservationsOnTheFastPath) {
   FakeClock clock;
@@ -536,14 +540,7 @@ TEST(RememberedLists, AnswersEqualLookingEveryNameUp) {
   ViewOptions options;
   options.reservation_timeout = std::chrono::seconds(20);
   ClusterView view(clock, options);
-  Extender ext(
-      view,
-      [](const std::string&, const std::string&, const std::string&, const std::string&) {
-        return Status();
-      },
-      [](const std::string&, const std::string&) -> Result<json> {
-        return Status(ErrorCode::kNotFound, "none");
-      });
+  Extender ext = OfflineExtender(view);
   std::mt19937 rng(7);
   auto pick = [&](int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng); };
   std::vector<std::string> nodes;
@@ -624,14 +621,7 @@ TEST(RememberedLists, ARepeatedListIsResolvedOnceAndTheCacheIsBounded) {
   Publish(view, "a", {{80, 80}}, "1");
   Publish(view, "b", {{80, 5}}, "1");
   Publish(view, "c", {{80, 80}}, "1");
-  Extender ext(
-      view,
-      [](const std::string&, const std::string&, const std::string&, const std::string&) {
-        return Status();
-      },
-      [](const std::string&, const std::string&) -> Result<json> {
-        return Status(ErrorCode::kNotFound, "none");
-      });
+  Extender ext = OfflineExtender(view);
   const json pod = MemoryPod("p", {20});
   const std::string body = CacheModeArgs(pod, {"a", "b", "c"});
   ASSERT_EQ(json::parse(ext.Filter(body).body)["NodeNames"], json::array({"a", "c"}));
@@ -660,7 +650,7 @@ TEST(RememberedLists, ARepeatedListIsResolvedOnceAndTheCacheIsBounded) {
   // Lists the general parser reads (escapes) are answered the same and not remembered.
   ClusterView plain(clock, {});
   Publish(plain, "a", {{80, 80}}, "1");
-  Extender plain_ext(plain, nullptr, nullptr);
+  Extender plain_ext = OfflineExtender(plain);
   const std::string escaped = "{\"Pod\":" + pod.dump() + ",\"NodeNames\":[\"\\u0061\"]}";
   EXPECT_EQ(json::parse(plain_ext.Filter(escaped).body)["NodeNames"], json::array({"a"}));
   EXPECT_EQ(plain.remembered_lists(), 0u);
