@@ -605,7 +605,7 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, uint32_t slot, st
 
 std::shared_ptr<const ClusterView::Resolved> ClusterView::ResolveLocked(
     const NameList& list) const {
-  if (!list.text.empty()) {
+  if (Rememberable(list.text)) {
     std::lock_guard g(resolved_mu_);
     for (auto it = resolved_.begin(); it != resolved_.end(); ++it) {
       const Resolved& r = **it;
@@ -625,7 +625,7 @@ std::shared_ptr<const ClusterView::Resolved> ClusterView::ResolveLocked(
   r->layout = layout_;
   r->slots.reserve(list.names.size());
   for (std::string_view name : list.names) r->slots.push_back(SlotOf(name));
-  if (!list.text.empty()) {
+  if (Rememberable(list.text)) {
     r->text.assign(list.text);
     RememberLocked(r);
   }
@@ -644,10 +644,14 @@ void ClusterView::RememberLocked(std::shared_ptr<const Resolved> r) const {
   size_t bytes = 0, kept = 0;
   for (const auto& old : resolved_) {
     bytes += old->text.size() + old->slots.size() * sizeof(uint32_t);
-    if (kept > 0 && (kept >= kRememberedLists || bytes > kRememberedBytes)) break;
+    if (kept > 0 && (kept >= kRememberedLists || bytes > options_.remembered_bytes)) break;
     ++kept;
   }
   resolved_.resize(kept);
+}
+
+bool ClusterView::Rememberable(std::string_view text) const {
+  return !text.empty() && text.size() <= options_.remembered_bytes / 2;
 }
 
 size_t ClusterView::remembered_lists() const {
@@ -708,7 +712,7 @@ FilterOutcome ClusterView::Filter(const PodRequest& pod, const NameList& nodes,
   }
   // Prioritize gets the nodes that passed: remember that list too (when some failed; else it is
   // the list just resolved).
-  if (!nodes.text.empty() && !passed.empty() && passed.size() < nodes.names.size()) {
+  if (Rememberable(nodes.text) && !passed.empty() && passed.size() < nodes.names.size()) {
     std::vector<std::string_view> names;
     auto r = std::make_shared<Resolved>();
     r->layout = layout_;

@@ -127,6 +127,9 @@ struct ViewOptions {
   Clock::Duration stale_after{0};
   Clock::Duration reservation_timeout = std::chrono::seconds(60);
   Policy policy = Policy::kBestFit;
+  // Node lists remembered (resolved to nodes, keyed by their bytes) take at most this much; a
+  // list larger than half of it is resolved each time and not kept.
+  size_t remembered_bytes = 16 << 20;
 };
 
 struct ViewStats {
@@ -194,7 +197,6 @@ class ClusterView {
  private:
   static constexpr uint32_t kNoSlot = UINT32_MAX;
   static constexpr size_t kRememberedLists = 8;
-  static constexpr size_t kRememberedBytes = 16 << 20;
 
   struct Reservation {
     std::string pod_key;
@@ -276,6 +278,7 @@ class ClusterView {
   void SyncReservedLocked(const std::string& node);
   std::shared_ptr<const Resolved> ResolveLocked(const NameList& list) const;
   void RememberLocked(std::shared_ptr<const Resolved> r) const;
+  bool Rememberable(std::string_view text) const;
   void DropListedReservations(const std::string& node, const NodeMemory& memory);
   void PurgeExpiredLocked();
 

@@ -647,6 +647,19 @@ TEST(RememberedLists, ARepeatedListIsResolvedOnceAndTheCacheIsBounded) {
     ASSERT_EQ(ext.Filter(CacheModeArgs(pod, {"c", "n" + std::to_string(i)})).status, 200);
   }
   EXPECT_EQ(view.remembered_lists(), 8u);
+  // A list larger than half the byte bound is answered the same and not kept.
+  ClusterView small(clock, {.remembered_bytes = 64});
+  Publish(small, "a", {{80, 80}}, "1");
+  Extender small_ext = OfflineExtender(small);
+  ASSERT_EQ(json::parse(small_ext.Filter(CacheModeArgs(pod, {"a", "b"})).body)["NodeNames"],
+            json::array({"a"}));
+  EXPECT_EQ(small.remembered_lists(), 2u);  // both lists are under 32 bytes
+  const std::vector<std::string> long_list = {"a", "node-with-a-long-name", "another-long-one"};
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(json::parse(small_ext.Filter(CacheModeArgs(pod, long_list)).body)["NodeNames"],
+              json::array({"a"}));
+  }
+  EXPECT_EQ(small.remembered_lists(), 2u);
   // Lists the general parser reads (escapes) are answered the same and not remembered.
   ClusterView plain(clock, {});
   Publish(plain, "a", {{80, 80}}, "1");
