@@ -331,10 +331,14 @@ TEST_F(BrokerScenario, BrokerKilledMidTransitionResumesFromTheJournal) {
                       std::chrono::seconds(30)))
       << slurm_testing::ReadFile(dir + "/broker.log");
   EXPECT_EQ(w_.DiskJournal().OwnerOf("gpub"), Owner::kSlurm);
+  // The decision is logged once scontrol has returned, which may be after the node shows it.
+  EXPECT_TRUE(WaitFor([&] {
+    return slurm_testing::ReadFile(dir + "/broker.log")
+               .find("event=broker_decision action=resume node=gpub") != std::string::npos;
+  })) << slurm_testing::ReadFile(dir + "/broker.log");
   kill(std::stoi(pid), SIGTERM);
   std::string log = slurm_testing::ReadFile(dir + "/broker.log");
   EXPECT_THAT(log, HasSubstr("event=broker_resume node=gpub owner=returning step=evicting"));
-  EXPECT_THAT(log, HasSubstr("event=broker_decision action=resume node=gpub"));
 }
 
 }  // namespace
