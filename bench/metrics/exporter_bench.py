@@ -84,6 +84,10 @@ def run(fixture, tmp):
         # The exporter's own memory: RSS less the shared libraries' file pages (libcrypto, gRPC,
         # protobuf, … are mapped once per node, whoever maps them).
         idle_anon = status_kib(proc.pid, "RssAnon") / 1024
+        # The exporter closes keep-alive connections idle for 5 s (its bound on idle clients):
+        # scrape on a new one after the idle period.
+        c.close()
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
         status, body = get(c)
         series = sum(1 for line in body.decode().splitlines() if line and not line.startswith("#"))
         size_kib = len(body) / 1024
