@@ -30,6 +30,14 @@ Decision Make(const Journal& j, Action a, std::string node, std::string code, st
   return d;
 }
 
+void StartLending(Journal& j, const std::string& node, int gpus, TimeMs now) {
+  JournalEntry e;
+  e.Enter(Owner::kLending, kStepDraining, now);
+  e.gpus = gpus;
+  j.nodes[node] = e;
+  j.last_transition = now;
+}
+
 std::optional<Decision> LendGate(const Journal& j, const BrokerConfig& c,
                                  const std::string& floor_note, int lent, const char* unit) {
   if (j.demand_streak == 0) {
@@ -226,10 +234,7 @@ Decision CarryLending(const std::string& name, const SlurmNode& n, Journal j, co
                 "drain of " + name + " not seen yet: re-issued");
   }
   if (n.Drained() && !n.HasFlag("NOT_RESPONDING") && n.state != "down") {
-    e.owner = Owner::kKubernetes;
-    e.step = "admitting";
-    e.since = now;
-    e.step_since = now;
+    e.Enter(Owner::kKubernetes, "admitting", now);
     e.last_pod_seen = now;
     if (n.gpus > 0) e.gpus = n.gpus;
     j.last_transition = now;
@@ -251,10 +256,7 @@ Decision CarryReturning(const std::string& name, const SlurmNode& n, const KubeN
   }
   if (k.non_daemonset_pods > 0) {
     if (e.step == kStepEvicting && now - e.step_since >= c.eviction_timeout) {
-      e.owner = Owner::kKubernetes;
-      e.step = "admitting";
-      e.since = now;
-      e.step_since = now;
+      e.Enter(Owner::kKubernetes, "admitting", now);
       e.last_pod_seen = now;
       j.last_transition = now;
       return Make(j, Action::kAbortReturn, name, "eviction_timeout",
@@ -473,14 +475,7 @@ Decision Evaluate(const SlurmView& slurm, const KubeView& kube, const Journal& j
                 "demand, but no node may be lent (" + blockers + ")");
   }
   const SlurmNode& n = slurm.nodes.at(pick);
-  JournalEntry e;
-  e.owner = Owner::kLending;
-  e.step = kStepDraining;
-  e.since = now;
-  e.step_since = now;
-  e.gpus = n.gpus;
-  j.nodes[pick] = e;
-  j.last_transition = now;
+  StartLending(j, pick, n.gpus, now);
   Decision d = Make(j, Action::kDrain, pick, "k8s_demand",
                     std::to_string(kube.unschedulable_gpu_pods) + " Unschedulable GPU pods for " +
                         std::to_string(j.demand_streak) + " evaluations; " + pick + " idle for " +

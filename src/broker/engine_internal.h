@@ -27,6 +27,8 @@ std::optional<Decision> FailClosedOrCountStreaks(const SlurmView& slurm, const K
 // kubernetes.maxNodes (`unit`: "nodes" or "pods"), is a no-action decision; nullopt otherwise.
 std::optional<Decision> LendGate(const Journal& j, const BrokerConfig& c,
                                  const std::string& floor_note, int lent, const char* unit);
+// Journals `node` as lent from `now` on: kLending, draining, with the GPUs Slurm had for it.
+void StartLending(Journal& j, const std::string& node, int gpus, TimeMs now);
 // Up, not drained, with GPUs.
 bool SlurmCapacity(const SlurmNode& n);
 // The GPUs of type `type` ("" = any) of the nodes Slurm can schedule on, optionally with `plus`.

@@ -141,6 +141,13 @@ struct JournalEntry {
   TimeMs step_since = 0;     // when it entered `step`
   int gpus = 0;              // the GPUs Slurm had registered for it when it was lent
   TimeMs last_pod_seen = 0;  // kKubernetes: last evaluation that saw an inference pod on it
+  // Moves the node to `o` at step `s`, both from `now`.
+  void Enter(Owner o, std::string s, TimeMs now) {
+    owner = o;
+    step = std::move(s);
+    since = now;
+    step_since = now;
+  }
   bool operator==(const JournalEntry&) const = default;
 };
 

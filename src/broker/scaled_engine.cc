@@ -53,10 +53,7 @@ Decision CarryLend(const std::string& name, const ScaledPool& pool, int ordinal,
   JournalEntry& e = j.nodes[name];
   if (replicas <= ordinal) {
     // Someone else already removed the pod: the capacity is Kubernetes' now.
-    e.owner = Owner::kKubernetes;
-    e.step = kStepAdmitted;
-    e.since = now;
-    e.step_since = now;
+    e.Enter(Owner::kKubernetes, kStepAdmitted, now);
     e.last_pod_seen = now;
     j.last_transition = now;
     return Make(j, Action::kNone, name, "already_scaled",
@@ -104,10 +101,7 @@ Decision CarryLend(const std::string& name, const ScaledPool& pool, int ordinal,
   if (n->Drained()) {
     const bool again = e.step == kStepScalingDown;
     if (!again) {
-      e.owner = Owner::kKubernetes;
-      e.step = kStepScalingDown;
-      e.since = now;
-      e.step_since = now;
+      e.Enter(Owner::kKubernetes, kStepScalingDown, now);
       e.last_pod_seen = now;
       if (n->gpus > 0) e.gpus = n->gpus;
       j.last_transition = now;
@@ -155,10 +149,7 @@ Decision CarryReturn(const std::string& name, const ScaledPool& pool, int ordina
   }
   if (now - e.step_since >= c.eviction_timeout && replicas == ordinal + 1) {
     // The pod never joined Slurm (no free GPUs in Kubernetes, most likely): it ran no job.
-    e.owner = Owner::kKubernetes;
-    e.step = kStepScalingDown;
-    e.since = now;
-    e.step_since = now;
+    e.Enter(Owner::kKubernetes, kStepScalingDown, now);
     e.last_pod_seen = now;
     j.last_transition = now;
     return Scale(j, Action::kScaleDown, name, pool, ordinal + 1, ordinal, "return_timeout",
@@ -289,10 +280,7 @@ Decision EvaluateScaled(const SlurmView& slurm, const KubeView& kube, const Jour
     if (pick != nullptr) {
       const std::string name = PodNodeName(pick->stateful_set, pick_replicas);
       JournalEntry& e = j.nodes[name];
-      e.owner = Owner::kReturning;
-      e.step = kStepScalingUp;
-      e.since = now;
-      e.step_since = now;
+      e.Enter(Owner::kReturning, kStepScalingUp, now);
       e.gpus = pick->gpus;
       j.last_transition = now;
       return Scale(j, Action::kScaleUp, name, *pick, pick_replicas, pick_replicas + 1, code,
@@ -341,14 +329,7 @@ Decision EvaluateScaled(const SlurmView& slurm, const KubeView& kube, const Jour
                 "demand, but no pool may shrink (" + blockers + ")");
   }
   const SlurmNode& n = slurm.nodes.at(pick_name);
-  JournalEntry e;
-  e.owner = Owner::kLending;
-  e.step = kStepDraining;
-  e.since = now;
-  e.step_since = now;
-  e.gpus = n.gpus;
-  j.nodes[pick_name] = e;
-  j.last_transition = now;
+  StartLending(j, pick_name, n.gpus, now);
   return Drain(j, pick_name, *pick, "k8s_demand",
                std::to_string(kube.unschedulable_gpu_pods) + " Unschedulable GPU pods for " +
                    std::to_string(j.demand_streak) + " evaluations; " + pick_name +
