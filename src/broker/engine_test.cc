@@ -4,13 +4,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "broker/engine_test_objects.h"
+
 namespace gpulet::broker {
 namespace {
 
 using ::testing::HasSubstr;
 
-constexpr TimeMs kMin = 60 * 1000;
-constexpr TimeMs kNow = 1'000'000'000'000;
+using namespace testobjects;
 
 BrokerConfig Config() {
   BrokerConfig c;
@@ -27,15 +28,6 @@ BrokerConfig Config() {
   c.return_after_idle = 30 * kMin;
   c.eviction_timeout = 10 * kMin;
   return c;
-}
-
-SlurmNode Idle(const std::string& name, TimeMs idle_for, int gpus = 4) {
-  SlurmNode n;
-  n.name = name;
-  n.state = "idle";
-  n.gpus = gpus;
-  n.last_busy = kNow - idle_for;
-  return n;
 }
 
 SlurmNode Drained(const std::string& name, const std::string& reason, int gpus = 4) {
@@ -437,34 +429,23 @@ SlurmNode Typed(SlurmNode n, const std::string& type) {
   return n;
 }
 
-SlurmJob PendingTyped(const std::string& id, const std::string& type, int per_node, int nodes) {
-  SlurmJob j;
-  j.id = id;
-  j.state = "PENDING";
-  j.reason = "Resources";
-  j.gpu_type = type;
-  j.gpus_per_node = per_node;
-  j.node_count = nodes;
-  return j;
-}
-
 TEST(Engine, AnH100JobDoesNotPullBackALentL4Node) {
   World w = LentWorld(40 * kMin, 0);
   w.kube.nodes["gpua"] = Admitted("gpua", 2);  // busy in Kubernetes: only Slurm demand returns it
   w.slurm.nodes["gpua"] = Typed(Drained("gpua", kOurs), "l4");
   w.slurm.nodes["gpub"] = Typed(w.slurm.nodes["gpub"], "h100");
   w.slurm.nodes["gpuc"] = Typed(w.slurm.nodes["gpuc"], "h100");
-  w.slurm.jobs.push_back(PendingTyped("7", "h100", 4, 3));  // needs three H100 nodes
+  w.slurm.jobs.push_back(PendingJob("7", "h100", 4, 3));  // needs three H100 nodes
   Decision d = w.Run();
   EXPECT_EQ(d.action, Action::kNone) << d.reason;
   // The same job asking for L4 GPUs (1 node x 4) does pull it back once Slurm has none left.
-  w.slurm.jobs[0] = PendingTyped("8", "l4", 4, 1);
+  w.slurm.jobs[0] = PendingJob("8", "l4", 4, 1);
   d = w.Run();
   EXPECT_EQ(d.action, Action::kStartReturn) << d.reason;
   EXPECT_EQ(d.code, "slurm_demand");
   EXPECT_THAT(d.reason, HasSubstr("pending job 8 (4 l4 GPUs) needs gpua"));
   // An untyped job takes any GPU: it counts the L4 node too.
-  w.slurm.jobs[0] = PendingTyped("9", "", 4, 3);
+  w.slurm.jobs[0] = PendingJob("9", "", 4, 3);
   EXPECT_EQ(w.Run().action, Action::kStartReturn);
 }
 
@@ -473,8 +454,8 @@ TEST(Engine, LendsAnL4NodeWhileAnH100JobWaits) {
   w.slurm.nodes["gpua"] = Typed(w.slurm.nodes["gpua"], "h100");
   w.slurm.nodes["gpub"] = Typed(w.slurm.nodes["gpub"], "h100");
   w.slurm.nodes["gpuc"] = Typed(w.slurm.nodes["gpuc"], "l4");
-  w.slurm.nodes["gpuc"].last_busy = kNow - 30 * kMin;  // the least idle: picked last by default
-  w.slurm.jobs.push_back(PendingTyped("7", "h100", 4, 2));  // needs both H100 nodes
+  w.slurm.nodes["gpuc"].last_busy = kNow - 30 * kMin;     // the least idle: picked last by default
+  w.slurm.jobs.push_back(PendingJob("7", "h100", 4, 2));  // needs both H100 nodes
   w.Demand(1, 5);
   Decision d = w.Run();
   ASSERT_EQ(d.action, Action::kDrain) << d.reason;
@@ -487,9 +468,9 @@ TEST(Engine, MigProfilesAreTypesToo) {
   SlurmNode lent = Drained("gpua", kOurs, 14);
   lent.gpu_types = {{"1g.10gb", 14}};
   w.slurm.nodes["gpua"] = lent;
-  w.slurm.jobs.push_back(PendingTyped("3", "3g.40gb", 2, 1));
+  w.slurm.jobs.push_back(PendingJob("3", "3g.40gb", 2, 1));
   EXPECT_EQ(w.Run().action, Action::kNone);
-  w.slurm.jobs[0] = PendingTyped("4", "1g.10gb", 2, 1);
+  w.slurm.jobs[0] = PendingJob("4", "1g.10gb", 2, 1);
   w.slurm.nodes["gpub"] = Typed(w.slurm.nodes["gpub"], "h100");
   w.slurm.nodes["gpuc"] = Typed(w.slurm.nodes["gpuc"], "h100");
   EXPECT_EQ(w.Run().action, Action::kStartReturn);

@@ -6,14 +6,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "broker/engine_test_objects.h"
+
 namespace gpulet::broker {
 namespace {
 
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-constexpr TimeMs kMin = 60 * 1000;
-constexpr TimeMs kNow = 1'000'000'000'000;
+using namespace testobjects;
 
 BrokerConfig Config() {
   BrokerConfig c;
@@ -30,16 +31,6 @@ BrokerConfig Config() {
   c.return_after_idle = 30 * kMin;
   c.eviction_timeout = 10 * kMin;
   return c;
-}
-
-SlurmNode Idle(const std::string& name, TimeMs idle_for, int gpus, const std::string& type) {
-  SlurmNode n;
-  n.name = name;
-  n.state = "idle";
-  n.gpus = gpus;
-  n.gpu_types = {{type, gpus}};
-  n.last_busy = kNow - idle_for;
-  return n;
 }
 
 SlurmNode Busy(SlurmNode n) {
@@ -93,17 +84,6 @@ struct World {
     return d;
   }
 };
-
-SlurmJob PendingGpuJob(const std::string& id, int nodes, int per_node, const std::string& type) {
-  SlurmJob j;
-  j.id = id;
-  j.state = "PENDING";
-  j.reason = "Resources";
-  j.node_count = nodes;
-  j.gpus_per_node = per_node;
-  j.gpu_type = type;
-  return j;
-}
 
 TEST(ScaledEngine, UnreadableSlurmOrKubernetesMeansNoAction) {
   World w;
@@ -260,7 +240,7 @@ TEST(ScaledEngine, FloorsAndCapsHold) {
 TEST(ScaledEngine, APendingJobOfThePoolsGpuTypeKeepsItsNodeButNotAnotherTypes) {
   World w;
   // 12 h100 GPUs pending: the h100 pool (3 x 4) is needed whole; the l4 pool is not.
-  w.slurm.jobs = {PendingGpuJob("77", 3, 4, "h100")};
+  w.slurm.jobs = {PendingJob("77", "h100", 4, 3)};
   w.Put(Busy(w.slurm.nodes.at("slurmd-h100-0")));  // capacity-bound: it cannot start now
   w.slurm.nodes.at("slurmd-h100-0").state = "mixed";
   w.slurm.jobs[0].reason = "Resources";
@@ -280,7 +260,7 @@ TEST(ScaledEngine, SlurmDemandOfThePoolsTypeScalesItBackUp) {
   w.journal.nodes["slurmd-l4-1"] = {
       Owner::kKubernetes, kStepAdmitted, kNow - 2 * kMin, kNow - 2 * kMin, 2, kNow};
   // A job of 3 x 4 h100 GPUs does not fit in 2 h100 pods; it would with the third.
-  w.slurm.jobs = {PendingGpuJob("88", 3, 4, "h100")};
+  w.slurm.jobs = {PendingJob("88", "h100", 4, 3)};
   Decision d = w.Eval();
   ASSERT_EQ(d.action, Action::kScaleUp) << d.reason;
   EXPECT_EQ(d.stateful_set, "slurmd-h100");  // not the l4 pool, lent longer
