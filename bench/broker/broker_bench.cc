@@ -197,10 +197,7 @@ int DecisionLatency(int runs) {
   }
   auto api = testing::FakeApiServer::Start(*pki, {});
   if (!api.ok()) return 1;
-  k8s::ClusterAccess access;
-  access.server = (*api)->url();
-  access.ca_file = pki->ca_cert;
-  access.token = "test-token";
+  k8s::ClusterAccess access = (*api)->Access(*pki);
   k8s::Client client(access);
   BrokerConfig c;
   c.nodes = {"gpua"};

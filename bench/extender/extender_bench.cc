@@ -72,10 +72,7 @@ bool Start(Setup& s, int nodes, const testing::TestPki& pki) {
                MemoryConfigMap(n, MemoryJson(n, gpus).dump()));
     s.names.push_back(n);
   }
-  k8s::ClusterAccess a;
-  a.server = s.api->url();
-  a.ca_file = pki.ca_cert;
-  a.token = "test-token";
+  k8s::ClusterAccess a = s.api->Access(pki);
   s.client = std::make_unique<k8s::Client>(a);
   ServiceOptions o;
   o.address = "127.0.0.1:0";

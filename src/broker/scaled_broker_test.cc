@@ -78,10 +78,7 @@ class ScaledBroker : public ::testing::Test {
     auto api = testing::FakeApiServer::Start(*pki, {});
     ASSERT_TRUE(api.ok()) << api.status().message();
     api_ = std::move(*api);
-    k8s::ClusterAccess access;
-    access.server = api_->url();
-    access.ca_file = pki->ca_cert;
-    access.token = "test-token";
+    k8s::ClusterAccess access = api_->Access(*pki);
     client_ = std::make_unique<k8s::Client>(access);
 
     config_.namespaces = {"inference"};

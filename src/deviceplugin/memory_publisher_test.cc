@@ -30,10 +30,7 @@ class PublisherTest : public ::testing::Test {
     auto server = FakeApiServer::Start(*pki, {});
     ASSERT_TRUE(server.ok()) << server.status().message();
     server_ = std::move(server).value();
-    k8s::ClusterAccess a;
-    a.server = server_->url();
-    a.ca_file = pki->ca_cert;
-    a.token = "test-token";
+    k8s::ClusterAccess a = server_->Access(*pki);
     client_ = std::make_unique<k8s::Client>(a);
 
     auto cfg = config::ParseConfig(

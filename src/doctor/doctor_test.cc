@@ -105,10 +105,7 @@ class DoctorTest : public ::testing::Test {
     ASSERT_TRUE(api.ok()) << api.status().message();
     api_ = std::move(api).value();
     api_->Put("/api/v1/nodes/gpu-node-1", *testing::LoadRecorded("node.json"));
-    k8s::ClusterAccess a;
-    a.server = api_->url();
-    a.ca_file = pki->ca_cert;
-    a.token = "test-token";
+    k8s::ClusterAccess a = api_->Access(*pki);
     client_ = std::make_unique<k8s::Client>(a);
     opts_.api = client_.get();
     opts_.node_name = "gpu-node-1";

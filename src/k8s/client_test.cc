@@ -72,10 +72,7 @@ class ApiTest : public ::testing::Test {
     server_->Put(kNodePath, *node);
   }
   ClusterAccess Access() const {
-    ClusterAccess a;
-    a.server = server_->url();
-    a.ca_file = pki_.ca_cert;
-    a.token = "test-token";
+    ClusterAccess a = server_->Access(pki_);
     return a;
   }
   std::string dir_;

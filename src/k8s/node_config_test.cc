@@ -125,10 +125,7 @@ class SyncTest : public ::testing::Test {
     server_ = std::move(s).value();
     server_->Put(kNodePath, Recorded("node.json"));
     server_->Put(kCmPath, Recorded("configmap.json"));
-    ClusterAccess a;
-    a.server = server_->url();
-    a.ca_file = pki->ca_cert;
-    a.token = "test-token";
+    ClusterAccess a = server_->Access(*pki);
     client_ = std::make_unique<Client>(a);
     output_ = dir_ + "/config.yaml";
   }

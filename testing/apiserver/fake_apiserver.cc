@@ -577,6 +577,14 @@ std::string FakeApiServer::url() const {
   return "https://127.0.0.1:" + std::to_string(state_->port);
 }
 
+k8s::ClusterAccess FakeApiServer::Access(const TestPki& pki) const {
+  k8s::ClusterAccess a;
+  a.server = url();
+  a.ca_file = pki.ca_cert;
+  a.token = state_->options.token;
+  return a;
+}
+
 uint64_t FakeApiServer::Put(const std::string& object_path, nlohmann::json object) {
   std::lock_guard<std::mutex> lock(state_->mu);
   const bool exists = state_->objects.count(object_path) > 0;

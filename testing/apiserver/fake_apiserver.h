@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "k8s/access.h"
 
 namespace gpulet::testing {
 
@@ -72,6 +73,8 @@ class FakeApiServer {
   FakeApiServer& operator=(const FakeApiServer&) = delete;
 
   std::string url() const;  // "https://127.0.0.1:PORT"
+  // How a k8s::Client reaches this server: its URL, `pki`'s CA and the server's bearer token.
+  k8s::ClusterAccess Access(const TestPki& pki) const;
 
   // Stores the object (its metadata.resourceVersion set to a new version) and notifies watches:
   // ADDED when new, MODIFIED otherwise. Returns the version.

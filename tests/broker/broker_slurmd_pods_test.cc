@@ -63,10 +63,7 @@ class SlurmdPodsBroker : public ::testing::Test {
     auto api = gpulet::testing::FakeApiServer::Start(*pki, {});
     ASSERT_TRUE(api.ok()) << api.status().message();
     api_ = std::move(*api);
-    k8s::ClusterAccess access;
-    access.server = api_->url();
-    access.ca_file = pki->ca_cert;
-    access.token = "test-token";
+    k8s::ClusterAccess access = api_->Access(*pki);
     client_ = std::make_unique<k8s::Client>(access);
     api_->Put(kSts, {{"apiVersion", "apps/v1"},
                      {"kind", "StatefulSet"},

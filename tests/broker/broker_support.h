@@ -114,10 +114,7 @@ class BrokerWorld {
     api_ = std::move(*api);
     api_->Put("/api/v1/nodes/gpua", Node("gpua"));
     api_->Put("/api/v1/nodes/gpub", Node("gpub"));
-    k8s::ClusterAccess access;
-    access.server = api_->url();
-    access.ca_file = pki_.ca_cert;
-    access.token = "test-token";
+    k8s::ClusterAccess access = api_->Access(pki_);
     client_ = std::make_unique<k8s::Client>(access);
     config_.nodes = {"gpua", "gpub"};
     config_.namespaces = {"inference"};

@@ -46,10 +46,7 @@ class ExtenderHttpTest : public ::testing::Test {
     auto s = FakeApiServer::Start(pki_, {});
     ASSERT_TRUE(s.ok()) << s.status().message();
     api_ = std::move(s).value();
-    k8s::ClusterAccess a;
-    a.server = api_->url();
-    a.ca_file = pki_.ca_cert;
-    a.token = "test-token";
+    k8s::ClusterAccess a = api_->Access(pki_);
     client_ = std::make_unique<k8s::Client>(a);
   }
 
