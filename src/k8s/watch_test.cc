@@ -9,6 +9,7 @@
 
 #include <condition_variable>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -16,6 +17,7 @@
 #include "apiserver/fake_apiserver.h"
 #include "k8s/access.h"
 #include "k8s/client.h"
+#include "support/wait_until.h"
 
 namespace gpulet::k8s {
 namespace {
@@ -85,15 +87,8 @@ class Store {
   std::vector<std::string> events_;
 };
 
-// Waits (bounded) for a condition the watcher's thread brings about.
-template <typename F>
-bool Eventually(F f) {
-  for (int i = 0; i < 4000; ++i) {
-    if (f()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return f();
-}
+// The watcher sets synced() and its counters without a notification: polled (bounded).
+bool Eventually(const std::function<bool()>& f) { return testing::WaitUntil(f, 20s, 5ms); }
 
 class CollectionWatchTest : public ::testing::Test {
  protected:

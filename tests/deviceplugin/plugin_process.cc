@@ -13,6 +13,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "support/wait_until.h"
+
 namespace gpulet::testing {
 
 namespace fs = std::filesystem;
@@ -162,12 +164,7 @@ bool GpuletProcess::WaitForLog(const std::string& text, std::chrono::millisecond
 }
 
 bool Eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (true) {
-    if (pred()) return true;
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(20ms);
-  }
+  return WaitUntil(pred, timeout, 20ms);
 }
 
 }  // namespace gpulet::testing

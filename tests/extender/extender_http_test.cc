@@ -14,6 +14,7 @@
 #include "apiserver/fake_apiserver.h"
 #include "extender/service.h"
 #include "extender/test_objects.h"
+#include "support/wait_until.h"
 
 namespace gpulet::extender {
 namespace {
@@ -102,13 +103,9 @@ class ExtenderHttpTest : public ::testing::Test {
     EXPECT_EQ(status, 200) << body;
     return json::parse(body, nullptr, false);
   }
-  // Waits (bounded) for a positive condition the watch brings.
-  bool WaitFor(const std::function<bool()>& cond) {
-    for (int i = 0; i < 1500; ++i) {
-      if (cond()) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
+  // A positive condition the watch brings; the view has no change hook to wait on.
+  static bool WaitFor(const std::function<bool()>& cond) {
+    return testing::WaitUntil(cond, std::chrono::seconds(15));
   }
   std::string NodeOf(const std::string& pod) {
     auto p = api_->Object("/api/v1/namespaces/default/pods/" + pod);

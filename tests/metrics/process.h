@@ -20,6 +20,7 @@
 #include <string>
 #include <thread>
 #include <vector>
+#include "support/wait_until.h"
 
 extern char** environ;
 
@@ -57,12 +58,7 @@ inline int FreePort() {
 // Polls `ready` every 50 ms until it returns true or `deadline` passes.
 inline bool WaitFor(const std::function<bool()>& ready,
                     std::chrono::milliseconds deadline = std::chrono::seconds(30)) {
-  const auto end = std::chrono::steady_clock::now() + deadline;
-  while (std::chrono::steady_clock::now() < end) {
-    if (ready()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return ready();
+  return WaitUntil(ready, deadline, std::chrono::milliseconds(50));
 }
 
 class Child {

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "tests/cli/run_command.h"
+#include "support/wait_until.h"
 
 namespace gpulet::slurm_testing {
 
@@ -57,12 +58,7 @@ inline void WriteFile(const std::string& path, const std::string& text) {
 // Polls `done` every 100 ms until it returns true or `limit` passes (a bound, not a timing claim).
 inline bool WaitFor(const std::function<bool()>& done,
                     std::chrono::seconds limit = std::chrono::seconds(60)) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return done();
+  return testing::WaitUntil(done, limit, std::chrono::milliseconds(100));
 }
 
 // Why the real cluster cannot run here, or "" when it can.
