@@ -288,13 +288,13 @@ Status ParseArgs(Body& parsed, Args& a) {
     return Status(ErrorCode::kInvalidInput, "ExtenderArgs.Pod: required, an object");
   }
   a.pod = pod;
-  const json* names = Field(body, "NodeNames");
-  const json* nodes = Field(body, "Nodes");
-  if (parsed.plain) {
+  if (parsed.plain) {  // the scheduler's shape: the names are views into the request
     a.list.names = std::move(parsed.plain_names);
     a.list.text = parsed.names_text;
     return Status::Ok();
   }
+  const json* names = Field(body, "NodeNames");
+  const json* nodes = Field(body, "Nodes");
   auto views = [&a] {
     a.list.names.assign(a.owned.begin(), a.owned.end());
     return Status::Ok();

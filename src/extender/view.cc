@@ -321,7 +321,6 @@ uint32_t ClusterView::MakeSlotLocked(const std::string& node) {
     info_.emplace_back();
   }
   slots_[s] = Slot{};
-  slots_[s].used = true;
   slots_[s].reserved = reservations_.count(node) > 0;
   info_[s] = SlotInfo{};
   info_[s].node = node;
@@ -803,7 +802,7 @@ ViewStats ClusterView::stats() const {
   const Clock::TimePoint now = clock_.Now();
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Slot& e = slots_[i];
-    if (!e.used) continue;
+    if (info_[i].node.empty()) continue;  // free
     ++s.objects;
     if (!e.ok) {
       ++s.malformed;

@@ -235,11 +235,10 @@ class ClusterView {
     uint32_t resource = 0;      // the object's resource, as its index in resources_
     bool ok = false;            // the object parsed (else SlotInfo::error says why)
     bool reserved = false;      // reservations_ holds entries for the node
-    bool used = false;          // false: on the free list
     UnitsList units;
   };
   struct SlotInfo {
-    std::string node;
+    std::string node;  // empty: the slot is on the free list
     std::string object_name;
     std::string resource_version;
     std::optional<NodeMemory> memory;
