@@ -1,5 +1,6 @@
 #include "cudashim/region.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -112,7 +113,6 @@ std::string CreateRegion(const std::string& dir, const std::vector<GpuLimit>& gp
   for (size_t i = 0; i < gpus.size(); ++i) {
     GpuSlot& g = layout->gpus[i];
     std::memcpy(g.uuid, gpus[i].uuid.data(), gpus[i].uuid.size());
-    g.limit = gpus[i].limit;
     g.context_bytes.store(gpus[i].context_bytes);
   }
   std::memcpy(h.magic, kRegionMagic, sizeof h.magic);  // last: a torn file never has the magic
@@ -138,7 +138,8 @@ Region::~Region() {
 std::string Region::Open(const std::string& dir, bool read_only) {
   path_ = dir + "/" + kRegionFileName;
   read_only_ = read_only;
-  int fd = ::open(path_.c_str(), (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+  int fd =
+      ::open(path_.c_str(), (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0)
     return Errno(path_, read_only ? "open for reading" : "open for reading and writing", errno);
   struct stat st {};
@@ -146,6 +147,10 @@ std::string Region::Open(const std::string& dir, bool read_only) {
     const int err = errno;
     ::close(fd);
     return Errno(path_, "stat", err);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return path_ + ": not a regular file";
   }
   if (static_cast<size_t>(st.st_size) < sizeof(RegionHeader)) {
     ::close(fd);
@@ -170,11 +175,11 @@ std::string Region::Open(const std::string& dir, bool read_only) {
   }
   if (h.header_bytes != sizeof(RegionHeader) || h.max_gpus != kMaxGpus ||
       h.max_processes != kMaxProcesses || h.file_bytes != sizeof(RegionLayout) ||
-      static_cast<size_t>(st.st_size) != sizeof(RegionLayout) || h.gpu_count > kMaxGpus) {
+      static_cast<size_t>(st.st_size) != sizeof(RegionLayout)) {
     ::close(fd);
-    return path_ + ": accounting region of version 1 but another size (" +
-           std::to_string(st.st_size) + " bytes, expected " + std::to_string(sizeof(RegionLayout)) +
-           "); refusing to use it";
+    return path_ + ": accounting region of version " + std::to_string(kRegionVersion) +
+           " but another size (" + std::to_string(st.st_size) + " bytes, expected " +
+           std::to_string(sizeof(RegionLayout)) + "); refusing to use it";
   }
   void* p = ::mmap(nullptr, sizeof(RegionLayout), read_only ? PROT_READ : PROT_READ | PROT_WRITE,
                    MAP_SHARED, fd, 0);
@@ -186,14 +191,166 @@ std::string Region::Open(const std::string& dir, bool read_only) {
   return "";
 }
 
-uint32_t Region::gpu_count() const { return layout_ == nullptr ? 0 : layout_->header.gpu_count; }
+std::string Region::LoadLimits(const std::string& path) {
+  has_limits_ = false;
+  std::string err = ReadLimitsFile(path, &limits_);
+  if (!err.empty()) return err;
+  has_limits_ = true;
+  return "";
+}
+
+uint32_t Region::gpu_count() const {
+  if (has_limits_) return limits_.gpu_count;  // checked <= kMaxGpus on load
+  if (layout_ == nullptr) return 0;
+  // Without limits (tools, tests): the region's own count, which anyone may have written.
+  const uint32_t n = layout_->header.gpu_count;
+  return n <= kMaxGpus ? n : kMaxGpus;
+}
+
+uint64_t Region::limit(int slot) const {
+  if (!has_limits_ || slot < 0 || static_cast<uint32_t>(slot) >= limits_.gpu_count) return 0;
+  return limits_.gpus[slot].limit;
+}
 
 int Region::FindGpu(const char* uuid) const {
-  if (layout_ == nullptr) return -1;
   for (uint32_t i = 0; i < gpu_count(); ++i) {
-    if (std::strncmp(layout_->gpus[i].uuid, uuid, kUuidBytes) == 0) return static_cast<int>(i);
+    const char* mine = has_limits_          ? limits_.gpus[i].uuid
+                       : layout_ != nullptr ? layout_->gpus[i].uuid
+                                            : nullptr;
+    if (mine != nullptr && std::strncmp(mine, uuid, kUuidBytes) == 0) return static_cast<int>(i);
   }
   return -1;
+}
+
+std::string WriteLimitsFile(const std::string& path, const std::vector<GpuLimit>& gpus,
+                            bool passthrough) {
+  if (gpus.size() > kMaxGpus) {
+    return path + ": " + std::to_string(gpus.size()) + " GPUs, at most " + std::to_string(kMaxGpus);
+  }
+  LimitsFile f{};
+  std::memcpy(f.magic, kLimitsMagic, sizeof f.magic);
+  f.version = kLimitsVersion;
+  f.file_bytes = sizeof(LimitsFile);
+  f.gpu_count = static_cast<uint32_t>(gpus.size());
+  f.flags = passthrough ? kLimitsPassthrough : 0;
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    if (gpus[i].uuid.empty() || gpus[i].uuid.size() >= kUuidBytes)
+      return path + ": bad GPU UUID \"" + gpus[i].uuid + "\"";
+    std::memcpy(f.gpus[i].uuid, gpus[i].uuid.data(), gpus[i].uuid.size());
+    f.gpus[i].limit = gpus[i].limit;
+  }
+  std::string tmp = path + ".XXXXXX";
+  std::vector<char> name(tmp.begin(), tmp.end());
+  name.push_back('\0');
+  int fd = ::mkostemp(name.data(), O_CLOEXEC);
+  if (fd < 0) return Errno(tmp, "create", errno);
+  tmp = name.data();
+  auto fail = [&](const char* step) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return Errno(tmp, step, err);
+  };
+  if (::fchmod(fd, 0644) != 0) return fail("chmod 0644");
+  const auto* p = reinterpret_cast<const char*>(&f);
+  for (size_t done = 0; done < sizeof f;) {
+    const ssize_t n = ::write(fd, p + done, sizeof f - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return fail("write");
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) return fail("fsync");
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return Errno(path, "rename into place", err);
+  }
+  return "";
+}
+
+std::string ReadLimitsFile(const std::string& path, LimitsFile* out) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return Errno(path, "open the GPU memory limits", errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Errno(path, "stat", err);
+  }
+  if (!S_ISREG(st.st_mode) || static_cast<size_t>(st.st_size) != sizeof(LimitsFile)) {
+    ::close(fd);
+    return path + ": not a gpulet limits file (" + std::to_string(st.st_size) +
+           " bytes, expected " + std::to_string(sizeof(LimitsFile)) + ")";
+  }
+  LimitsFile f{};
+  const ssize_t n = ::pread(fd, &f, sizeof f, 0);
+  const int err = errno;
+  ::close(fd);
+  if (n != static_cast<ssize_t>(sizeof f)) return Errno(path, "read", n < 0 ? err : EIO);
+  if (std::memcmp(f.magic, kLimitsMagic, sizeof f.magic) != 0)
+    return path + ": magic: not a gpulet limits file";
+  if (f.version != kLimitsVersion) {
+    return path + ": version: " + std::to_string(f.version) + ", this library reads " +
+           std::to_string(kLimitsVersion);
+  }
+  if (f.file_bytes != sizeof(LimitsFile)) return path + ": file_bytes: wrong size";
+  if (f.gpu_count > kMaxGpus) {
+    return path + ": gpu_count: " + std::to_string(f.gpu_count) + ", at most " +
+           std::to_string(kMaxGpus);
+  }
+  for (uint32_t i = 0; i < f.gpu_count; ++i) {
+    const char* u = f.gpus[i].uuid;
+    if (u[0] == '\0' || std::memchr(u, '\0', kUuidBytes) == nullptr)
+      return path + ": gpus[" + std::to_string(i) + "].uuid: empty or not NUL-terminated";
+  }
+  *out = f;
+  return "";
+}
+
+std::string LimitsFileBesideLibrary() {
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<const void*>(&LimitsFileBesideLibrary), &info) == 0 ||
+      info.dli_fname == nullptr) {
+    return "";
+  }
+  const std::string self = info.dli_fname;
+  const size_t slash = self.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : self.substr(0, slash);
+  return dir + "/" + kLimitsFileName;
+}
+
+std::string ParseRegionCopy(const unsigned char* bytes, size_t n, uint64_t file_bytes,
+                            std::vector<GpuUsage>* out) {
+  out->clear();
+  if (n < kRegionPrefixBytes) return "copy too short";
+  RegionHeader h;
+  std::memcpy(static_cast<void*>(&h), bytes, sizeof h);
+  if (std::memcmp(h.magic, kRegionMagic, sizeof h.magic) != 0) return "bad magic";
+  if (h.version != kRegionVersion) return "layout version " + std::to_string(h.version);
+  if (h.header_bytes != sizeof(RegionHeader) || h.max_gpus != kMaxGpus ||
+      h.max_processes != kMaxProcesses || h.file_bytes != sizeof(RegionLayout) ||
+      file_bytes != sizeof(RegionLayout)) {
+    return "sizes do not match layout version " + std::to_string(kRegionVersion);
+  }
+  if (h.gpu_count > kMaxGpus) return "gpu_count " + std::to_string(h.gpu_count);
+  for (uint32_t i = 0; i < h.gpu_count; ++i) {
+    const unsigned char* slot = bytes + offsetof(RegionLayout, gpus) + i * sizeof(GpuSlot);
+    if (std::memchr(slot, '\0', kUuidBytes) == nullptr)
+      return "gpus[" + std::to_string(i) + "].uuid not NUL-terminated";
+    GpuUsage u;
+    u.uuid.assign(reinterpret_cast<const char*>(slot));
+    auto field = [&](size_t offset) {
+      uint64_t v = 0;
+      std::memcpy(&v, slot + offset, sizeof v);
+      return v;
+    };
+    u.used = field(offsetof(GpuSlot, used));
+    u.peak = field(offsetof(GpuSlot, peak));
+    u.context_bytes = field(offsetof(GpuSlot, context_bytes));
+    out->push_back(std::move(u));
+  }
+  return "";
 }
 
 bool Region::Lock() {
@@ -276,12 +433,15 @@ int Region::Attach() {
 
 bool Region::Admit(int proc, int gpu, uint64_t bytes, bool force) {
   if (layout_ == nullptr || read_only_ || proc < 0 || gpu < 0) return false;
+  if (static_cast<uint32_t>(proc) >= kMaxProcesses || static_cast<uint32_t>(gpu) >= gpu_count())
+    return false;
+  const uint64_t lim = limit(gpu);
   GpuSlot& g = layout_->gpus[gpu];
   ProcessSlot& p = layout_->processes[proc];
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (!Lock()) return false;
     const uint64_t used = g.used.load(std::memory_order_relaxed);
-    if (force || (bytes <= g.limit && used <= g.limit - bytes)) {
+    if (force || (bytes <= lim && used <= lim - bytes)) {
       p.used[gpu].fetch_add(bytes, std::memory_order_relaxed);  // the process share first: see Lock
       const uint64_t now = used + bytes;
       g.used.store(now, std::memory_order_relaxed);
@@ -300,7 +460,10 @@ bool Region::Admit(int proc, int gpu, uint64_t bytes, bool force) {
 }
 
 void Region::Release(int proc, int gpu, uint64_t bytes) {
-  if (layout_ == nullptr || read_only_ || proc < 0 || gpu < 0 || bytes == 0 || !Lock()) return;
+  if (layout_ == nullptr || read_only_ || proc < 0 || gpu < 0 || bytes == 0) return;
+  if (static_cast<uint32_t>(proc) >= kMaxProcesses || static_cast<uint32_t>(gpu) >= kMaxGpus)
+    return;
+  if (!Lock()) return;
   ProcessSlot& p = layout_->processes[proc];
   GpuSlot& g = layout_->gpus[gpu];
   const uint64_t held = p.used[gpu].load(std::memory_order_relaxed);
@@ -313,6 +476,8 @@ void Region::Release(int proc, int gpu, uint64_t bytes) {
 
 void Region::ReleaseAll(int proc, int gpu) {
   if (layout_ == nullptr || proc < 0 || gpu < 0) return;
+  if (static_cast<uint32_t>(proc) >= kMaxProcesses || static_cast<uint32_t>(gpu) >= kMaxGpus)
+    return;
   Release(proc, gpu, layout_->processes[proc].used[gpu].load(std::memory_order_relaxed));
 }
 
@@ -321,8 +486,9 @@ std::vector<GpuUsage> Region::Usage() const {
   for (uint32_t i = 0; i < gpu_count(); ++i) {
     const GpuSlot& g = layout_->gpus[i];
     GpuUsage u;
-    u.uuid.assign(g.uuid, ::strnlen(g.uuid, kUuidBytes));
-    u.limit = g.limit;
+    u.uuid =
+        has_limits_ ? limits_.gpus[i].uuid : std::string(g.uuid, ::strnlen(g.uuid, kUuidBytes));
+    u.limit = limit(static_cast<int>(i));
     u.used = g.used.load(std::memory_order_relaxed);
     u.peak = g.peak.load(std::memory_order_relaxed);
     u.context_bytes = g.context_bytes.load(std::memory_order_relaxed);

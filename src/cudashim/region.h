@@ -1,12 +1,21 @@
 // The accounting region: one small file per container (<dir>/memory.region), mapped shared by every
-// process of the container that uses CUDA, by the device plugin that creates it, and by the
-// exporter that reads it. It holds each GPU's limit and use, and each process's share of that use,
-// so a process that dies (SIGKILL included) gives its memory back to the others.
+// process of the container that uses CUDA, and read (copied, never mapped) by the exporter. It
+// holds each GPU's use and each process's share of that use, so a process that dies (SIGKILL
+// included) gives its memory back to the others.
 //
-// Layout (version 1, native endianness, fixed size): a header (magic "GPULETMR", layout version,
-// sizes), a process-shared robust mutex, kMaxGpus GPU slots (UUID, limit, use, measured context
+// The region is the tenant's: the container writes it, and a container that is root in its
+// directory can write anything into it. So it holds usage only. What the device plugin decides
+// (each GPU's limit, which GPUs, pass-through) is in the *limits file* (WriteLimitsFile), which the
+// container can only read: the plugin mounts it read-only beside the library
+// (/usr/lib/gpulet/gpulet-cuda.limits), and the library finds it there (LimitsFileBesideLibrary),
+// never through the environment. A process loads it once into private memory (Region::LoadLimits):
+// rewriting the region, its old limit field included, changes no limit.
+//
+// Layout (version 2, native endianness, fixed size): a header (magic "GPULETMR", layout version,
+// sizes), a process-shared robust mutex, kMaxGpus GPU slots (UUID, use, peak, measured context
 // size) and kMaxProcesses process slots (pid, start time, use per GPU). A reader refuses a file of
 // another version or size with an error that says so; nothing is ever written to such a file.
+// Version 1 kept the limit in the GPU slot; version 2 keeps the field, writes 0 and never reads it.
 //
 // Consistency: every change of a GPU's use happens under the mutex, together with the change of
 // the owning process's share; a GPU's use is always the sum of its live process shares. A process
@@ -14,7 +23,8 @@
 // rebuilds every GPU's use from the process slots before going on. Dead owners are found by pid
 // and the process start time (/proc/PID/stat field 22), so a reused pid is not mistaken for the
 // owner. Processes of different users share the file: it is created with mode 0666 whatever the
-// umask.
+// umask. Every index into the mapping comes from the private limits copy (or the constants),
+// never from a field the tenant can write.
 //
 // Nothing here allocates after Open, throws, or uses anything beyond libc: the interposer calls it
 // from inside CUDA entry points.
@@ -24,22 +34,28 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace gpulet::cudashim {
 
 inline constexpr char kRegionMagic[8] = {'G', 'P', 'U', 'L', 'E', 'T', 'M', 'R'};
-inline constexpr uint32_t kRegionVersion = 1;
+inline constexpr uint32_t kRegionVersion = 2;
 inline constexpr uint32_t kMaxGpus = 16;
 inline constexpr uint32_t kMaxProcesses = 1024;
 inline constexpr uint32_t kUuidBytes = 80;
 inline constexpr const char* kRegionFileName = "memory.region";
+inline constexpr char kLimitsMagic[8] = {'G', 'P', 'U', 'L', 'E', 'T', 'M', 'L'};
+inline constexpr uint32_t kLimitsVersion = 1;
+inline constexpr const char* kLimitsFileName = "gpulet-cuda.limits";
+inline constexpr uint32_t kLimitsPassthrough = 1;  // LimitsFile::flags: do not enforce
 
 struct GpuSlot {
-  char uuid[kUuidBytes];  // "GPU-…", NUL-terminated; empty: unused slot
-  uint64_t limit;         // bytes the container may hold on this GPU
+  char uuid[kUuidBytes];  // "GPU-…", NUL-terminated (for people: the limits file is the truth)
+  uint64_t unused_limit;  // version 1's limit; 0, never read
   std::atomic<uint64_t> used;
   std::atomic<uint64_t> peak;
   // Device memory one CUDA context takes on this GPU: 0 until the first process measures it (or
@@ -75,6 +91,25 @@ struct RegionLayout {
   GpuSlot gpus[kMaxGpus];
   ProcessSlot processes[kMaxProcesses];
 };
+static_assert(std::is_standard_layout_v<RegionLayout>, "the region is read by offset");
+
+// The limits file: written by the device plugin (mode 0644, owned by the agent), read-only in the
+// container. Fixed size; a reader checks magic, version, size and gpu_count before using it.
+struct LimitsGpu {
+  char uuid[kUuidBytes];  // "GPU-…", NUL-terminated
+  uint64_t limit;         // bytes the container may hold on this GPU
+  uint64_t reserved[3];
+};
+
+struct LimitsFile {
+  char magic[8];
+  uint32_t version;
+  uint32_t file_bytes;  // sizeof(LimitsFile)
+  uint32_t gpu_count;   // <= kMaxGpus; slot i of the region is GPU i here
+  uint32_t flags;       // kLimitsPassthrough
+  uint64_t reserved[4];
+  LimitsGpu gpus[kMaxGpus];
+};
 
 // What the plugin writes for one GPU.
 struct GpuLimit {
@@ -92,11 +127,32 @@ struct GpuUsage {
   uint64_t context_bytes = 0;
 };
 
-// Creates <dir>/memory.region for `gpus` (at most kMaxGpus), mode 0666, atomically (a temporary
-// file renamed into place; an existing region is replaced only when `replace`). Returns "" or an
-// error naming the file and the cause.
+// Creates <dir>/memory.region for `gpus` (at most kMaxGpus; their UUIDs and context sizes, not
+// their limits), mode 0666, atomically (a temporary file renamed into place; an existing region is
+// replaced only when `replace`). Returns "" or an error naming the file and the cause.
 std::string CreateRegion(const std::string& dir, const std::vector<GpuLimit>& gpus,
                          bool replace = false);
+
+// Writes the limits file `path` for `gpus` (at most kMaxGpus, the region's order), mode 0644,
+// atomically. Returns "" or an error naming the file and the cause.
+std::string WriteLimitsFile(const std::string& path, const std::vector<GpuLimit>& gpus,
+                            bool passthrough = false);
+// Reads and checks the limits file `path` into `out`: a regular file (no symlink followed, no
+// FIFO waited on) of exactly sizeof(LimitsFile), magic, version, gpu_count <= kMaxGpus, every
+// listed UUID non-empty and NUL-terminated. Returns "" or an error naming the file and the field.
+std::string ReadLimitsFile(const std::string& path, LimitsFile* out);
+// <directory of the object this code is linked into>/gpulet-cuda.limits: for libgpulet-cuda.so
+// in a container, /usr/lib/gpulet/gpulet-cuda.limits. "" when it cannot be found.
+std::string LimitsFileBesideLibrary();
+
+// The part of a region a reader copies: the header and the GPU slots.
+inline constexpr size_t kRegionPrefixBytes = offsetof(RegionLayout, processes);
+// Checks a copy of a region's first kRegionPrefixBytes (from a file of `file_bytes`) and returns
+// the counters of its GPU slots 0..gpu_count-1 in `out` (uuid from the copy, limit 0). Returns ""
+// or what is wrong (magic, version, sizes, gpu_count, a UUID without its NUL). Never reads past
+// `bytes`, whatever the copy says.
+std::string ParseRegionCopy(const unsigned char* bytes, size_t n, uint64_t file_bytes,
+                            std::vector<GpuUsage>* out);
 
 // Liveness of a process slot's owner: exists, is not a zombie, and started at `start_time`.
 bool OwnerAlive(int32_t pid, uint64_t start_time);
@@ -110,16 +166,24 @@ class Region {
   Region(const Region&) = delete;
   Region& operator=(const Region&) = delete;
 
-  // Maps <dir>/memory.region read-write (read-only when `read_only`: the exporter). Returns "" or
-  // an error naming the file and the cause (missing, permissions, wrong magic, another layout
-  // version, wrong size).
+  // Maps <dir>/memory.region read-write (read-only when `read_only`: tools and tests). Returns ""
+  // or an error naming the file and the cause (missing, not a regular file, permissions, wrong
+  // magic, another layout version, wrong size).
   std::string Open(const std::string& dir, bool read_only = false);
+  // Loads the limits file `path` into this object's private memory (ReadLimitsFile). Until it is
+  // loaded every limit is 0 (nothing is admitted) and the GPUs are the region's own slots.
+  std::string LoadLimits(const std::string& path);
   bool is_open() const { return layout_ != nullptr; }
+  bool has_limits() const { return has_limits_; }
   const std::string& path() const { return path_; }
 
-  // The slot of GPU `uuid` ("GPU-…"), or -1.
+  // The slot of GPU `uuid` ("GPU-…"), or -1: from the limits when loaded.
   int FindGpu(const char* uuid) const;
   uint32_t gpu_count() const;
+  // The limit of `slot` from the private limits copy (0 without limits or for a bad slot).
+  uint64_t limit(int slot) const;
+  // The plugin asked for pass-through (the limits file's flag).
+  bool passthrough() const { return has_limits_ && (limits_.flags & kLimitsPassthrough) != 0; }
   const GpuSlot& gpu(int slot) const { return layout_->gpus[slot]; }
   GpuSlot& gpu(int slot) { return layout_->gpus[slot]; }
 
@@ -147,6 +211,8 @@ class Region {
   int ReapLocked();
 
   std::string path_;
+  LimitsFile limits_{};
+  bool has_limits_ = false;
   RegionLayout* layout_ = nullptr;
   size_t mapped_ = 0;
   bool read_only_ = false;

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 namespace gpulet::cudashim {
 namespace {
@@ -22,6 +23,16 @@ class RegionTest : public ::testing::Test {
     dir_ = tmpl;
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
+  // The region and, beside it, the limits file the plugin writes.
+  void Make(const std::vector<GpuLimit>& gpus) {
+    ASSERT_EQ(CreateRegion(dir_, gpus), "");
+    ASSERT_EQ(WriteLimitsFile(limits(), gpus), "");
+  }
+  std::string limits() const { return dir_ + "/" + kLimitsFileName; }
+  void OpenWithLimits(Region& r) {
+    ASSERT_EQ(r.Open(dir_), "");
+    ASSERT_EQ(r.LoadLimits(limits()), "");
+  }
   std::string dir_;
 };
 
@@ -36,9 +47,9 @@ TEST_F(RegionTest, CreatedWorldWritableWhateverTheUmask) {
 }
 
 TEST_F(RegionTest, AdmitsUpToTheLimitExactly) {
-  ASSERT_EQ(CreateRegion(dir_, {{"GPU-a", 1000, 0}, {"GPU-b", 50, 0}}), "");
+  Make({{"GPU-a", 1000, 0}, {"GPU-b", 50, 0}});
   Region r;
-  ASSERT_EQ(r.Open(dir_), "");
+  OpenWithLimits(r);
   EXPECT_EQ(r.FindGpu("GPU-b"), 1);
   EXPECT_EQ(r.FindGpu("GPU-c"), -1);
   const int p = r.Attach();
@@ -61,14 +72,14 @@ TEST_F(RegionTest, RefusesAnotherLayoutVersionAndLeavesItAlone) {
   const std::string path = dir_ + "/memory.region";
   {
     std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    const uint32_t v2 = 2;
+    const uint32_t v1 = 1;
     f.seekp(8);
-    f.write(reinterpret_cast<const char*>(&v2), sizeof v2);
+    f.write(reinterpret_cast<const char*>(&v1), sizeof v1);
   }
   Region r;
   const std::string err = r.Open(dir_);
   EXPECT_NE(err.find(path), std::string::npos) << err;
-  EXPECT_NE(err.find("layout version 2"), std::string::npos) << err;
+  EXPECT_NE(err.find("layout version 1"), std::string::npos) << err;
   EXPECT_FALSE(r.is_open());
 }
 
@@ -83,11 +94,11 @@ TEST_F(RegionTest, MissingAndForeignFilesNameTheFileAndCause) {
 }
 
 TEST_F(RegionTest, DeadProcessesShareIsReaped) {
-  ASSERT_EQ(CreateRegion(dir_, {{"GPU-a", 1000, 0}}), "");
+  Make({{"GPU-a", 1000, 0}});
   const pid_t child = ::fork();
   if (child == 0) {
     Region r;
-    if (!r.Open(dir_).empty()) ::_exit(1);
+    if (!r.Open(dir_).empty() || !r.LoadLimits(limits()).empty()) ::_exit(1);
     const int p = r.Attach();
     ::_exit(p >= 0 && r.Admit(p, 0, 900) ? 0 : 1);
   }
@@ -95,7 +106,7 @@ TEST_F(RegionTest, DeadProcessesShareIsReaped) {
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   ASSERT_EQ(WEXITSTATUS(status), 0);
   Region r;
-  ASSERT_EQ(r.Open(dir_), "");
+  OpenWithLimits(r);
   EXPECT_EQ(r.Usage()[0].used, 900u);  // still counted: nobody reaped yet
   const int p = r.Attach();            // attaching reaps
   EXPECT_EQ(r.Usage()[0].used, 0u);
@@ -103,9 +114,9 @@ TEST_F(RegionTest, DeadProcessesShareIsReaped) {
 }
 
 TEST_F(RegionTest, AReusedPidIsNotTheOwner) {
-  ASSERT_EQ(CreateRegion(dir_, {{"GPU-a", 1000, 0}}), "");
+  Make({{"GPU-a", 1000, 0}});
   Region r;
-  ASSERT_EQ(r.Open(dir_), "");
+  OpenWithLimits(r);
   const int p = r.Attach();
   ASSERT_TRUE(r.Admit(p, 0, 500));
   EXPECT_TRUE(OwnerAlive(::getpid(), ProcessStartTime(::getpid())));
@@ -119,6 +130,103 @@ TEST_F(RegionTest, AReusedPidIsNotTheOwner) {
   }
   (void)layout;
   EXPECT_EQ(r.Reap(), 0);  // the real owner (us) is alive
+}
+
+// Issue 23 item 6: the limit is not the tenant's. A tenant that rewrites its writable region —
+// the version-1 limit field, the UUIDs, gpu_count — changes no limit of a process that loaded the
+// limits file, and a process that starts afterwards still gets the file's limit.
+TEST_F(RegionTest, TheLimitSurvivesATenantRewritingItsRegion) {
+  Make({{"GPU-a", 1000, 0}});
+  Region r;
+  OpenWithLimits(r);
+  const int p = r.Attach();
+  ASSERT_TRUE(r.Admit(p, 0, 900));
+  {
+    std::fstream f(dir_ + "/memory.region", std::ios::in | std::ios::out | std::ios::binary);
+    const uint64_t huge = UINT64_MAX / 2;
+    f.seekp(static_cast<std::streamoff>(offsetof(RegionLayout, gpus) +
+                                        offsetof(GpuSlot, unused_limit)));
+    f.write(reinterpret_cast<const char*>(&huge), sizeof huge);
+    const uint32_t many = 0xFFFFFFFF;  // gpu_count: every index past the slots
+    f.seekp(static_cast<std::streamoff>(offsetof(RegionHeader, gpu_count)));
+    f.write(reinterpret_cast<const char*>(&many), sizeof many);
+    f.seekp(static_cast<std::streamoff>(offsetof(RegionLayout, gpus) + sizeof(GpuSlot)));
+    f.write("GPU-evil", 9);  // a second "GPU" of its own
+  }
+  EXPECT_FALSE(r.Admit(p, 0, 200));
+  EXPECT_EQ(r.limit(0), 1000u);
+  EXPECT_EQ(r.gpu_count(), 1u);
+  EXPECT_EQ(r.FindGpu("GPU-evil"), -1);
+  EXPECT_FALSE(r.Admit(p, 1, 1));
+  EXPECT_FALSE(r.Admit(p, 7, 1));
+  Region later;
+  OpenWithLimits(later);
+  const int q = later.Attach();
+  EXPECT_FALSE(later.Admit(q, 0, 200));
+  EXPECT_TRUE(later.Admit(q, 0, 100));
+  EXPECT_FALSE(later.passthrough());
+  // Without the limits file nothing at all is admitted (the region's own fields count for nothing).
+  Region bare;
+  ASSERT_EQ(bare.Open(dir_), "");
+  EXPECT_FALSE(bare.Admit(bare.Attach(), 0, 1));
+}
+
+TEST_F(RegionTest, LimitsFileIsCheckedAndNeverFollowedOrWaitedOn) {
+  ASSERT_EQ(WriteLimitsFile(limits(), {{"GPU-a", 5, 0}}, /*passthrough=*/true), "");
+  struct stat st {};
+  ASSERT_EQ(::stat(limits().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
+  LimitsFile f{};
+  ASSERT_EQ(ReadLimitsFile(limits(), &f), "");
+  EXPECT_EQ(f.gpu_count, 1u);
+  EXPECT_EQ(f.flags & kLimitsPassthrough, kLimitsPassthrough);
+  std::filesystem::rename(limits(), dir_ + "/real");
+  std::filesystem::create_symlink(dir_ + "/real", limits());
+  EXPECT_NE(ReadLimitsFile(limits(), &f), "");
+  std::filesystem::remove(limits());
+  ASSERT_EQ(::mkfifo(limits().c_str(), 0644), 0);
+  const std::string err = ReadLimitsFile(limits(), &f);
+  EXPECT_NE(err.find("not a gpulet limits file"), std::string::npos) << err;
+  std::filesystem::remove(limits());
+  {
+    LimitsFile bad{};
+    std::memcpy(bad.magic, kLimitsMagic, sizeof bad.magic);
+    bad.version = kLimitsVersion;
+    bad.file_bytes = sizeof bad;
+    bad.gpu_count = kMaxGpus + 1;
+    std::ofstream(limits(), std::ios::binary)
+        .write(reinterpret_cast<const char*>(&bad), sizeof bad);
+  }
+  EXPECT_NE(ReadLimitsFile(limits(), &f).find("gpu_count"), std::string::npos);
+}
+
+// Issue 23 item 5: a reader validates a copy; a gpu_count past the slots, a UUID without its NUL
+// or a wrong size is an error, and nothing is read past the copy.
+TEST_F(RegionTest, ParseRegionCopyValidatesEveryField) {
+  ASSERT_EQ(CreateRegion(dir_, {{"GPU-a", 1000, 0}, {"GPU-b", 50, 0}}), "");
+  std::vector<unsigned char> bytes(kRegionPrefixBytes);
+  {
+    std::ifstream in(dir_ + "/memory.region", std::ios::binary);
+    in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  std::vector<GpuUsage> out;
+  ASSERT_EQ(ParseRegionCopy(bytes.data(), bytes.size(), sizeof(RegionLayout), &out), "");
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[1].uuid, "GPU-b");
+  EXPECT_NE(ParseRegionCopy(bytes.data(), bytes.size(), 100, &out), "");
+  EXPECT_TRUE(out.empty());
+  auto with = [&](size_t offset, const void* v, size_t n) {
+    std::vector<unsigned char> b = bytes;
+    std::memcpy(b.data() + offset, v, n);
+    return ParseRegionCopy(b.data(), b.size(), sizeof(RegionLayout), &out);
+  };
+  const uint32_t many = kMaxGpus + 1;
+  EXPECT_NE(with(offsetof(RegionHeader, gpu_count), &many, sizeof many).find("gpu_count"),
+            std::string::npos);
+  const std::string no_nul(kUuidBytes, '\xff');
+  EXPECT_NE(with(offsetof(RegionLayout, gpus), no_nul.data(), no_nul.size()).find("uuid"),
+            std::string::npos);
+  EXPECT_NE(ParseRegionCopy(bytes.data(), 10, sizeof(RegionLayout), &out), "");
 }
 
 TEST(RegionLiveness, ZombiesAndMissingProcessesAreDead) {

@@ -1,8 +1,11 @@
 // gpulet-cuda-region: writes or shows an accounting region by hand (the device plugin writes them
 // on Allocate; this is for checks on a real GPU and for operators).
 //
-//   gpulet-cuda-region create DIR GPU-UUID=BYTES [GPU-UUID=BYTES …]
-//   gpulet-cuda-region show DIR
+//   gpulet-cuda-region create [--passthrough] DIR GPU-UUID=BYTES [GPU-UUID=BYTES …]
+//   gpulet-cuda-region show DIR [LIMITS-FILE]
+//
+// `create` writes DIR/memory.region (the container's, writable) and DIR/gpulet-cuda.limits (the
+// limits: mount it read-only beside the library, as /usr/lib/gpulet/gpulet-cuda.limits).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,9 +18,13 @@ namespace {
 
 int Usage() {
   std::fprintf(stderr,
-               "usage: gpulet-cuda-region create DIR GPU-UUID=BYTES [GPU-UUID=BYTES ...]\n"
-               "       gpulet-cuda-region show DIR\n"
-               "Writes DIR/memory.region (mode 0666) with each GPU's limit, or prints its use.\n");
+               "usage: gpulet-cuda-region create [--passthrough] DIR GPU-UUID=BYTES "
+               "[GPU-UUID=BYTES ...]\n"
+               "       gpulet-cuda-region show DIR [LIMITS-FILE]\n"
+               "create writes DIR/memory.region (mode 0666, usage only) and DIR/%s (mode 0644:\n"
+               "each GPU's limit; mount it read-only beside libgpulet-cuda.so). show prints the\n"
+               "use, with the limits of LIMITS-FILE (default DIR/%s).\n",
+               gpulet::cudashim::kLimitsFileName, gpulet::cudashim::kLimitsFileName);
   return 2;
 }
 
@@ -30,8 +37,12 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc >= 4 && std::strcmp(argv[1], "create") == 0) {
+    const bool passthrough = std::strcmp(argv[2], "--passthrough") == 0;
+    const int first = passthrough ? 3 : 2;
+    if (argc < first + 2) return Usage();
+    const std::string dir = argv[first];
     std::vector<GpuLimit> gpus;
-    for (int i = 3; i < argc; ++i) {
+    for (int i = first + 1; i < argc; ++i) {
       const char* eq = std::strrchr(argv[i], '=');
       char* end = nullptr;
       const unsigned long long bytes = eq == nullptr ? 0 : std::strtoull(eq + 1, &end, 10);
@@ -42,16 +53,23 @@ int main(int argc, char** argv) {
       }
       gpus.push_back(GpuLimit{std::string(argv[i], static_cast<size_t>(eq - argv[i])), bytes, 0});
     }
-    const std::string err = gpulet::cudashim::CreateRegion(argv[2], gpus, /*replace=*/true);
+    std::string err = gpulet::cudashim::CreateRegion(dir, gpus, /*replace=*/true);
+    if (err.empty()) {
+      err = gpulet::cudashim::WriteLimitsFile(dir + "/" + gpulet::cudashim::kLimitsFileName, gpus,
+                                              passthrough);
+    }
     if (!err.empty()) {
       std::fprintf(stderr, "gpulet-cuda-region: %s\n", err.c_str());
       return 1;
     }
     return 0;
   }
-  if (argc == 3 && std::strcmp(argv[1], "show") == 0) {
+  if ((argc == 3 || argc == 4) && std::strcmp(argv[1], "show") == 0) {
     gpulet::cudashim::Region r;
-    const std::string err = r.Open(argv[2], /*read_only=*/true);
+    const std::string limits =
+        argc == 4 ? argv[3] : std::string(argv[2]) + "/" + gpulet::cudashim::kLimitsFileName;
+    std::string err = r.Open(argv[2], /*read_only=*/true);
+    if (err.empty()) err = r.LoadLimits(limits);
     if (!err.empty()) {
       std::fprintf(stderr, "gpulet-cuda-region: %s\n", err.c_str());
       return 1;
