@@ -237,15 +237,17 @@ State* NewState() {
   auto* s = new State();
   for (auto& d : s->device_slot) d.store(-2);
   for (auto& w : s->warned_unlisted) w.store(false);
-  const char* pass = std::getenv("GPULET_CUDA_PASSTHROUGH");
-  if (pass != nullptr && std::strcmp(pass, "1") == 0) {
+  // The limits are the plugin's, read-only beside this library (region.h); nothing in the
+  // environment names them or turns them off.
+  s->error = s->region.LoadLimits(LimitsFileBesideLibrary());
+  if (s->error.empty() && s->region.passthrough()) {
     s->mode = Mode::kPassthrough;
-    Say("GPULET_CUDA_PASSTHROUGH=1: GPU memory limits are NOT enforced in this process");
+    Say("the node's limits file asks for pass-through: GPU memory limits are NOT enforced");
     return s;
   }
   const char* dir = std::getenv("GPULET_CUDA_DIR");
   if (dir == nullptr || *dir == '\0') dir = kDefaultDir;
-  s->error = s->region.Open(dir);
+  if (s->error.empty()) s->error = s->region.Open(dir);
   if (s->error.empty()) s->proc.store(s->region.Attach());
   if (s->error.empty() && s->proc.load() < 0) {
     s->error = s->region.path() + ": all " + std::to_string(kMaxProcesses) +
@@ -253,9 +255,7 @@ State* NewState() {
   }
   if (!s->error.empty()) {
     s->mode = Mode::kFailed;
-    Say("cannot enforce GPU memory limits: %s; CUDA is refused in this process (set "
-        "GPULET_CUDA_PASSTHROUGH=1 to run without limits)",
-        s->error.c_str());
+    Say("cannot enforce GPU memory limits: %s; CUDA is refused in this process", s->error.c_str());
     return s;
   }
   s->mode = Mode::kActive;
@@ -722,7 +722,7 @@ CUresult LoadModule(void** handle_out, Load&& load, Unload&& unload) {
   const int proc = Proc(s);
   if (slot < 0 || proc < 0) return CUDA_ERROR_OUT_OF_MEMORY;
   const GpuSlot& g = s.region.gpu(slot);
-  if (g.used.load() >= g.limit) return CUDA_ERROR_OUT_OF_MEMORY;  // nothing fits
+  if (g.used.load() >= s.region.limit(slot)) return CUDA_ERROR_OUT_OF_MEMORY;  // nothing fits
   const int64_t before = RealFree();
   const CUresult rc = load();
   if (rc != CUDA_SUCCESS) return rc;
@@ -751,9 +751,10 @@ void ModuleUnloaded(const void* handle) {
 
 // The container's view of a GPU: total = min(limit, physical); free = total - used, in signed
 // arithmetic, clamped to [0, total] and to what the GPU itself has free.
-void LimitedView(const GpuSlot& g, uint64_t physical_total, uint64_t physical_free, uint64_t* total,
-                 uint64_t* free_out) {
-  const uint64_t t = std::min(g.limit, physical_total);
+void LimitedView(const Region& r, int slot, uint64_t physical_total, uint64_t physical_free,
+                 uint64_t* total, uint64_t* free_out) {
+  const GpuSlot& g = r.gpu(slot);
+  const uint64_t t = std::min(r.limit(slot), physical_total);
   const int64_t used = static_cast<int64_t>(std::min<uint64_t>(g.used.load(), INT64_MAX));
   int64_t f = static_cast<int64_t>(std::min<uint64_t>(t, INT64_MAX)) - used;
   f = std::clamp<int64_t>(f, 0, static_cast<int64_t>(std::min<uint64_t>(t, INT64_MAX)));
@@ -951,7 +952,7 @@ GPULET_EXPORT CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
     const int slot = SlotOfDevice(s, dev);
     if (slot >= 0) {
       uint64_t lt = 0, lf = 0;
-      LimitedView(s.region.gpu(slot), t, f, &lt, &lf);
+      LimitedView(s.region, slot, t, f, &lt, &lf);
       t = lt;
       f = lf;
     }
@@ -969,7 +970,7 @@ GPULET_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
   State& s = S();
   if (s.mode == Mode::kActive) {
     const int slot = SlotOfDevice(s, dev);
-    if (slot >= 0) *bytes = std::min<uint64_t>(*bytes, s.region.gpu(slot).limit);
+    if (slot >= 0) *bytes = std::min<uint64_t>(*bytes, s.region.limit(slot));
   }
   return rc;
 }
@@ -1385,7 +1386,7 @@ GPULET_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemo
   const int slot = SlotOfNvmlDevice(s, device);
   if (slot < 0) return rc;
   uint64_t t = 0, f = 0;
-  LimitedView(s.region.gpu(slot), memory->total, memory->free, &t, &f);
+  LimitedView(s.region, slot, memory->total, memory->free, &t, &f);
   memory->total = t;
   memory->free = f;
   memory->used = t - f;
@@ -1405,7 +1406,7 @@ GPULET_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device,
   const int slot = SlotOfNvmlDevice(s, device);
   if (slot < 0) return rc;
   uint64_t t = 0, f = 0;
-  LimitedView(s.region.gpu(slot), memory->total, memory->free + memory->reserved, &t, &f);
+  LimitedView(s.region, slot, memory->total, memory->free + memory->reserved, &t, &f);
   memory->total = t;
   memory->reserved = 0;
   memory->free = f;
