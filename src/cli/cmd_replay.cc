@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "common/files.h"
+#include "placement/artifact.h"
 #include "placement/fragmentation.h"
 #include "placement/policy.h"
 #include "placement/replay.h"
@@ -32,6 +33,7 @@ struct ReplayFlags {
   std::string output_dir = "replay-out";
   double coverage = 0.95;
   int jobs = 1;
+  std::string protocol = "artifact";
 };
 
 Result<uint64_t> ParseSeed(const std::string& text) {
@@ -127,6 +129,10 @@ int RunReplay(const ReplayFlags& f) {
   }
   Result<double> load = ParseLoad(f.load);
   if (!load.ok()) return ReportError(load.status());
+  if (f.protocol != "artifact" && f.protocol != "literal")
+    return ReportError(Status(ErrorCode::kUsage,
+                              "--protocol: must be artifact or literal, got '" + f.protocol + "'"));
+  const bool artifact = f.protocol == "artifact";
 
   const std::string trace_path =
       IsPath(f.trace) ? f.trace : pl::TraceVariantPath(f.trace_dir, f.trace);
@@ -151,22 +157,34 @@ int RunReplay(const ReplayFlags& f) {
   if (trace->empty())
     return ReportError(Status(ErrorCode::kInvalidInput, trace_path + ": no pods"));
 
-  const pl::TypicalPods typical = pl::TypicalPods::FromWorkload(*trace, f.coverage);
+  // Both protocols are described in docs/placement.md; artifact.h and replay.h say what differs.
+  const pl::TypicalPods typical = artifact ? pl::ArtifactTypicalPods(*trace, f.coverage)
+                                           : pl::TypicalPods::FromWorkload(*trace, f.coverage);
   std::vector<std::unique_ptr<pl::Policy>> made;
-  for (const std::string& name : *policies) made.push_back(pl::MakePolicy(name, typical));
+  std::vector<std::unique_ptr<pl::ArtifactPolicy>> made_artifact;
+  for (const std::string& name : *policies) {
+    if (artifact)
+      made_artifact.push_back(pl::MakeArtifactPolicy(name, typical));
+    else
+      made.push_back(pl::MakePolicy(name, typical));
+  }
   const std::vector<double> points = pl::DefaultReportPoints(*load);
   std::vector<std::vector<pl::Pod>> arrivals;
   for (uint64_t seed : seeds)
-    arrivals.push_back(pl::ArrivalSequence(*trace, cluster->GpuCapacityMilli(), *load, seed));
+    arrivals.push_back(artifact
+                           ? pl::ArtifactArrivals(*trace, cluster->GpuCapacityMilli(), *load, seed)
+                           : pl::ArrivalSequence(*trace, cluster->GpuCapacityMilli(), *load, seed));
 
   // Every (policy, seed) run is independent: --jobs threads take them in turn.
-  const size_t total = made.size() * seeds.size();
+  const size_t total = policies->size() * seeds.size();
   std::vector<pl::ReplayResult> runs(total);
   std::atomic<size_t> next{0};
   auto worker = [&] {
     for (size_t i = next++; i < total; i = next++) {
       const size_t p = i / seeds.size(), s = i % seeds.size();
-      runs[i] = pl::Replay(*cluster, arrivals[s], *made[p], typical, points, seeds[s]);
+      runs[i] = artifact ? pl::ArtifactReplay(*cluster, arrivals[s], *made_artifact[p], typical,
+                                              points, seeds[s])
+                         : pl::Replay(*cluster, arrivals[s], *made[p], typical, points, seeds[s]);
     }
   };
   std::vector<std::thread> threads;
@@ -192,10 +210,10 @@ int RunReplay(const ReplayFlags& f) {
 
   std::printf(
       "trace %s: %zu GPU nodes, %.0f GPUs, %zu pods, %zu typical pod shapes; load %s, "
-      "%zu seed(s)\n",
+      "%zu seed(s); protocol %s\n",
       info.trace.c_str(), cluster->nodes.size(),
       static_cast<double>(cluster->GpuCapacityMilli()) / pl::kMilliPerGpu, trace->size(),
-      typical.pods().size(), Percent(*load).c_str(), seeds.size());
+      typical.pods().size(), Percent(*load).c_str(), seeds.size(), f.protocol.c_str());
   std::printf("%-14s %-22s %-22s %s\n", "policy", "allocation at 100%",
               ("allocation at " + Percent(*load)).c_str(), "failed pods (mean)");
   for (const pl::PolicySummary& s : summaries) {
@@ -247,6 +265,11 @@ void RegisterReplay(CLI::App& app, GlobalOptions& /*global*/, int& exit_code) {
   cmd->add_option("--typical-coverage", f->coverage,
                   "FGD's typical pods: the most frequent shapes covering this share of the pods")
       ->check(CLI::Range(0.01, 1.0))
+      ->capture_default_str();
+  cmd->add_option("--protocol", f->protocol,
+                  "artifact: the FGD artifact's simulator (arrivals, integer scores, tie-breaking, "
+                  "measurement); literal: the paper's section 6.1 as written (docs/placement.md)")
+      ->envname("GPULET_REPLAY_PROTOCOL")
       ->capture_default_str();
   cmd->add_option("--jobs", f->jobs, "Runs (policy x seed) in parallel; each run is one thread")
       ->check(CLI::Range(1, 256))

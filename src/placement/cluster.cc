@@ -47,6 +47,12 @@ int64_t Cluster::GpuAllocatedMilli() const {
   return total;
 }
 
+bool SameState(const Node& a, const Node& b) {
+  return a.model == b.model && a.cpu_free == b.cpu_free && a.memory_free == b.memory_free &&
+         a.cpu_milli == b.cpu_milli && a.memory_mib == b.memory_mib && a.gpu_free == b.gpu_free &&
+         a.pods_by_class == b.pods_by_class;
+}
+
 bool Fits(const Node& node, const Pod& pod) {
   if (node.cpu_free < pod.cpu_milli || node.memory_free < pod.memory_mib) return false;
   if (pod.num_gpu <= 0) return true;

@@ -31,6 +31,9 @@ struct Pod {
   // A constrained pod whose models are all absent from the cluster has mask 0 and fits nowhere.
   bool model_constrained = false;
   uint64_t model_mask = 0;
+  // The model list as the trace spells it ("V100M16|V100M32"; empty = any). The artifact's
+  // protocol keys pod shapes by this text (it orders equally frequent shapes by it).
+  std::string gpu_spec;
 
   bool IsSharing() const { return num_gpu == 1 && gpu_milli < kMilliPerGpu; }
   int64_t GpuMilliRequest() const { return int64_t{num_gpu} * gpu_milli; }
@@ -65,6 +68,10 @@ struct Cluster {
   int64_t GpuCapacityMilli() const;
   int64_t GpuAllocatedMilli() const;
 };
+
+// Everything a policy may read of a node apart from its name: two nodes in the same state get the
+// same answer from every policy.
+bool SameState(const Node& a, const Node& b);
 
 // The node can host the pod: CPU, memory, GPU model, and num_gpu GPUs with gpu_milli free each.
 bool Fits(const Node& node, const Pod& pod);

@@ -214,17 +214,6 @@ uint64_t Rng::Below(uint64_t n) {
   return x % n;
 }
 
-namespace {
-
-// Everything a policy may read of a node, apart from its name.
-bool SameState(const Node& a, const Node& b) {
-  return a.model == b.model && a.cpu_free == b.cpu_free && a.memory_free == b.memory_free &&
-         a.cpu_milli == b.cpu_milli && a.memory_mib == b.memory_mib && a.gpu_free == b.gpu_free &&
-         a.pods_by_class == b.pods_by_class;
-}
-
-}  // namespace
-
 std::optional<Decision> Choose(const Cluster& cluster, const Pod& pod, const Policy& policy,
                                Rng& rng) {
   std::optional<Decision> best;

@@ -157,6 +157,7 @@ Result<std::vector<Pod>> LoadPods(const std::string& path, const Cluster& cluste
     if (has_spec && pod.num_gpu > 0) {
       const std::string spec = csv->Text("gpu_spec");
       if (!spec.empty()) {
+        pod.gpu_spec = spec;
         pod.model_constrained = true;
         std::istringstream in(spec);
         std::string model;
