@@ -49,6 +49,7 @@ Result<NodeStatus> ParseNodeStatus(const std::string& text) {
   NodeStatus s;
   s.name = Field(line, "NodeName");
   s.state = Field(line, "State");
+  s.slurmd_start_time = Field(line, "SlurmdStartTime");
   if (s.name.empty() || s.state.empty()) {
     return Status(ErrorCode::kInvalidInput,
                   "scontrol show node: no NodeName/State in \"" + line.substr(0, 120) + "\"");

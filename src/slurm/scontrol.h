@@ -17,10 +17,11 @@ inline constexpr const char* kReasonPrefix = "gpulet:";
 
 struct NodeStatus {
   std::string name;
-  std::string state;     // "IDLE+DRAIN", "MIXED", "DOWN+NOT_RESPONDING", …
-  std::string reason;    // without Slurm's " [user@time]" suffix; empty when none
-  bool drained() const;  // DRAIN flag set (draining or drained)
-  bool ours() const;     // reason starts with kReasonPrefix
+  std::string state;              // "IDLE+DRAIN", "MIXED", "DOWN+NOT_RESPONDING", …
+  std::string reason;             // without Slurm's " [user@time]" suffix; empty when none
+  std::string slurmd_start_time;  // SlurmdStartTime as scontrol prints it; "None" or empty: none
+  bool drained() const;           // DRAIN flag set (draining or drained)
+  bool ours() const;              // reason starts with kReasonPrefix
 };
 
 // Parses one node of `scontrol show node -o <name>`. Errors (kInvalidInput) when NodeName or
