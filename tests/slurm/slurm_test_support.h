@@ -14,8 +14,9 @@
 #include <string>
 #include <thread>
 
-#include "tests/cli/run_command.h"
+#include "support/require.h"  // GPULET_SKIP_OR_FAIL_IN_CI
 #include "support/wait_until.h"
+#include "tests/cli/run_command.h"
 
 namespace gpulet::slurm_testing {
 
@@ -69,23 +70,6 @@ inline std::string ClusterUnavailableReason() {
   }
   return "";
 }
-
-// Whether this run is CI's (CI=true, as GitHub Actions, GitLab and most CI systems set it).
-inline bool InCi() {
-  const char* ci = std::getenv("CI");
-  return ci != nullptr && std::string(ci) == "true";
-}
-
-// A suite that cannot run here skips (ctest's summary lists it as "Skipped", with the reason in
-// the output) on a developer's machine, and FAILS under CI=true: a green CI run has run it.
-#define GPULET_SKIP_OR_FAIL_IN_CI(why)                               \
-  do {                                                               \
-    if (::gpulet::slurm_testing::InCi()) {                           \
-      FAIL() << "CI=true, but this suite cannot run here: " << (why) \
-             << " (run the tests as root with make deps installed)"; \
-    }                                                                \
-    GTEST_SKIP() << (why);                                           \
-  } while (0)
 
 // slurmctld + two slurmd (gpua: 4 x H100 with shards, gpub: 2 x L4 with MPS) in a temp dir.
 class Cluster {
