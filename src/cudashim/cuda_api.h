@@ -29,6 +29,9 @@ typedef struct CUmipmappedArray_st* CUmipmappedArray;
 typedef struct CUmemPoolHandle_st* CUmemoryPool;
 typedef unsigned long long CUmemGenericAllocationHandle;
 typedef struct CUctxCreateParams_st CUctxCreateParams;      // cuCtxCreate_v4; passed through
+typedef struct CUgraph_st* CUgraph;
+typedef struct CUgraphExec_st* CUgraphExec;
+typedef struct CUgraphNode_st* CUgraphNode;
 typedef struct CUexecAffinityParam_st CUexecAffinityParam;  // cuCtxCreate_v3; passed through
 
 enum : CUresult {
@@ -44,6 +47,10 @@ enum : CUresult {
   CUDA_ERROR_OPERATING_SYSTEM = 304,
   CUDA_ERROR_INVALID_HANDLE = 400,
   CUDA_ERROR_NOT_FOUND = 500,
+  CUDA_ERROR_ILLEGAL_STATE = 401,
+  CUDA_ERROR_NOT_PERMITTED = 800,
+  CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+  CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
   CUDA_ERROR_NOT_SUPPORTED = 801,
   CUDA_ERROR_UNKNOWN = 999,
 };
@@ -73,6 +80,33 @@ typedef enum {
   CU_AD_FORMAT_SIGNED_INT32 = 0x0a,
   CU_AD_FORMAT_HALF = 0x10,
   CU_AD_FORMAT_FLOAT = 0x20,
+  CU_AD_FORMAT_NV12 = 0xb0,
+  CU_AD_FORMAT_UNORM_INT8X1 = 0xc0,
+  CU_AD_FORMAT_UNORM_INT8X2 = 0xc1,
+  CU_AD_FORMAT_UNORM_INT8X4 = 0xc2,
+  CU_AD_FORMAT_UNORM_INT16X1 = 0xc3,
+  CU_AD_FORMAT_UNORM_INT16X2 = 0xc4,
+  CU_AD_FORMAT_UNORM_INT16X4 = 0xc5,
+  CU_AD_FORMAT_SNORM_INT8X1 = 0xc6,
+  CU_AD_FORMAT_SNORM_INT8X2 = 0xc7,
+  CU_AD_FORMAT_SNORM_INT8X4 = 0xc8,
+  CU_AD_FORMAT_SNORM_INT16X1 = 0xc9,
+  CU_AD_FORMAT_SNORM_INT16X2 = 0xca,
+  CU_AD_FORMAT_SNORM_INT16X4 = 0xcb,
+  CU_AD_FORMAT_BC1_UNORM = 0x91,
+  CU_AD_FORMAT_BC1_UNORM_SRGB = 0x92,
+  CU_AD_FORMAT_BC2_UNORM = 0x93,
+  CU_AD_FORMAT_BC2_UNORM_SRGB = 0x94,
+  CU_AD_FORMAT_BC3_UNORM = 0x95,
+  CU_AD_FORMAT_BC3_UNORM_SRGB = 0x96,
+  CU_AD_FORMAT_BC4_UNORM = 0x97,
+  CU_AD_FORMAT_BC4_SNORM = 0x98,
+  CU_AD_FORMAT_BC5_UNORM = 0x99,
+  CU_AD_FORMAT_BC5_SNORM = 0x9a,
+  CU_AD_FORMAT_BC6H_UF16 = 0x9b,
+  CU_AD_FORMAT_BC6H_SF16 = 0x9c,
+  CU_AD_FORMAT_BC7_UNORM = 0x9d,
+  CU_AD_FORMAT_BC7_UNORM_SRGB = 0x9e,
 } CUarray_format;
 
 typedef struct {
@@ -94,6 +128,8 @@ typedef struct {
 enum : unsigned int {
   CUDA_ARRAY3D_LAYERED = 0x01,
   CUDA_ARRAY3D_CUBEMAP = 0x04,
+  CUDA_ARRAY3D_SPARSE = 0x40,
+  CUDA_ARRAY3D_DEFERRED_MAPPING = 0x80,
 };
 
 typedef struct {
@@ -116,7 +152,10 @@ typedef struct {
 } CUmemLocation;
 
 typedef enum { CU_MEM_ALLOCATION_TYPE_PINNED = 1 } CUmemAllocationType;
-typedef enum { CU_MEM_HANDLE_TYPE_NONE = 0 } CUmemAllocationHandleType;
+typedef enum {
+  CU_MEM_HANDLE_TYPE_NONE = 0,
+  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1,
+} CUmemAllocationHandleType;
 
 typedef struct {
   CUmemAllocationType type;
@@ -148,6 +187,38 @@ typedef enum {
 } CUmemPool_attribute;
 
 enum : unsigned int { CU_MEM_ATTACH_GLOBAL = 1 };
+
+typedef enum {
+  CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0,
+  CU_GRAPH_MEM_ATTR_USED_MEM_HIGH = 1,
+  CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,
+  CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH = 3,
+} CUgraphMem_attribute;
+
+typedef enum {
+  CU_STREAM_CAPTURE_STATUS_NONE = 0,
+  CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
+  CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2,
+} CUstreamCaptureStatus;
+typedef int CUstreamCaptureMode;
+
+typedef struct CUmemAccessDesc_st CUmemAccessDesc;  // passed through
+
+// cuGraphAddMemAllocNode's parameters (v1 layout).
+typedef struct {
+  CUmemPoolProps poolProps;
+  const CUmemAccessDesc* accessDescs;
+  size_t accessDescCount;
+  size_t bytesize;
+  CUdeviceptr dptr;
+} CUDA_MEM_ALLOC_NODE_PARAMS;
+
+typedef struct {
+  cuuint64_t flags;
+  CUstream hUploadStream;
+  CUgraphNode hErrNode_out;
+  int result_out;
+} CUDA_GRAPH_INSTANTIATE_PARAMS;
 
 typedef int CUjit_option;
 
@@ -230,7 +301,42 @@ typedef int CUjit_option;
     (CUlibrary * library, const void* code, CUjit_option* jitOptions, void** jitOptionsValues,     \
      unsigned int numJitOptions, void* libraryOptions, void** libraryOptionValues,                 \
      unsigned int numLibraryOptions))                                                              \
-  X(cuLibraryUnload, cuLibraryUnload, 12000, 0, CUresult, (CUlibrary library))
+  X(cuLibraryUnload, cuLibraryUnload, 12000, 0, CUresult, (CUlibrary library))                    \
+  X(cuMemMap, cuMemMap, 10020, 0, CUresult,                                                        \
+    (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,             \
+     unsigned long long flags))                                                                    \
+  X(cuMemUnmap, cuMemUnmap, 10020, 0, CUresult, (CUdeviceptr ptr, size_t size))                    \
+  X(cuMemRetainAllocationHandle, cuMemRetainAllocationHandle, 11000, 0, CUresult,                  \
+    (CUmemGenericAllocationHandle * handle, void* addr))                                           \
+  X(cuMemExportToShareableHandle, cuMemExportToShareableHandle, 10020, 0, CUresult,                \
+    (void* shareableHandle, CUmemGenericAllocationHandle handle,                                   \
+     CUmemAllocationHandleType handleType, unsigned long long flags))                              \
+  X(cuMemImportFromShareableHandle, cuMemImportFromShareableHandle, 10020, 0, CUresult,            \
+    (CUmemGenericAllocationHandle * handle, void* osHandle,                                        \
+     CUmemAllocationHandleType shHandleType))                                                      \
+  X(cuEventSynchronize, cuEventSynchronize, 2000, 0, CUresult, (CUevent hEvent))                   \
+  X(cuStreamBeginCapture_v2, cuStreamBeginCapture, 10010, 0, CUresult,                             \
+    (CUstream hStream, CUstreamCaptureMode mode))                                                  \
+  X(cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture, 10010, 1, CUresult,                        \
+    (CUstream hStream, CUstreamCaptureMode mode))                                                  \
+  X(cuStreamEndCapture, cuStreamEndCapture, 10000, 0, CUresult,                                    \
+    (CUstream hStream, CUgraph * phGraph))                                                         \
+  X(cuStreamEndCapture_ptsz, cuStreamEndCapture, 10000, 1, CUresult,                               \
+    (CUstream hStream, CUgraph * phGraph))                                                         \
+  X(cuGraphAddMemAllocNode, cuGraphAddMemAllocNode, 11040, 0, CUresult,                            \
+    (CUgraphNode * phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,                   \
+     size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS* nodeParams))                              \
+  X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040, 0, CUresult,                  \
+    (CUgraphExec * phGraphExec, CUgraph hGraph, unsigned long long flags))                         \
+  X(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams, 12000, 0, CUresult,                \
+    (CUgraphExec * phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS * instantiateParams)) \
+  X(cuGraphLaunch, cuGraphLaunch, 10000, 0, CUresult, (CUgraphExec hGraphExec, CUstream hStream))  \
+  X(cuGraphLaunch_ptsz, cuGraphLaunch, 10000, 1, CUresult,                                         \
+    (CUgraphExec hGraphExec, CUstream hStream))                                                    \
+  X(cuGraphUpload, cuGraphUpload, 11010, 0, CUresult, (CUgraphExec hGraphExec, CUstream hStream))  \
+  X(cuGraphExecDestroy, cuGraphExecDestroy, 10000, 0, CUresult, (CUgraphExec hGraphExec))          \
+  X(cuGraphDestroy, cuGraphDestroy, 10000, 0, CUresult, (CUgraph hGraph))                          \
+  X(cuDeviceGraphMemTrim, cuDeviceGraphMemTrim, 11040, 0, CUresult, (CUdevice device))
 
 // The 32-bit entry points from before CUDA 3.2 (still exported by the driver): their sizes and
 // pointers are 32 bits wide. The library refuses them (CUDA_ERROR_NOT_SUPPORTED) rather than let
@@ -269,7 +375,28 @@ typedef int CUjit_option;
   X(cuLaunchKernel, cuLaunchKernel, 4000, 0, CUresult,                                      \
     (void* f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,          \
      unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,                \
-     unsigned int sharedMemBytes, CUstream hStream, void** kernelParams, void** extra))
+     unsigned int sharedMemBytes, CUstream hStream, void** kernelParams, void** extra))     \
+  X(cuStreamIsCapturing, cuStreamIsCapturing, 10000, 0, CUresult,                           \
+    (CUstream hStream, CUstreamCaptureStatus * captureStatus))                              \
+  X(cuStreamGetCtx, cuStreamGetCtx, 9020, 0, CUresult, (CUstream hStream, CUcontext * pctx)) \
+  X(cuCtxPushCurrent_v2, cuCtxPushCurrent, 4000, 0, CUresult, (CUcontext ctx))             \
+  X(cuCtxPopCurrent_v2, cuCtxPopCurrent, 4000, 0, CUresult, (CUcontext * pctx))            \
+  X(cuDeviceGetGraphMemAttribute, cuDeviceGetGraphMemAttribute, 11040, 0, CUresult,         \
+    (CUdevice device, CUgraphMem_attribute attr, void* value))                              \
+  X(cuStreamCreate, cuStreamCreate, 2000, 0, CUresult, (CUstream * phStream, unsigned int Flags)) \
+  X(cuStreamDestroy_v2, cuStreamDestroy, 4000, 0, CUresult, (CUstream hStream))             \
+  X(cuMemAddressReserve, cuMemAddressReserve, 10020, 0, CUresult,                           \
+    (CUdeviceptr * ptr, size_t size, size_t alignment, CUdeviceptr addr,                    \
+     unsigned long long flags))                                                             \
+  X(cuMemAddressFree, cuMemAddressFree, 10020, 0, CUresult, (CUdeviceptr ptr, size_t size)) \
+  X(cuGraphCreate, cuGraphCreate, 10000, 0, CUresult, (CUgraph * phGraph, unsigned int flags)) \
+  X(cuGraphAddMemFreeNode, cuGraphAddMemFreeNode, 11040, 0, CUresult,                       \
+    (CUgraphNode * phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,            \
+     size_t numDependencies, CUdeviceptr dptr))                                             \
+  X(cuMemPoolSetAttribute, cuMemPoolSetAttribute, 11020, 0, CUresult,                       \
+    (CUmemoryPool pool, CUmemPool_attribute attr, void* value))                             \
+  X(cuEventCreate, cuEventCreate, 2000, 0, CUresult, (CUevent * phEvent, unsigned int Flags)) \
+  X(cuEventDestroy_v2, cuEventDestroy, 4000, 0, CUresult, (CUevent hEvent))
 
 #define GPULET_CUDA_DECLARE(name, base, since, ptsz, ret, params) ret name params;
 GPULET_CUDA_WRAPPED(GPULET_CUDA_DECLARE)
@@ -280,22 +407,66 @@ GPULET_CUDA_PLAIN(GPULET_CUDA_DECLARE)
 
 namespace gpulet::cudashim {
 
-// Bytes per element channel of an array format; 0 for formats not listed above.
-inline uint64_t ArrayFormatBytes(CUarray_format f) {
+// The storage of one block of an array format: `bytes` for `width` x `height` elements (1 x 1
+// for the plain formats, 4 x 4 for block compression, 2 x 2 for NV12's luma plus shared chroma).
+// `per_channel`: `bytes` is per channel (the classic formats, NumChannels of them). All zero for a
+// format not listed above.
+struct ArrayFormatBlock {
+  uint32_t bytes = 0;
+  uint32_t width = 0;
+  uint32_t height = 0;
+  bool per_channel = false;
+};
+
+inline ArrayFormatBlock ArrayFormatStorage(CUarray_format f) {
   switch (f) {
     case CU_AD_FORMAT_UNSIGNED_INT8:
     case CU_AD_FORMAT_SIGNED_INT8:
-      return 1;
+      return {1, 1, 1, true};
     case CU_AD_FORMAT_UNSIGNED_INT16:
     case CU_AD_FORMAT_SIGNED_INT16:
     case CU_AD_FORMAT_HALF:
-      return 2;
+      return {2, 1, 1, true};
     case CU_AD_FORMAT_UNSIGNED_INT32:
     case CU_AD_FORMAT_SIGNED_INT32:
     case CU_AD_FORMAT_FLOAT:
-      return 4;
+      return {4, 1, 1, true};
+    case CU_AD_FORMAT_UNORM_INT8X1:
+    case CU_AD_FORMAT_SNORM_INT8X1:
+      return {1, 1, 1, false};
+    case CU_AD_FORMAT_UNORM_INT8X2:
+    case CU_AD_FORMAT_SNORM_INT8X2:
+    case CU_AD_FORMAT_UNORM_INT16X1:
+    case CU_AD_FORMAT_SNORM_INT16X1:
+      return {2, 1, 1, false};
+    case CU_AD_FORMAT_UNORM_INT8X4:
+    case CU_AD_FORMAT_SNORM_INT8X4:
+    case CU_AD_FORMAT_UNORM_INT16X2:
+    case CU_AD_FORMAT_SNORM_INT16X2:
+      return {4, 1, 1, false};
+    case CU_AD_FORMAT_UNORM_INT16X4:
+    case CU_AD_FORMAT_SNORM_INT16X4:
+      return {8, 1, 1, false};
+    case CU_AD_FORMAT_BC1_UNORM:
+    case CU_AD_FORMAT_BC1_UNORM_SRGB:
+    case CU_AD_FORMAT_BC4_UNORM:
+    case CU_AD_FORMAT_BC4_SNORM:
+      return {8, 4, 4, false};
+    case CU_AD_FORMAT_BC2_UNORM:
+    case CU_AD_FORMAT_BC2_UNORM_SRGB:
+    case CU_AD_FORMAT_BC3_UNORM:
+    case CU_AD_FORMAT_BC3_UNORM_SRGB:
+    case CU_AD_FORMAT_BC5_UNORM:
+    case CU_AD_FORMAT_BC5_SNORM:
+    case CU_AD_FORMAT_BC6H_UF16:
+    case CU_AD_FORMAT_BC6H_SF16:
+    case CU_AD_FORMAT_BC7_UNORM:
+    case CU_AD_FORMAT_BC7_UNORM_SRGB:
+      return {16, 4, 4, false};
+    case CU_AD_FORMAT_NV12:
+      return {6, 2, 2, false};
   }
-  return 0;
+  return {};
 }
 
 // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", the form NVML and the device plugin use.

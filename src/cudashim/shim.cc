@@ -18,6 +18,7 @@
 // first use and never destroyed (other threads may still call in while the process exits).
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,10 +28,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "cudashim/cuda_api.h"
 #include "cudashim/region.h"
@@ -212,6 +215,32 @@ struct PoolState {
   uint64_t charged = 0;  // bytes charged to the region: what the pool holds (live + cached)
 };
 
+// Physical memory made by cuMemCreate (or imported): the driver keeps it while any handle to it
+// or any mapping of it exists (Driver API, Virtual Memory Management: cuMemRelease, cuMemUnmap),
+// so it stays charged that long.
+struct Physical {
+  int gpu = -1;
+  uint64_t bytes = 0;  // charged
+  int handle_refs = 0;
+  int maps = 0;
+  bool imported = false;  // not charged at creation: charged at its largest mapping
+  ino_t exported_inode = 0;
+};
+struct HandleRef {
+  uint64_t physical = 0;
+  int refs = 0;
+};
+struct MapRecord {
+  uint64_t size = 0;
+  uint64_t physical = 0;
+};
+
+// Graph memory: an upper bound of what a graph's allocation nodes take, and the device.
+struct GraphNeed {
+  CUdevice dev = -1;
+  uint64_t bytes = 0;
+};
+
 struct State {
   Mode mode = Mode::kFailed;
   std::string error;
@@ -231,6 +260,18 @@ struct State {
   int primary_refs[kMaxDevices] = {};
   uint64_t primary_charge[kMaxDevices] = {};
   std::atomic<bool> pools_cache{false};  // some pool holds freed blocks: reconcile at syncs
+  // VMM
+  std::unordered_map<uint64_t, Physical> physical;
+  std::unordered_map<CUmemGenericAllocationHandle, HandleRef> vmm_handles;
+  std::map<CUdeviceptr, MapRecord> mappings;
+  uint64_t next_physical = 1;
+  // graphs: what the graphs' allocator of each device is charged for (its reserved memory)
+  std::unordered_map<const void*, GraphNeed> graph_need;  // CUgraph and CUgraphExec
+  std::unordered_map<CUstream, GraphNeed> capture_need;
+  uint64_t graph_charge[kMaxDevices] = {};
+  std::atomic<int> captures{0};  // streams capturing now (wrapped begin/end)
+
+  std::mutex primary_mu[kMaxDevices];  // the first retain of a primary context, one at a time
 };
 
 State* NewState() {
@@ -264,22 +305,45 @@ State* NewState() {
 
 void AfterFork();
 
+void BeforeFork();
+void AfterForkParent();
+
 State& S() {
   static State* state = [] {
     State* s = NewState();
-    pthread_atfork(nullptr, nullptr, &AfterFork);
+    pthread_atfork(&BeforeFork, &AfterForkParent, &AfterFork);
     return s;
   }();
   return *state;
 }
 
-// A forked child is a new process: its own slot, none of the parent's allocations (CUDA state
-// does not survive fork()). The parent's mutexes may be held by threads that do not exist here.
+// fork() while another thread updates the maps: the prepare handler takes the lock, so the child
+// copies them whole (and then clears them: CUDA state does not survive fork()).
+void BeforeFork() {
+  State& s = S();
+  s.attach_mu.lock();
+  s.mu.lock();
+}
+void AfterForkParent() {
+  State& s = S();
+  s.mu.unlock();
+  s.attach_mu.unlock();
+}
+
+// A forked child is a new process: its own slot, none of the parent's allocations.
 void AfterFork() {
   State& s = S();
   new (&s.mu) std::mutex();
   new (&s.attach_mu) std::mutex();
+  for (auto& m : s.primary_mu) new (&m) std::mutex();
   s.proc.store(-1);
+  s.physical.clear();
+  s.vmm_handles.clear();
+  s.mappings.clear();
+  s.graph_need.clear();
+  s.capture_need.clear();
+  std::fill(std::begin(s.graph_charge), std::end(s.graph_charge), 0);
+  s.captures.store(0);
   s.pointers.clear();
   s.handles.clear();
   s.arrays.clear();
@@ -367,6 +431,44 @@ void Recharge(State& s, int slot, uint64_t from, uint64_t to) {
   if (to < from) Uncharge(s, slot, from - to);
 }
 
+// ---- records -----------------------------------------------------------------------------------
+//
+// The driver hands a freed address (handle, array, module, context, pool) out again at once, to
+// any thread. So a release takes its record out *before* calling the driver (and puts it back if
+// the driver refuses), and a new record never overwrites another: whatever was recorded under the
+// same key is uncharged first. Another thread's allocation of the same address then can never be
+// erased by this thread's release.
+
+// Takes the record of `key` out of `m`; false when there is none.
+template <typename Map, typename Key>
+bool TakeRecord(State& s, Map& m, const Key& key, typename Map::mapped_type* out) {
+  std::lock_guard lock(s.mu);
+  auto it = m.find(key);
+  if (it == m.end()) return false;
+  *out = it->second;
+  m.erase(it);
+  return true;
+}
+
+// Puts a record back after the driver refused its release (the key was not freed, so nobody can
+// have taken it meanwhile; if somebody did, the newer record stays and this one is uncharged).
+template <typename Map, typename Key>
+void PutBack(State& s, Map& m, const Key& key, const Charge& c) {
+  std::lock_guard lock(s.mu);
+  if (!m.emplace(key, c).second) Uncharge(s, c.gpu, c.bytes);
+}
+
+// Records `c` under `key`; a stale record under the same key (a release we never saw) is
+// uncharged, never silently overwritten.
+template <typename Map, typename Key>
+void RecordLocked(State& s, Map& m, const Key& key, const Charge& c) {
+  auto [it, fresh] = m.try_emplace(key, c);
+  if (!fresh) {
+    if (it->second.pool == nullptr) Uncharge(s, it->second.gpu, it->second.bytes);
+    it->second = c;
+  }
+}
+
 // ---- allocation families -----------------------------------------------------------------------
 
 template <typename Call>
@@ -385,7 +487,7 @@ CUresult AllocateCounted(CUdeviceptr* dptr, uint64_t bytes, Call&& call) {
     return rc;
   }
   std::lock_guard lock(s.mu);
-  s.pointers[*dptr] = Charge{slot, bytes, nullptr};
+  RecordLocked(s, s.pointers, *dptr, Charge{slot, bytes, nullptr});
   return rc;
 }
 
@@ -449,18 +551,17 @@ CUresult AllocateFromPool(CUdeviceptr* dptr, uint64_t bytes, CUmemoryPool pool, 
     Uncharge(s, ps.gpu, extra);
     return rc;
   }
-  s.pointers[*dptr] = Charge{ps.gpu, bytes, pool};
+  RecordLocked(s, s.pointers, *dptr, Charge{ps.gpu, bytes, pool});
+  // The pool may have grown by more than the block (its own granularity): charge what it holds.
+  ReconcilePoolLocked(s, pool, ps);
+  if (ps.charged > ps.live) s.pools_cache.store(true, std::memory_order_relaxed);
   return rc;
 }
 
-// Forgets `dptr` after the driver freed it. Pool blocks stay charged to their pool (it caches
-// them) until a trim or a synchronization lets the pool release them.
-void Freed(State& s, CUdeviceptr dptr) {
+// Settles the charge `c` of a pointer the driver freed. Pool blocks stay charged to their pool
+// (it caches them) until a trim or a synchronization lets the pool release them.
+void Freed(State& s, const Charge& c) {
   std::lock_guard lock(s.mu);
-  auto it = s.pointers.find(dptr);
-  if (it == s.pointers.end()) return;
-  const Charge c = it->second;
-  s.pointers.erase(it);
   if (c.pool == nullptr) {
     Uncharge(s, c.gpu, c.bytes);
     return;
@@ -472,6 +573,23 @@ void Freed(State& s, CUdeviceptr dptr) {
   if (p->second.charged > p->second.live) s.pools_cache.store(true, std::memory_order_relaxed);
 }
 
+// Frees `dptr` through `free_call`, record first (see "records").
+template <typename FreeCall>
+CUresult FreePointer(CUdeviceptr dptr, FreeCall&& free_call) {
+  State& s = S();
+  Charge c;
+  const bool had = TakeRecord(s, s.pointers, dptr, &c);
+  const CUresult rc = free_call();
+  if (!had) return rc;
+  if (rc != CUDA_SUCCESS) {
+    std::lock_guard lock(s.mu);
+    if (!s.pointers.emplace(dptr, c).second && c.pool == nullptr) Uncharge(s, c.gpu, c.bytes);
+    return rc;
+  }
+  Freed(s, c);
+  return rc;
+}
+
 CUresult PoolOfDevice(CUdevice dev, CUmemoryPool* pool) {
   auto f = REAL(cuDeviceGetMemPool);
   if (f == nullptr) return CUDA_ERROR_NOT_FOUND;
@@ -480,75 +598,118 @@ CUresult PoolOfDevice(CUdevice dev, CUmemoryPool* pool) {
 
 // ---- arrays ------------------------------------------------------------------------------------
 
-// Bytes per channel; block-compressed and newer formats: at most 16, never less.
-uint64_t FormatBytes(CUarray_format f) {
-  const uint64_t b = ArrayFormatBytes(f);
-  return b == 0 ? 16 : b;
-}
-
 uint64_t SaturatingMul(uint64_t a, uint64_t b) {
   uint64_t r = 0;
   return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
 }
 
+// Our own estimate of an array's size, from the format's storage (cuda_api.h): used only when the
+// driver cannot say (see DriverArrayBytes). A format not in the table is charged at 16 bytes per
+// element, the most any CUDA format stores per element: over, never under.
 uint64_t ArrayBytes(size_t w, size_t h, size_t d, CUarray_format f, unsigned channels) {
-  uint64_t n = SaturatingMul(std::max<uint64_t>(w, 1), std::max<uint64_t>(h, 1));
+  ArrayFormatBlock b = ArrayFormatStorage(f);
+  if (b.bytes == 0) b = ArrayFormatBlock{16, 1, 1, false};
+  const uint64_t cols = (std::max<uint64_t>(w, 1) + b.width - 1) / b.width;
+  const uint64_t rows = (std::max<uint64_t>(h, 1) + b.height - 1) / b.height;
+  uint64_t n = SaturatingMul(cols, rows);
   n = SaturatingMul(n, std::max<uint64_t>(d, 1));
-  n = SaturatingMul(n, SaturatingMul(std::max<uint64_t>(channels, 1), FormatBytes(f)));
+  n = SaturatingMul(n, SaturatingMul(b.per_channel ? std::max(channels, 1u) : 1, b.bytes));
   return n == UINT64_MAX ? n : Aligned(n);
 }
 
 uint64_t MipmapBytes(const CUDA_ARRAY3D_DESCRIPTOR& d, unsigned levels) {
-  const bool layered = (d.Flags & CUDA_ARRAY3D_LAYERED) != 0;
+  const bool keep_depth = (d.Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)) != 0;
   uint64_t total = 0;
   for (unsigned l = 0; l < std::max(levels, 1u) && l < 64; ++l) {
     const size_t w = std::max<size_t>(d.Width >> l, 1);
     const size_t h = d.Height == 0 ? 0 : std::max<size_t>(d.Height >> l, 1);
-    const size_t z = d.Depth == 0 ? 0 : layered ? d.Depth : std::max<size_t>(d.Depth >> l, 1);
+    const size_t z = d.Depth == 0 ? 0 : keep_depth ? d.Depth : std::max<size_t>(d.Depth >> l, 1);
     const uint64_t b = ArrayBytes(w, h, z, d.Format, d.NumChannels);
     total = total > UINT64_MAX - b ? UINT64_MAX : total + b;
   }
   return total;
 }
 
-template <typename Create, typename Requirements>
-CUresult CreateArray(void** handle_out, uint64_t estimate, Create&& create,
-                     Requirements&& requirements) {
+// The size the driver gives an array of descriptor `d` (`levels` 0: a plain array), asked of the
+// driver before the array exists: cuArrayGetMemoryRequirements answers only for arrays made with
+// CUDA_ARRAY3D_DEFERRED_MAPPING (Driver API, Memory Management), which take no memory, so the
+// same array is made that way, asked, and destroyed. 0 when the driver cannot tell (before CUDA
+// 11.6, or a descriptor deferred mapping does not take).
+uint64_t DriverArrayBytes(const CUDA_ARRAY3D_DESCRIPTOR& d, unsigned levels, CUdevice dev) {
+  CUDA_ARRAY3D_DESCRIPTOR probe = d;
+  probe.Flags |= CUDA_ARRAY3D_DEFERRED_MAPPING;
+  CUDA_ARRAY_MEMORY_REQUIREMENTS req{};
+  CUresult rc = CUDA_ERROR_NOT_FOUND;
+  if (levels == 0) {
+    auto create = REAL(cuArray3DCreate_v2);
+    auto get = REAL(cuArrayGetMemoryRequirements);
+    auto destroy = REAL(cuArrayDestroy);
+    CUarray a = nullptr;
+    if (create == nullptr || get == nullptr || destroy == nullptr ||
+        create(&a, &probe) != CUDA_SUCCESS) {
+      return 0;
+    }
+    rc = get(&req, a, dev);
+    destroy(a);
+  } else {
+    auto create = REAL(cuMipmappedArrayCreate);
+    auto get = REAL(cuMipmappedArrayGetMemoryRequirements);
+    auto destroy = REAL(cuMipmappedArrayDestroy);
+    CUmipmappedArray a = nullptr;
+    if (create == nullptr || get == nullptr || destroy == nullptr ||
+        create(&a, &probe, levels) != CUDA_SUCCESS) {
+      return 0;
+    }
+    rc = get(&req, a, dev);
+    destroy(a);
+  }
+  return rc == CUDA_SUCCESS ? req.size : 0;
+}
+
+// Creates an array of descriptor `d` (`levels` 0: not mipmapped) through `create`, charged the
+// driver's size before the driver makes it.
+template <typename Create>
+CUresult CreateArray(void** handle_out, const CUDA_ARRAY3D_DESCRIPTOR& d, unsigned levels,
+                     Create&& create) {
   State& s = S();
+  if (s.mode == Mode::kPassthrough) return create();
+  if (s.mode == Mode::kFailed) return CUDA_ERROR_NOT_INITIALIZED;
+  // A deferred-mapping or sparse array has no memory of its own: what is mapped into it was made
+  // (and charged) by cuMemCreate.
+  if ((d.Flags & (CUDA_ARRAY3D_DEFERRED_MAPPING | CUDA_ARRAY3D_SPARSE)) != 0) return create();
   CUdevice dev = 0;
-  if (s.mode != Mode::kPassthrough && !CurrentDevice(&dev)) return create();
+  if (!CurrentDevice(&dev)) return create();  // no context: the driver says so
+  uint64_t bytes = DriverArrayBytes(d, levels, dev);
+  if (bytes == 0) {
+    bytes = levels == 0 ? ArrayBytes(d.Width, d.Height, d.Depth, d.Format, d.NumChannels)
+                        : MipmapBytes(d, levels);
+  }
   int slot = -1;
-  const Gate g = ChargeDevice(s, dev, estimate, &slot);
+  const Gate g = ChargeDevice(s, dev, bytes, &slot);
   if (g == Gate::kPass) return create();
   if (g != Gate::kCharged) return Refusal(g);
   const CUresult rc = create();
   if (rc != CUDA_SUCCESS) {
-    Uncharge(s, slot, estimate);
+    Uncharge(s, slot, bytes);
     return rc;
   }
-  // The driver knows the real layout (tiling, alignment): charge that instead of our estimate.
-  uint64_t bytes = estimate;
-  CUDA_ARRAY_MEMORY_REQUIREMENTS req{};
-  if (requirements(&req, dev) == CUDA_SUCCESS && req.size != 0) {
-    Recharge(s, slot, estimate, req.size);
-    bytes = req.size;
-  }
   std::lock_guard lock(s.mu);
-  s.arrays[*handle_out] = Charge{slot, bytes, nullptr};
+  RecordLocked(s, s.arrays, static_cast<const void*>(*handle_out), Charge{slot, bytes, nullptr});
   return rc;
 }
 
 template <typename Destroy>
 CUresult DestroyArray(const void* handle, Destroy&& destroy) {
-  const CUresult rc = destroy();
-  if (rc != CUDA_SUCCESS) return rc;
   State& s = S();
-  std::lock_guard lock(s.mu);
-  auto it = s.arrays.find(handle);
-  if (it != s.arrays.end()) {
-    Uncharge(s, it->second.gpu, it->second.bytes);
-    s.arrays.erase(it);
+  Charge c;
+  const bool had = TakeRecord(s, s.arrays, handle, &c);
+  const CUresult rc = destroy();
+  if (!had) return rc;
+  if (rc != CUDA_SUCCESS) {
+    PutBack(s, s.arrays, handle, c);
+    return rc;
   }
+  Uncharge(s, c.gpu, c.bytes);
   return rc;
 }
 
@@ -562,10 +723,14 @@ int64_t RealFree() {
   return static_cast<int64_t>(free_b);
 }
 
-// Measures what one context takes on `dev`, with `ctx` (already created) to stand on: the free
-// memory it sees, before and after a second, throw-away context. Other tenants allocating at the
-// same moment blur it, so it is measured once per GPU and kept in the region.
-uint64_t MeasureContext(CUcontext ctx, CUdevice dev) {
+// Measures what one context takes on `dev`, with `ctx` (already created) to stand on, from the
+// free memory it sees before and after a throw-away context. The GPU is shared, so a neighbour
+// allocating or freeing in that moment would skew it: a sample counts only when the free memory
+// comes back to where it was once the probe is destroyed (nobody else moved it meanwhile), and two
+// valid samples must agree. Returns the size, or 0 when no two valid samples agreed; then
+// *fallback is the smallest positive sample (charged, not stored).
+uint64_t MeasureContext(CUcontext ctx, CUdevice dev, uint64_t* fallback) {
+  *fallback = 0;
   auto get = REAL(cuCtxGetCurrent);
   auto set = REAL(cuCtxSetCurrent);
   auto create = REAL(cuCtxCreate_v2);
@@ -573,21 +738,33 @@ uint64_t MeasureContext(CUcontext ctx, CUdevice dev) {
   if (get == nullptr || set == nullptr || create == nullptr || destroy == nullptr) return 0;
   CUcontext saved = nullptr;
   get(&saved);
-  set(ctx);
-  const int64_t before = RealFree();
-  CUcontext probe = nullptr;
-  int64_t after = -1;
-  if (create(&probe, 0, dev) == CUDA_SUCCESS) {
-    after = RealFree();
-    destroy(probe);
+  uint64_t agreed = 0, last_valid = 0;
+  for (int attempt = 0; attempt < 4 && agreed == 0; ++attempt) {
+    set(ctx);
+    const int64_t before = RealFree();
+    CUcontext probe = nullptr;
+    int64_t after = -1, back = -1;
+    if (create(&probe, 0, dev) == CUDA_SUCCESS) {
+      after = RealFree();
+      destroy(probe);
+      set(ctx);
+      back = RealFree();
+    }
+    if (before < 0 || after < 0 || before <= after) continue;
+    const uint64_t sample = static_cast<uint64_t>(before - after);
+    if (*fallback == 0 || sample < *fallback) *fallback = sample;
+    if (back != before) continue;  // someone else moved the free memory: not a clean sample
+    if (last_valid == sample) agreed = sample;
+    last_valid = sample;
   }
   set(saved);
-  return before >= 0 && after >= 0 && before > after ? static_cast<uint64_t>(before - after) : 0;
+  return agreed;
 }
 
 // Charges a context on `dev`, created by `create` (which fills *ctx_out). If the GPU's context
 // size is known it is charged before the driver is called; the first context of a GPU is created,
-// measured, then charged (and destroyed again with `undo` when that does not fit).
+// measured, then charged (and destroyed again with `undo` when that does not fit). Only a
+// validated measurement is kept in the region.
 template <typename Create, typename Undo>
 CUresult ChargeContext(CUdevice dev, CUcontext* ctx_out, uint64_t* charged, Create&& create,
                        Undo&& undo) {
@@ -612,10 +789,15 @@ CUresult ChargeContext(CUdevice dev, CUcontext* ctx_out, uint64_t* charged, Crea
   }
   const CUresult rc = create();
   if (rc != CUDA_SUCCESS) return rc;
-  bytes = std::max<uint64_t>(MeasureContext(*ctx_out, dev), 1);
-  uint64_t expected = 0;
-  if (!g.context_bytes.compare_exchange_strong(expected, bytes)) bytes = expected;
-  if (!s.region.Admit(proc, slot, bytes)) {
+  uint64_t fallback = 0;
+  bytes = MeasureContext(*ctx_out, dev, &fallback);
+  if (bytes != 0) {
+    uint64_t expected = 0;
+    if (!g.context_bytes.compare_exchange_strong(expected, bytes)) bytes = expected;
+  } else {
+    bytes = fallback;  // not stored: the next context measures again
+  }
+  if (bytes != 0 && !s.region.Admit(proc, slot, bytes)) {
     undo();
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
@@ -676,20 +858,22 @@ CUresult CreateContext(CUcontext* pctx, CUdevice dev, Create&& create) {
   if (rc != CUDA_SUCCESS || charged == 0) return rc;
   State& s = S();
   std::lock_guard lock(s.mu);
-  s.contexts[*pctx] = Charge{SlotOfDevice(s, dev), charged, nullptr};
+  RecordLocked(s, s.contexts, *pctx, Charge{SlotOfDevice(s, dev), charged, nullptr});
   return rc;
 }
 
 CUresult DestroyContext(CUcontext ctx, decltype(&::cuCtxDestroy_v2) real) {
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
-  const CUresult rc = real(ctx);
-  if (rc != CUDA_SUCCESS) return rc;
   State& s = S();
+  Charge c;
+  const bool had = TakeRecord(s, s.contexts, ctx, &c);
+  const CUresult rc = real(ctx);
+  if (!had) return rc;
+  if (rc != CUDA_SUCCESS) {
+    PutBack(s, s.contexts, ctx, c);
+    return rc;
+  }
   std::lock_guard lock(s.mu);
-  auto it = s.contexts.find(ctx);
-  if (it == s.contexts.end()) return rc;
-  const Charge c = it->second;
-  s.contexts.erase(it);
   Uncharge(s, c.gpu, c.bytes);
   if (NoContextLeftLocked(s, c.gpu)) DropContextMemoryLocked(s, c.gpu);
   return rc;
@@ -708,9 +892,27 @@ void PrimaryGone(CUdevice dev, bool reset) {
   if (slot >= 0 && NoContextLeftLocked(s, slot)) DropContextMemoryLocked(s, slot);
 }
 
+// What a module load took: the free memory the context sees before and after `load`.
+template <typename Load>
+CUresult MeasureLoad(Load&& load, uint64_t* bytes) {
+  const int64_t before = RealFree();
+  const CUresult rc = load();
+  const int64_t after = RealFree();
+  *bytes = rc == CUDA_SUCCESS && before >= 0 && after >= 0 && before > after
+               ? static_cast<uint64_t>(before - after)
+               : 0;
+  return rc;
+}
+
+// Modules larger than this are measured twice: on a shared GPU a neighbour's allocation inside
+// the load's window would otherwise be charged to this container.
+constexpr uint64_t kModuleRecheckBytes = 256ULL << 20;
+
 // Loads a module (or library) and charges what the load took: the free memory the context sees
 // before and after. The size is known only afterwards; when it does not fit, the module is
-// unloaded again and the load answers CUDA_ERROR_OUT_OF_MEMORY.
+// unloaded again and the load answers CUDA_ERROR_OUT_OF_MEMORY. A size past kModuleRecheckBytes
+// is checked by unloading and loading again: the smaller of the two measurements is charged (a
+// neighbour would have to allocate inside both windows to skew it).
 template <typename Load, typename Unload>
 CUresult LoadModule(void** handle_out, Load&& load, Unload&& unload) {
   State& s = S();
@@ -723,28 +925,39 @@ CUresult LoadModule(void** handle_out, Load&& load, Unload&& unload) {
   if (slot < 0 || proc < 0) return CUDA_ERROR_OUT_OF_MEMORY;
   const GpuSlot& g = s.region.gpu(slot);
   if (g.used.load() >= s.region.limit(slot)) return CUDA_ERROR_OUT_OF_MEMORY;  // nothing fits
-  const int64_t before = RealFree();
-  const CUresult rc = load();
+  uint64_t bytes = 0;
+  CUresult rc = MeasureLoad(load, &bytes);
   if (rc != CUDA_SUCCESS) return rc;
-  const int64_t after = RealFree();
-  const uint64_t bytes =
-      before >= 0 && after >= 0 && before > after ? static_cast<uint64_t>(before - after) : 0;
+  if (bytes > kModuleRecheckBytes) {
+    unload();
+    uint64_t again = 0;
+    rc = MeasureLoad(load, &again);
+    if (rc != CUDA_SUCCESS) return rc;
+    bytes = std::min(bytes, again);
+  }
   if (bytes != 0 && !s.region.Admit(proc, slot, bytes)) {
     unload();
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   std::lock_guard lock(s.mu);
-  s.modules[*handle_out] = Charge{slot, bytes, nullptr};
+  RecordLocked(s, s.modules, static_cast<const void*>(*handle_out), Charge{slot, bytes, nullptr});
   return rc;
 }
 
-void ModuleUnloaded(const void* handle) {
+// Unloads a module or library through `unload`, record first (see "records").
+template <typename Unload>
+CUresult UnloadModule(const void* handle, Unload&& unload) {
   State& s = S();
-  std::lock_guard lock(s.mu);
-  auto it = s.modules.find(handle);
-  if (it == s.modules.end()) return;
-  Uncharge(s, it->second.gpu, it->second.bytes);
-  s.modules.erase(it);
+  Charge c;
+  const bool had = TakeRecord(s, s.modules, handle, &c);
+  const CUresult rc = unload();
+  if (!had) return rc;
+  if (rc != CUDA_SUCCESS) {
+    PutBack(s, s.modules, handle, c);
+    return rc;
+  }
+  Uncharge(s, c.gpu, c.bytes);
+  return rc;
 }
 
 // ---- what programs read ------------------------------------------------------------------------
@@ -792,19 +1005,21 @@ int ChooseHook(const char* symbol, int cuda_version, cuuint64_t flags, void* rea
     auto it = names.exact.find(symbol);
     return it == names.exact.end() ? -1 : it->second;
   }
-  // The driver's answer decides when we already know its functions' addresses.
+  // The driver's answer decides: the wrapper of the variant whose exported function it handed
+  // out. A function none of our variants is (a variant newer than this library) is passed through
+  // untouched: calling another variant in its place would break its contract.
   for (auto it = first; it != last; ++it) {
     if (RealFor(it->second) == real) return it->second;
   }
-  const bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
-  int best = -1;
-  for (auto it = first; it != last; ++it) {
-    const Hook& h = g_hooks[it->second];
-    if (h.since > cuda_version || h.ptsz != per_thread) continue;
-    if (best < 0 || h.since > g_hooks[best].since) best = it->second;
+  (void)cuda_version;
+  (void)flags;
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true)) {
+    Say("cuGetProcAddress(%s): the driver answered a variant this library does not know; passed "
+        "through, its memory is not counted",
+        symbol);
   }
-  if (best < 0 && per_thread) return ChooseHook(symbol, cuda_version, 0, nullptr);
-  return best;
+  return -1;
 }
 
 CUresult ProcAddress(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,
@@ -935,9 +1150,7 @@ GPULET_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, uns
 GPULET_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   auto real = REAL(cuMemFree_v2);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
-  const CUresult rc = real(dptr);
-  if (rc == CUDA_SUCCESS) Freed(S(), dptr);
-  return rc;
+  return FreePointer(dptr, [&] { return real(dptr); });
 }
 
 GPULET_EXPORT CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
@@ -975,6 +1188,42 @@ GPULET_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
   return rc;
 }
 
+// ---- virtual memory management: charged while any handle or mapping keeps the memory -----------
+
+namespace {
+// Uncharges and forgets physical allocation `id` once no handle and no mapping refers to it.
+void MaybeFreePhysicalLocked(State& s, uint64_t id) {
+  auto it = s.physical.find(id);
+  if (it == s.physical.end() || it->second.handle_refs > 0 || it->second.maps > 0) return;
+  Uncharge(s, it->second.gpu, it->second.bytes);
+  s.physical.erase(it);
+}
+
+// Adds one reference on handle value `handle` to physical allocation `id`. A stale entry under the
+// same value (a release we never saw) gives its reference up first.
+void RefHandleLocked(State& s, CUmemGenericAllocationHandle handle, uint64_t id) {
+  auto [it, fresh] = s.vmm_handles.try_emplace(handle, HandleRef{id, 0});
+  if (!fresh && it->second.physical != id) {
+    const uint64_t old = it->second.physical;
+    it->second = HandleRef{id, 0};
+    if (auto p = s.physical.find(old); p != s.physical.end()) --p->second.handle_refs;
+    MaybeFreePhysicalLocked(s, old);
+  }
+  if (it->second.refs++ == 0) ++s.physical[id].handle_refs;
+}
+
+uint64_t NewPhysicalLocked(State& s, const Physical& p) {
+  const uint64_t id = s.next_physical++;
+  s.physical[id] = p;
+  return id;
+}
+
+ino_t InodeOf(int fd) {
+  struct stat st {};
+  return ::fstat(fd, &st) == 0 ? st.st_ino : 0;
+}
+}  // namespace
+
 GPULET_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
                                    const CUmemAllocationProp* prop, unsigned long long flags) {
   auto real = REAL(cuMemCreate);
@@ -994,37 +1243,251 @@ GPULET_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t 
     return rc;
   }
   std::lock_guard lock(s.mu);
-  s.handles[*handle] = Charge{slot, size, nullptr};
+  const uint64_t id = NewPhysicalLocked(s, Physical{slot, size, 0, 0, false, 0});
+  RefHandleLocked(s, *handle, id);
   return rc;
 }
 
+// The driver frees the memory only when every mapping is unmapped and every handle (imported
+// ones included) released (Virtual Memory Management, cuMemRelease): the charge stays that long.
 GPULET_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   auto real = REAL(cuMemRelease);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
-  const CUresult rc = real(handle);
-  if (rc != CUDA_SUCCESS) return rc;
   State& s = S();
-  std::lock_guard lock(s.mu);
-  auto it = s.handles.find(handle);
-  if (it != s.handles.end()) {
-    Uncharge(s, it->second.gpu, it->second.bytes);
-    s.handles.erase(it);
+  HandleRef ref;
+  bool had = false, last = false;
+  {
+    std::lock_guard lock(s.mu);
+    auto it = s.vmm_handles.find(handle);
+    if (it != s.vmm_handles.end()) {
+      had = true;
+      ref = it->second;
+      last = --it->second.refs <= 0;
+      if (last) s.vmm_handles.erase(it);  // the value may be handed out again at once
+    }
   }
+  const CUresult rc = real(handle);
+  if (!had) return rc;
+  std::lock_guard lock(s.mu);
+  if (rc != CUDA_SUCCESS) {
+    if (last) {
+      if (!s.vmm_handles.emplace(handle, ref).second) {
+        if (auto p = s.physical.find(ref.physical); p != s.physical.end()) --p->second.handle_refs;
+        MaybeFreePhysicalLocked(s, ref.physical);
+      }
+    } else if (auto it = s.vmm_handles.find(handle); it != s.vmm_handles.end()) {
+      ++it->second.refs;
+    }
+    return rc;
+  }
+  if (last) {
+    if (auto p = s.physical.find(ref.physical); p != s.physical.end()) --p->second.handle_refs;
+    MaybeFreePhysicalLocked(s, ref.physical);
+  }
+  return rc;
+}
+
+// A mapping keeps the memory alive after its handle is released. Imported memory (another
+// process's, or ours through a descriptor we cannot match) is charged here, at the largest size
+// mapped, before the driver maps it: the importer keeps it alive from now on.
+GPULET_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                                CUmemGenericAllocationHandle handle, unsigned long long flags) {
+  auto real = REAL(cuMemMap);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  State& s = S();
+  if (s.mode == Mode::kPassthrough) return real(ptr, size, offset, handle, flags);
+  uint64_t id = 0, extra = 0;
+  int slot = -1;
+  {
+    std::lock_guard lock(s.mu);
+    auto h = s.vmm_handles.find(handle);
+    if (h != s.vmm_handles.end()) {
+      id = h->second.physical;
+      Physical& p = s.physical[id];
+      ++p.maps;  // pinned while the driver maps it
+      if (p.imported && offset + size > p.bytes) extra = offset + size - p.bytes;
+      slot = p.gpu;
+    }
+  }
+  if (id == 0) return real(ptr, size, offset, handle, flags);  // not device memory we know
+  if (extra != 0) {
+    CUdevice dev = 0;
+    if (slot < 0 && CurrentDevice(&dev)) slot = SlotOfDevice(s, dev);
+    const int proc = Proc(s);
+    if (slot < 0 || proc < 0 || !s.region.Admit(proc, slot, extra)) {
+      std::lock_guard lock(s.mu);
+      --s.physical[id].maps;
+      MaybeFreePhysicalLocked(s, id);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+  }
+  const CUresult rc = real(ptr, size, offset, handle, flags);
+  std::lock_guard lock(s.mu);
+  Physical& p = s.physical[id];
+  if (rc != CUDA_SUCCESS) {
+    Uncharge(s, slot, extra);
+    --p.maps;
+    MaybeFreePhysicalLocked(s, id);
+    return rc;
+  }
+  if (extra != 0) {
+    p.gpu = slot;
+    p.bytes += extra;
+  }
+  auto [m, fresh] = s.mappings.try_emplace(ptr, MapRecord{size, id});
+  if (!fresh) {  // a mapping we never saw go: let it go now
+    const uint64_t old = m->second.physical;
+    m->second = MapRecord{size, id};
+    if (auto q = s.physical.find(old); q != s.physical.end()) --q->second.maps;
+    MaybeFreePhysicalLocked(s, old);
+  }
+  return rc;
+}
+
+GPULET_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  auto real = REAL(cuMemUnmap);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  State& s = S();
+  std::vector<std::pair<CUdeviceptr, MapRecord>> taken;
+  {
+    std::lock_guard lock(s.mu);
+    for (auto it = s.mappings.lower_bound(ptr); it != s.mappings.end() && it->first < ptr + size;) {
+      taken.emplace_back(*it);
+      it = s.mappings.erase(it);
+    }
+  }
+  const CUresult rc = real(ptr, size);
+  std::lock_guard lock(s.mu);
+  for (const auto& [start, m] : taken) {
+    if (rc != CUDA_SUCCESS && s.mappings.emplace(start, m).second) continue;
+    if (auto p = s.physical.find(m.physical); p != s.physical.end()) --p->second.maps;
+    MaybeFreePhysicalLocked(s, m.physical);
+  }
+  return rc;
+}
+
+GPULET_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle,
+                                                   void* addr) {
+  auto real = REAL(cuMemRetainAllocationHandle);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(handle, addr);
+  if (rc != CUDA_SUCCESS || handle == nullptr) return rc;
+  State& s = S();
+  const auto a = reinterpret_cast<CUdeviceptr>(addr);
+  std::lock_guard lock(s.mu);
+  auto m = s.mappings.upper_bound(a);
+  if (m == s.mappings.begin()) return rc;
+  --m;
+  if (a < m->first + m->second.size) RefHandleLocked(s, *handle, m->second.physical);
+  return rc;
+}
+
+GPULET_EXPORT CUresult cuMemExportToShareableHandle(void* shareableHandle,
+                                                    CUmemGenericAllocationHandle handle,
+                                                    CUmemAllocationHandleType handleType,
+                                                    unsigned long long flags) {
+  auto real = REAL(cuMemExportToShareableHandle);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(shareableHandle, handle, handleType, flags);
+  if (rc != CUDA_SUCCESS || shareableHandle == nullptr ||
+      handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+    return rc;
+  }
+  int fd = -1;
+  std::memcpy(&fd, shareableHandle, sizeof fd);
+  State& s = S();
+  const ino_t inode = InodeOf(fd);
+  std::lock_guard lock(s.mu);
+  auto h = s.vmm_handles.find(handle);
+  if (h != s.vmm_handles.end() && inode != 0) s.physical[h->second.physical].exported_inode = inode;
+  return rc;
+}
+
+// An import is a new handle to memory that lives until it too is released. Our own export, seen
+// again through its descriptor, is the same memory (already charged); any other is charged when
+// mapped (cuMemMap).
+GPULET_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle,
+                                                      void* osHandle,
+                                                      CUmemAllocationHandleType shHandleType) {
+  auto real = REAL(cuMemImportFromShareableHandle);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(handle, osHandle, shHandleType);
+  if (rc != CUDA_SUCCESS || handle == nullptr) return rc;
+  State& s = S();
+  if (s.mode != Mode::kActive) return rc;
+  const ino_t inode = shHandleType == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+                          ? InodeOf(static_cast<int>(reinterpret_cast<intptr_t>(osHandle)))
+                          : 0;
+  std::lock_guard lock(s.mu);
+  uint64_t id = 0;
+  for (const auto& [pid, p] : s.physical) {
+    if (inode != 0 && p.exported_inode == inode) id = pid;
+  }
+  if (id == 0) id = NewPhysicalLocked(s, Physical{-1, 0, 0, 0, true, 0});
+  RefHandleLocked(s, *handle, id);
   return rc;
 }
 
 namespace {
+// The device of `stream`: its context's (Stream Ordered Memory Allocator: cuMemAllocAsync takes
+// from the current pool of the stream's device), the current context's for the NULL streams.
+bool StreamDevice(CUstream stream, CUdevice* dev) {
+  const auto value = reinterpret_cast<uintptr_t>(stream);
+  if (value <= 2) return CurrentDevice(dev);  // NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD
+  auto get_ctx = REAL(cuStreamGetCtx);
+  auto current = REAL(cuCtxGetCurrent);
+  auto push = REAL(cuCtxPushCurrent_v2);
+  auto pop = REAL(cuCtxPopCurrent_v2);
+  CUcontext ctx = nullptr, now = nullptr;
+  if (get_ctx == nullptr || current == nullptr || get_ctx(stream, &ctx) != CUDA_SUCCESS ||
+      current(&now) != CUDA_SUCCESS) {
+    return CurrentDevice(dev);
+  }
+  if (ctx == now || push == nullptr || pop == nullptr) return CurrentDevice(dev);
+  if (push(ctx) != CUDA_SUCCESS) return CurrentDevice(dev);
+  const bool ok = CurrentDevice(dev);
+  CUcontext popped = nullptr;
+  pop(&popped);
+  return ok;
+}
+
+// True when `stream` is being captured into a graph: then cuMemAllocAsync makes a graph
+// allocation node (the graph's memory, charged when the graph runs), not a pool block.
+bool Capturing(State& s, CUstream stream) {
+  if (s.captures.load(std::memory_order_relaxed) == 0) return false;
+  auto is = REAL(cuStreamIsCapturing);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return is != nullptr && is(stream, &status) == CUDA_SUCCESS &&
+         status == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+}
+
+// A capturing stream's allocation: a graph allocation node; its size joins the graph's need.
+template <typename Call>
+CUresult CaptureAlloc(State& s, CUstream stream, uint64_t bytes, CUdevice dev, Call&& call) {
+  const CUresult rc = call();
+  if (rc != CUDA_SUCCESS) return rc;
+  std::lock_guard lock(s.mu);
+  GraphNeed& need = s.capture_need[stream];
+  need.dev = dev;
+  need.bytes += bytes;
+  return rc;
+}
+
 template <typename Real>
 CUresult AllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream stream, Real real) {
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
   State& s = S();
+  if (s.mode == Mode::kFailed) return CUDA_ERROR_NOT_INITIALIZED;
   CUdevice dev = 0;
   CUmemoryPool pool = nullptr;
-  if (s.mode == Mode::kPassthrough || !CurrentDevice(&dev) ||
-      PoolOfDevice(dev, &pool) != CUDA_SUCCESS) {
-    if (s.mode == Mode::kFailed) return CUDA_ERROR_NOT_INITIALIZED;
+  if (s.mode == Mode::kPassthrough || !StreamDevice(stream, &dev)) {
     return real(dptr, bytesize, stream);
   }
+  if (Capturing(s, stream)) {
+    return CaptureAlloc(s, stream, Aligned(bytesize), dev,
+                        [&] { return real(dptr, bytesize, stream); });
+  }
+  if (PoolOfDevice(dev, &pool) != CUDA_SUCCESS) return real(dptr, bytesize, stream);
   return AllocateFromPool(dptr, Aligned(bytesize), pool, dev,
                           [&] { return real(dptr, bytesize, stream); });
 }
@@ -1047,9 +1510,13 @@ CUresult AllocFromPool(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CU
           break;
         }
       }
-    } else if (!CurrentDevice(&dev)) {
+    } else if (!StreamDevice(stream, &dev)) {
       dev = 0;
     }
+  }
+  if (Capturing(s, stream)) {
+    return CaptureAlloc(s, stream, Aligned(bytesize), dev,
+                        [&] { return real(dptr, bytesize, pool, stream); });
   }
   return AllocateFromPool(dptr, Aligned(bytesize), pool, dev,
                           [&] { return real(dptr, bytesize, pool, stream); });
@@ -1058,9 +1525,7 @@ CUresult AllocFromPool(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CU
 template <typename Real>
 CUresult FreeAsync(CUdeviceptr dptr, CUstream stream, Real real) {
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
-  const CUresult rc = real(dptr, stream);
-  if (rc == CUDA_SUCCESS) Freed(S(), dptr);
-  return rc;
+  return FreePointer(dptr, [&] { return real(dptr, stream); });
 }
 
 void RecordPool(CUmemoryPool pool, CUdevice dev) {
@@ -1107,18 +1572,37 @@ GPULET_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps*
 GPULET_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
   auto real = REAL(cuMemPoolDestroy);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
-  const CUresult rc = real(pool);
-  if (rc != CUDA_SUCCESS) return rc;
   State& s = S();
+  // Record first (see "records"): the pool's handle may name a new pool as soon as this returns.
+  PoolState ps;
+  std::vector<std::pair<CUdeviceptr, Charge>> blocks;
+  bool had = false;
+  {
+    std::lock_guard lock(s.mu);
+    auto it = s.pools.find(pool);
+    if (it != s.pools.end()) {
+      had = true;
+      ps = it->second;
+      s.pools.erase(it);
+      for (auto p = s.pointers.begin(); p != s.pointers.end();) {
+        if (p->second.pool == pool) {
+          blocks.emplace_back(*p);
+          p = s.pointers.erase(p);
+        } else {
+          ++p;
+        }
+      }
+    }
+  }
+  const CUresult rc = real(pool);
+  if (!had) return rc;
   std::lock_guard lock(s.mu);
-  auto it = s.pools.find(pool);
-  if (it != s.pools.end()) {
-    Uncharge(s, it->second.gpu, it->second.charged);
-    s.pools.erase(it);
+  if (rc != CUDA_SUCCESS) {
+    s.pools.emplace(pool, ps);
+    for (const auto& b : blocks) s.pointers.emplace(b);
+    return rc;
   }
-  for (auto p = s.pointers.begin(); p != s.pointers.end();) {
-    p = p->second.pool == pool ? s.pointers.erase(p) : std::next(p);
-  }
+  Uncharge(s, ps.gpu, ps.charged);
   return rc;
 }
 
@@ -1165,6 +1649,13 @@ GPULET_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
   if (rc == CUDA_SUCCESS) ReconcileAllPools(S());
   return rc;
 }
+GPULET_EXPORT CUresult cuEventSynchronize(CUevent hEvent) {
+  auto real = REAL(cuEventSynchronize);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(hEvent);
+  if (rc == CUDA_SUCCESS) ReconcileAllPools(S());
+  return rc;
+}
 GPULET_EXPORT CUresult cuCtxSynchronize(void) {
   auto real = REAL(cuCtxSynchronize);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
@@ -1173,32 +1664,206 @@ GPULET_EXPORT CUresult cuCtxSynchronize(void) {
   return rc;
 }
 
+// ---- graphs: graph memory is charged for what the graphs' allocator holds ------------------------
+//
+// Allocation nodes (cuGraphAddMemAllocNode, or cuMemAllocAsync on a capturing stream) take memory
+// when the graph runs, from the device's graph allocator, which keeps it until
+// cuDeviceGraphMemTrim (Graph Management; the programming guide's "Graph Memory Nodes"). Before a
+// launch, what the graph's nodes may need past what that allocator holds unused is charged (or
+// refused); afterwards the charge is set to what the driver reports it holds
+// (cuDeviceGetGraphMemAttribute, RESERVED_MEM_CURRENT).
+
+namespace {
+bool GraphAttr(CUdevice dev, CUgraphMem_attribute attr, uint64_t* value) {
+  auto get = REAL(cuDeviceGetGraphMemAttribute);
+  *value = 0;
+  return get != nullptr && get(dev, attr, value) == CUDA_SUCCESS;
+}
+
+void ReconcileGraphMemory(State& s, CUdevice dev) {
+  if (s.mode != Mode::kActive || dev < 0 || dev >= kMaxDevices) return;
+  const int slot = SlotOfDevice(s, dev);
+  uint64_t reserved = 0;
+  if (slot < 0 || !GraphAttr(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &reserved)) return;
+  std::lock_guard lock(s.mu);
+  Recharge(s, slot, s.graph_charge[dev], reserved);
+  s.graph_charge[dev] = reserved;
+}
+
+template <typename Call>
+CUresult RunGraph(CUgraphExec exec, CUstream stream, Call&& call) {
+  State& s = S();
+  if (s.mode == Mode::kPassthrough) return call();
+  if (s.mode == Mode::kFailed) return CUDA_ERROR_NOT_INITIALIZED;
+  GraphNeed need;
+  {
+    std::lock_guard lock(s.mu);
+    if (auto it = s.graph_need.find(exec); it != s.graph_need.end()) need = it->second;
+  }
+  CUdevice dev = need.dev;
+  if (dev < 0 && !StreamDevice(stream, &dev)) return call();
+  const int slot = SlotOfDevice(s, dev);
+  uint64_t temp = 0;
+  if (need.bytes != 0) {
+    uint64_t reserved = 0, used = 0;
+    GraphAttr(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &reserved);
+    GraphAttr(dev, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &used);
+    const uint64_t spare = reserved > used ? reserved - used : 0;
+    temp = need.bytes > spare ? need.bytes - spare : 0;
+    const int proc = Proc(s);
+    if (temp != 0 && (slot < 0 || proc < 0 || !s.region.Admit(proc, slot, temp))) {
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+  }
+  const CUresult rc = call();
+  ReconcileGraphMemory(s, dev);
+  Uncharge(s, slot, temp);
+  return rc;
+}
+
+template <typename Real>
+CUresult BeginCapture(CUstream stream, CUstreamCaptureMode mode, Real real) {
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(stream, mode);
+  if (rc != CUDA_SUCCESS) return rc;
+  State& s = S();
+  std::lock_guard lock(s.mu);
+  if (s.capture_need.emplace(stream, GraphNeed{}).second) s.captures.fetch_add(1);
+  return rc;
+}
+
+template <typename Real>
+CUresult EndCapture(CUstream stream, CUgraph* graph, Real real) {
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(stream, graph);
+  State& s = S();
+  std::lock_guard lock(s.mu);
+  auto it = s.capture_need.find(stream);
+  if (it == s.capture_need.end()) return rc;
+  if (rc == CUDA_SUCCESS && graph != nullptr && *graph != nullptr) {
+    GraphNeed& g = s.graph_need[*graph];
+    g.dev = it->second.dev >= 0 ? it->second.dev : g.dev;
+    g.bytes += it->second.bytes;
+  }
+  s.capture_need.erase(it);
+  s.captures.fetch_sub(1);
+  return rc;
+}
+
+void Instantiated(CUgraphExec* exec, CUgraph graph) {
+  State& s = S();
+  std::lock_guard lock(s.mu);
+  auto it = s.graph_need.find(graph);
+  if (exec != nullptr && it != s.graph_need.end()) s.graph_need[*exec] = it->second;
+}
+
+void GraphGone(const void* graph_or_exec) {
+  State& s = S();
+  std::lock_guard lock(s.mu);
+  s.graph_need.erase(graph_or_exec);
+}
+}  // namespace
+
+GPULET_EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
+  return BeginCapture(hStream, mode, REAL(cuStreamBeginCapture_v2));
+}
+GPULET_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
+  return BeginCapture(hStream, mode, REAL(cuStreamBeginCapture_v2_ptsz));
+}
+GPULET_EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
+  return EndCapture(hStream, phGraph, REAL(cuStreamEndCapture));
+}
+GPULET_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) {
+  return EndCapture(hStream, phGraph, REAL(cuStreamEndCapture_ptsz));
+}
+
+GPULET_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                              const CUgraphNode* dependencies,
+                                              size_t numDependencies,
+                                              CUDA_MEM_ALLOC_NODE_PARAMS* nodeParams) {
+  auto real = REAL(cuGraphAddMemAllocNode);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+  if (rc != CUDA_SUCCESS || nodeParams == nullptr) return rc;
+  State& s = S();
+  std::lock_guard lock(s.mu);
+  GraphNeed& g = s.graph_need[hGraph];
+  g.dev = nodeParams->poolProps.location.id;
+  g.bytes += Aligned(nodeParams->bytesize);
+  return rc;
+}
+
+GPULET_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                                   unsigned long long flags) {
+  auto real = REAL(cuGraphInstantiateWithFlags);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(phGraphExec, hGraph, flags);
+  if (rc == CUDA_SUCCESS) Instantiated(phGraphExec, hGraph);
+  return rc;
+}
+
+GPULET_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                                    CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+  auto real = REAL(cuGraphInstantiateWithParams);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(phGraphExec, hGraph, params);
+  if (rc == CUDA_SUCCESS) Instantiated(phGraphExec, hGraph);
+  return rc;
+}
+
+GPULET_EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+  auto real = REAL(cuGraphLaunch);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return RunGraph(hGraphExec, hStream, [&] { return real(hGraphExec, hStream); });
+}
+GPULET_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+  auto real = REAL(cuGraphLaunch_ptsz);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return RunGraph(hGraphExec, hStream, [&] { return real(hGraphExec, hStream); });
+}
+GPULET_EXPORT CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) {
+  auto real = REAL(cuGraphUpload);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return RunGraph(hGraphExec, hStream, [&] { return real(hGraphExec, hStream); });
+}
+
+GPULET_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
+  auto real = REAL(cuGraphExecDestroy);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(hGraphExec);
+  if (rc == CUDA_SUCCESS) GraphGone(hGraphExec);
+  return rc;
+}
+
+GPULET_EXPORT CUresult cuGraphDestroy(CUgraph hGraph) {
+  auto real = REAL(cuGraphDestroy);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(hGraph);
+  if (rc == CUDA_SUCCESS) GraphGone(hGraph);
+  return rc;
+}
+
+GPULET_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device) {
+  auto real = REAL(cuDeviceGraphMemTrim);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(device);
+  if (rc == CUDA_SUCCESS) ReconcileGraphMemory(S(), device);
+  return rc;
+}
+
 GPULET_EXPORT CUresult cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR* d) {
   auto real = REAL(cuArrayCreate_v2);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
   if (pHandle == nullptr || d == nullptr) return real(pHandle, d);
-  auto req = REAL(cuArrayGetMemoryRequirements);
-  return CreateArray(
-      reinterpret_cast<void**>(pHandle),
-      ArrayBytes(d->Width, d->Height, 0, d->Format, d->NumChannels),
-      [&] { return real(pHandle, d); },
-      [&](CUDA_ARRAY_MEMORY_REQUIREMENTS* r, CUdevice dev) {
-        return req == nullptr ? CUDA_ERROR_NOT_FOUND : req(r, *pHandle, dev);
-      });
+  const CUDA_ARRAY3D_DESCRIPTOR d3{d->Width, d->Height, 0, d->Format, d->NumChannels, 0};
+  return CreateArray(reinterpret_cast<void**>(pHandle), d3, 0, [&] { return real(pHandle, d); });
 }
 
 GPULET_EXPORT CUresult cuArray3DCreate_v2(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* d) {
   auto real = REAL(cuArray3DCreate_v2);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
   if (pHandle == nullptr || d == nullptr) return real(pHandle, d);
-  auto req = REAL(cuArrayGetMemoryRequirements);
-  return CreateArray(
-      reinterpret_cast<void**>(pHandle),
-      ArrayBytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels),
-      [&] { return real(pHandle, d); },
-      [&](CUDA_ARRAY_MEMORY_REQUIREMENTS* r, CUdevice dev) {
-        return req == nullptr ? CUDA_ERROR_NOT_FOUND : req(r, *pHandle, dev);
-      });
+  return CreateArray(reinterpret_cast<void**>(pHandle), *d, 0, [&] { return real(pHandle, d); });
 }
 
 GPULET_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle,
@@ -1206,14 +1871,10 @@ GPULET_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle,
                                               unsigned int numMipmapLevels) {
   auto real = REAL(cuMipmappedArrayCreate);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
-  if (pHandle == nullptr || d == nullptr) return real(pHandle, d, numMipmapLevels);
-  auto req = REAL(cuMipmappedArrayGetMemoryRequirements);
-  return CreateArray(
-      reinterpret_cast<void**>(pHandle), MipmapBytes(*d, numMipmapLevels),
-      [&] { return real(pHandle, d, numMipmapLevels); },
-      [&](CUDA_ARRAY_MEMORY_REQUIREMENTS* r, CUdevice dev) {
-        return req == nullptr ? CUDA_ERROR_NOT_FOUND : req(r, *pHandle, dev);
-      });
+  if (pHandle == nullptr || d == nullptr || numMipmapLevels == 0)
+    return real(pHandle, d, numMipmapLevels);
+  return CreateArray(reinterpret_cast<void**>(pHandle), *d, numMipmapLevels,
+                     [&] { return real(pHandle, d, numMipmapLevels); });
 }
 
 GPULET_EXPORT CUresult cuArrayDestroy(CUarray hArray) {
@@ -1255,6 +1916,8 @@ GPULET_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
   State& s = S();
   if (s.mode == Mode::kPassthrough || dev < 0 || dev >= kMaxDevices) return real(pctx, dev);
+  // Two threads retaining at once must not both charge the context the driver creates once.
+  std::lock_guard first(s.primary_mu[dev]);
   {
     std::lock_guard lock(s.mu);
     if (s.primary_refs[dev] > 0) {  // the primary context exists: no new memory
@@ -1334,9 +1997,7 @@ GPULET_EXPORT CUresult cuModuleLoadDataEx(CUmodule* module, const void* image,
 GPULET_EXPORT CUresult cuModuleUnload(CUmodule hmod) {
   auto real = REAL(cuModuleUnload);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
-  const CUresult rc = real(hmod);
-  if (rc == CUDA_SUCCESS) ModuleUnloaded(hmod);
-  return rc;
+  return UnloadModule(hmod, [&] { return real(hmod); });
 }
 
 GPULET_EXPORT CUresult cuLibraryLoadData(CUlibrary* library, const void* code,
@@ -1361,9 +2022,7 @@ GPULET_EXPORT CUresult cuLibraryLoadData(CUlibrary* library, const void* code,
 GPULET_EXPORT CUresult cuLibraryUnload(CUlibrary library) {
   auto real = REAL(cuLibraryUnload);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
-  const CUresult rc = real(library);
-  if (rc == CUDA_SUCCESS) ModuleUnloaded(library);
-  return rc;
+  return UnloadModule(library, [&] { return real(library); });
 }
 
 // The pre-3.2 32-bit entry points: refused, never passed through uncounted.
