@@ -18,7 +18,6 @@
 #include <sstream>
 
 #include "cli/commands.h"
-#include "common/files.h"
 #include "common/process.h"
 #include "common/signals.h"
 #include "deviceplugin/allocate.h"
@@ -106,34 +105,6 @@ Result<std::vector<std::string>> AllocatedDevices() {
     return slurm::ParseAllocatedDevices(joined);
   }
   return slurm::ParseAllocatedDevices(v);
-}
-
-// Copies the Slurm configuration next to the gres.conf this pod writes (slurmd reads gres.conf
-// from slurm.conf's directory; a ConfigMap mount is read-only and shared by every pod).
-Result<std::string> PrepareConfDir(const std::string& slurm_conf, const std::string& conf_dir,
-                                   const std::string& gres_text) {
-  std::error_code ec;
-  fs::create_directories(conf_dir, ec);
-  if (ec) return Status(ErrorCode::kInternal, conf_dir + ": " + ec.message());
-  const fs::path src = fs::path(slurm_conf).parent_path();
-  if (!fs::exists(slurm_conf)) {
-    return Status(ErrorCode::kNotFound, slurm_conf + ": no slurm.conf (--slurm-conf, SLURM_CONF)");
-  }
-  if (fs::weakly_canonical(src, ec) != fs::weakly_canonical(conf_dir, ec)) {
-    for (const auto& e : fs::directory_iterator(src, ec)) {
-      const std::string name = e.path().filename();
-      if (name == "gres.conf" || name.empty() || name[0] == '.' || !e.is_regular_file(ec)) continue;
-      if (Status s = WriteFileAtomic((fs::path(conf_dir) / name).string(), ReadText(e.path()));
-          !s.ok()) {
-        return s;
-      }
-    }
-  }
-  const std::string copy = (fs::path(conf_dir) / fs::path(slurm_conf).filename()).string();
-  if (Status s = WriteFileAtomic((fs::path(conf_dir) / "gres.conf").string(), gres_text); !s.ok()) {
-    return s;
-  }
-  return copy;
 }
 
 // Labels this pod busy/idle; inert (one warning) outside a cluster.
@@ -230,25 +201,42 @@ int RunPod(const GlobalOptions& global, PodFlags& f) {
   std::map<unsigned, unsigned> topology;
   if (auto t = slurm::ReadCoreIndex(node->context.discover.sysfs_root); t.ok()) topology = *t;
   f.opts.core_index = slurm::ContainerCoreIndex(allowed, topology);
-  f.opts.cpus = f.cpus ? f.cpus : static_cast<unsigned>(allowed.size());
-  f.opts.real_memory_mib = f.real_memory
-                               ? f.real_memory
-                               : slurm::ContainerMemoryMib(ReadText(f.cgroup_root + "/memory.max"),
-                                                           MemTotalKib("/proc/meminfo"));
+  const slurm::CgroupLimits limits = slurm::ReadCgroupLimits(f.cgroup_root);
+  f.opts.cpus = f.cpus ? f.cpus : slurm::ContainerCpus(allowed.size(), limits.cpu_quota);
+  f.opts.real_memory_mib =
+      f.real_memory ? f.real_memory
+                    : slurm::ContainerMemoryMib(limits.memory_limit, MemTotalKib("/proc/meminfo"));
+  spdlog::info(
+      "event=slurm_pod_resources node={} cpus={} cpuset_cpus={} cpu_quota={} cpu_source=\"{}\" "
+      "real_memory_mib={} memory_limit=\"{}\" memory_source=\"{}\"",
+      name, f.opts.cpus, allowed.size(),
+      limits.cpu_quota ? std::to_string(*limits.cpu_quota) : std::string("none"), limits.cpu_source,
+      f.opts.real_memory_mib, limits.memory_limit, limits.memory_source);
+  // Fewer CPUs than the cpuset holds (a CFS quota): the container runs on any of them, so no
+  // core of the node stands for a particular CPU, and gres.conf binds no GPU to cores.
+  gpu::Inventory unbound;
+  const gpu::Inventory* for_gres = &inv;
+  if (f.opts.cpus < allowed.size()) {
+    unbound = inv;
+    for (gpu::Gpu& g : unbound.gpus) g.cpu_affinity.clear();
+    for_gres = &unbound;
+  }
   f.opts.generator = std::string("gpulet ") + GPULET_VERSION + " slurm pod";
   f.opts.source = "driver " + inv.driver_version +
                   " in this container (NVIDIA_VISIBLE_DEVICES=" + Env("NVIDIA_VISIBLE_DEVICES") +
                   ")";
-  Result<slurm::NodeGres> gres = slurm::PlanNodeGres(inv, f.opts);
+  Result<slurm::NodeGres> gres = slurm::PlanNodeGres(*for_gres, f.opts);
   if (!gres.ok()) return ReportError(gres.status());
   for (const std::string& w : gres->warnings) {
     spdlog::warn("event=slurm_gres_warning node={} warning=\"{}\"", name, w);
   }
   if (f.slurm_conf.empty()) f.slurm_conf = "/etc/slurm/slurm.conf";
-  Result<std::string> conf =
-      PrepareConfDir(f.slurm_conf, f.conf_dir, slurm::RenderGresConf(inv, *gres, f.opts));
+  Result<std::string> conf = slurm::PrepareConfDir(f.slurm_conf, f.conf_dir,
+                                                   slurm::RenderGresConf(*for_gres, *gres, f.opts));
   if (!conf.ok()) return ReportError(conf.status());
   setenv("SLURM_CONF", conf->c_str(), 1);  // for scontrol, and slurmd's children
+  // SlurmdStartTime as RegisteredSince reads it, whatever the pod's environment asked for.
+  setenv("SLURM_TIME_FORMAT", "standard", 1);
   const std::string dynamic_conf =
       slurm::DynamicNodeConf(*gres, f.opts.cpus, f.opts.real_memory_mib, *features);
 
@@ -261,6 +249,7 @@ int RunPod(const GlobalOptions& global, PodFlags& f) {
   }
 
   const StopSignals signals = StopSignals::Block();  // before any thread starts: they inherit it
+  const auto slurmd_started = std::chrono::system_clock::now();
   std::vector<std::string> argv = {f.slurmd, "-D",  "-Z",     "-N",        name,
                                    "-f",     *conf, "--conf", dynamic_conf};
   argv.insert(argv.end(), f.slurmd_args.begin(), f.slurmd_args.end());
@@ -299,21 +288,29 @@ int RunPod(const GlobalOptions& global, PodFlags& f) {
                                   "); see its log (--slurmd-log " + f.slurmd_log + ")"));
   };
 
-  // Registered once slurmctld knows the node.
+  // Registered once slurmctld holds the node as registered by the slurmd started above: a record
+  // of an earlier pod of the same name (slurmctld keeps it until deleted) does not count.
   bool stop = false, registered = false;
   const auto reg_deadline = clock.Now() + *reg_timeout;
+  std::string last_seen = "no record";
   while (!registered && !stop) {
     if (slurmd_gone()) return fail_slurmd();
-    if (pod.client().ShowNode(name).ok()) {
+    Result<slurm::NodeStatus> seen = pod.client().ShowNode(name);
+    if (seen.ok() && slurm::RegisteredSince(*seen, slurmd_started)) {
       registered = true;
       break;
+    }
+    if (seen.ok()) {
+      last_seen = "a record with State=" + seen->state + " SlurmdStartTime=" +
+                  (seen->slurmd_start_time.empty() ? "<none>" : seen->slurmd_start_time) +
+                  ", from before this pod's slurmd started";
     }
     if (clock.Now() > reg_deadline) {
       StopProcess(*slurmd, std::chrono::seconds(10));
       monitor.Stop();
-      return ReportError(
-          Status(ErrorCode::kUnavailable,
-                 "node " + name + " did not register with slurmctld within " + f.register_timeout));
+      return ReportError(Status(ErrorCode::kUnavailable,
+                                "node " + name + " did not register with slurmctld within " +
+                                    f.register_timeout + " (slurmctld has " + last_seen + ")"));
     }
     stop = signals.Wait(milliseconds(200)) == SignalEvent::kStop;
   }

@@ -1,11 +1,24 @@
 #include "slurm/pod.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
 #include <sstream>
+
+#include "common/files.h"
 
 namespace gpulet::slurm {
 namespace {
+
+namespace fs = std::filesystem;
 
 std::string Join(const std::vector<std::string>& v, const char* sep = ",") {
   std::string out;
@@ -24,6 +37,19 @@ bool IsIndexEntry(const std::string& e) {
   return !e.empty() &&
          std::all_of(e.begin(), e.end(), [](char c) { return (c >= '0' && c <= '9') || c == ':'; });
 }
+
+// A non-negative decimal integer (the whole of `s` after trimming).
+std::optional<uint64_t> ParseCount(const std::string& s) {
+  const std::string v = Trim(s);
+  uint64_t n = 0;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (v.empty() || ec != std::errc() || end != v.data() + v.size()) return std::nullopt;
+  return n;
+}
+
+// Configuration files are small; a cgroup file is one line.
+constexpr size_t kConfFileMaxBytes = 16u << 20;
+constexpr size_t kCgroupFileMaxBytes = 4096;
 
 bool ValidFeature(const std::string& f) {
   return !f.empty() && std::all_of(f.begin(), f.end(), [](char c) {
@@ -188,14 +214,123 @@ std::map<unsigned, unsigned> ContainerCoreIndex(const std::set<unsigned>& allowe
   return out;
 }
 
-uint64_t ContainerMemoryMib(const std::string& memory_max, uint64_t mem_total_kib) {
+uint64_t ContainerMemoryMib(const std::string& memory_limit, uint64_t mem_total_kib) {
   const uint64_t total_mib = mem_total_kib / 1024;
-  const std::string v = Trim(memory_max);
-  uint64_t bytes = 0;
-  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), bytes);
-  if (v.empty() || ec != std::errc() || end != v.data() + v.size()) return total_mib;  // "max"
-  const uint64_t limit_mib = bytes / (1024 * 1024);
+  const std::optional<uint64_t> bytes = ParseCount(memory_limit);
+  if (!bytes) return total_mib;  // "max", or no file
+  // cgroup v1's "no limit" is a page-rounded LONG_MAX: MemTotal caps it.
+  const uint64_t limit_mib = *bytes / (1024 * 1024);
   return total_mib == 0 ? limit_mib : std::min(limit_mib, total_mib);
+}
+
+std::optional<double> CpuQuotaFromCpuMax(const std::string& cpu_max) {
+  std::stringstream in(cpu_max);
+  std::string quota, period;
+  in >> quota >> period;
+  if (quota == "max") return std::nullopt;
+  return CpuQuotaFromCfs(quota, period.empty() ? "100000" : period);
+}
+
+std::optional<double> CpuQuotaFromCfs(const std::string& quota_us, const std::string& period_us) {
+  const std::optional<uint64_t> quota = ParseCount(quota_us);  // "-1": no quota
+  const std::optional<uint64_t> period = ParseCount(period_us);
+  if (!quota || !period || *quota == 0 || *period == 0) return std::nullopt;
+  return static_cast<double>(*quota) / static_cast<double>(*period);
+}
+
+CgroupLimits ReadCgroupLimits(const std::string& cgroup_root) {
+  CgroupLimits out;
+  const fs::path root(cgroup_root);
+  auto read = [](const fs::path& p) -> std::optional<std::string> {
+    Result<std::string> text = ReadFileBounded(p.string(), kCgroupFileMaxBytes);
+    if (!text.ok()) return std::nullopt;
+    return *text;
+  };
+  if (std::optional<std::string> v2 = read(root / "cpu.max")) {
+    out.cpu_quota = CpuQuotaFromCpuMax(*v2);
+    out.cpu_source = (root / "cpu.max").string();
+  } else {
+    for (const char* dir : {"cpu,cpuacct", "cpu", "cpuacct,cpu", "."}) {
+      const fs::path d = root / dir;
+      std::optional<std::string> quota = read(d / "cpu.cfs_quota_us");
+      std::optional<std::string> period = read(d / "cpu.cfs_period_us");
+      if (!quota || !period) continue;
+      out.cpu_quota = CpuQuotaFromCfs(*quota, *period);
+      out.cpu_source = (d / "cpu.cfs_quota_us").lexically_normal().string();
+      break;
+    }
+  }
+  for (const fs::path& p : {root / "memory.max", root / "memory" / "memory.limit_in_bytes",
+                            root / "memory.limit_in_bytes"}) {
+    if (std::optional<std::string> v = read(p)) {
+      out.memory_limit = Trim(*v);
+      out.memory_source = p.string();
+      break;
+    }
+  }
+  return out;
+}
+
+unsigned ContainerCpus(size_t cpuset_cpus, std::optional<double> cpu_quota) {
+  uint64_t cpus = cpuset_cpus;
+  if (cpu_quota && *cpu_quota > 0) {
+    cpus = std::min<uint64_t>(cpus, static_cast<uint64_t>(std::ceil(*cpu_quota)));
+  }
+  return static_cast<unsigned>(std::max<uint64_t>(cpus, 1));
+}
+
+Result<std::string> PrepareConfDir(const std::string& slurm_conf, const std::string& conf_dir,
+                                   const std::string& gres_text) {
+  std::error_code ec;
+  fs::create_directories(conf_dir, ec);
+  if (ec) return Status(ErrorCode::kInternal, conf_dir + ": " + ec.message());
+  const fs::path src = fs::path(slurm_conf).parent_path();
+  if (!fs::exists(slurm_conf)) {
+    return Status(ErrorCode::kNotFound, slurm_conf + ": no slurm.conf (--slurm-conf, SLURM_CONF)");
+  }
+  if (fs::weakly_canonical(src, ec) != fs::weakly_canonical(conf_dir, ec)) {
+    for (const auto& e : fs::directory_iterator(src, ec)) {
+      const std::string name = e.path().filename();
+      if (name == "gres.conf" || name.empty() || name[0] == '.' || !e.is_regular_file(ec)) continue;
+      struct stat st {};
+      if (::stat(e.path().c_str(), &st) != 0) {
+        return Status(ErrorCode::kInternal, e.path().string() + ": stat: " + std::strerror(errno));
+      }
+      Result<std::string> text = ReadFileBounded(e.path().string(), kConfFileMaxBytes);
+      if (!text.ok()) return text.status();
+      const std::string dst = (fs::path(conf_dir) / name).string();
+      // The copy is ours (root's) with the source's mode until the chown: never wider than the
+      // source's permissions.
+      if (Status s = WriteFileAtomic(dst, *text, st.st_mode & 0777); !s.ok()) return s;
+      if (::chown(dst.c_str(), st.st_uid, st.st_gid) != 0) {
+        return Status(ErrorCode::kInternal, dst + ": chown to " + std::to_string(st.st_uid) + ":" +
+                                                std::to_string(st.st_gid) + " (the owner of " +
+                                                e.path().string() + "): " + std::strerror(errno));
+      }
+    }
+    if (ec) return Status(ErrorCode::kInternal, src.string() + ": " + ec.message());
+  }
+  const std::string copy = (fs::path(conf_dir) / fs::path(slurm_conf).filename()).string();
+  if (Status s = WriteFileAtomic((fs::path(conf_dir) / "gres.conf").string(), gres_text); !s.ok()) {
+    return s;
+  }
+  return copy;
+}
+
+bool RegisteredSince(const NodeStatus& status, std::chrono::system_clock::time_point started) {
+  std::tm tm{};
+  char tail = 0;
+  if (std::sscanf(status.slurmd_start_time.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%c", &tm.tm_year,
+                  &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &tail) != 6) {
+    return false;  // "None", empty, or another format
+  }
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  tm.tm_isdst = -1;
+  const std::time_t slurmd_start = std::mktime(&tm);
+  if (slurmd_start == static_cast<std::time_t>(-1)) return false;
+  return slurmd_start >=
+         std::chrono::system_clock::to_time_t(std::chrono::floor<std::chrono::seconds>(started));
 }
 
 std::string DynamicNodeConf(const NodeGres& gres, unsigned cpus, uint64_t real_memory_mib,

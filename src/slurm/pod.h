@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -69,8 +70,45 @@ Result<std::vector<std::string>> NodeFeatures(const std::map<std::string, std::s
 std::map<unsigned, unsigned> ContainerCoreIndex(const std::set<unsigned>& allowed,
                                                 const std::map<unsigned, unsigned>& topology);
 
-// RealMemory in MiB: the cgroup limit (memory.max text: bytes or "max") capped by MemTotal.
-uint64_t ContainerMemoryMib(const std::string& memory_max, uint64_t mem_total_kib);
+// RealMemory in MiB: the cgroup limit (cgroup v2 memory.max or v1 memory.limit_in_bytes text:
+// bytes, or "max"/empty for none) capped by MemTotal.
+uint64_t ContainerMemoryMib(const std::string& memory_limit, uint64_t mem_total_kib);
+
+// CPUs' worth of CFS quota (quota / period), or nullopt for no quota: from cgroup v2 `cpu.max`
+// ("max 100000", "400000 100000") or from cgroup v1 `cpu.cfs_quota_us` ("-1" = none) and
+// `cpu.cfs_period_us`. Text that is not a quota reads as none.
+std::optional<double> CpuQuotaFromCpuMax(const std::string& cpu_max);
+std::optional<double> CpuQuotaFromCfs(const std::string& quota_us, const std::string& period_us);
+
+// What this container's cgroup limits, read under `cgroup_root` (the container's cgroup as
+// mounted in it: v2 files at the root; v1 in one directory per controller, `cpu,cpuacct`/`cpu`
+// and `memory`, or at the root when it points at a controller's directory). v2 wins when both
+// are there.
+struct CgroupLimits {
+  std::optional<double> cpu_quota;  // see CpuQuotaFromCpuMax
+  std::string memory_limit;         // memory.max / memory.limit_in_bytes text; "" when neither
+  std::string cpu_source, memory_source;  // the files read ("" when none)
+};
+CgroupLimits ReadCgroupLimits(const std::string& cgroup_root);
+
+// CPUs= for the node: the cpuset's CPUs, lowered to ceil(quota) when a CFS quota allows fewer
+// (a 4-CPU pod on a 192-core host is a 4-CPU node); at least 1.
+unsigned ContainerCpus(size_t cpuset_cpus, std::optional<double> cpu_quota);
+
+// Copies the Slurm configuration beside `slurm_conf` (every regular file but gres.conf and dot
+// files; a ConfigMap's or Secret's symlinks are followed) into `conf_dir`, next to the gres.conf
+// this pod writes (slurmd reads gres.conf from slurm.conf's directory; a ConfigMap mount is
+// read-only and shared by every pod). Each copy keeps its source's permission bits and owner: a
+// 0600 secret (a JWT key, slurmdbd.conf) stays 0600 and owned as before. gres.conf is 0644.
+// Returns the path of the copy of slurm.conf. Errors name the file and the step.
+Result<std::string> PrepareConfDir(const std::string& slurm_conf, const std::string& conf_dir,
+                                   const std::string& gres_text);
+
+// Whether `status` is the record of a slurmd that started at or after `started`: its
+// SlurmdStartTime (scontrol's standard format "2026-12-04T13:40:05", local time; run scontrol
+// with SLURM_TIME_FORMAT=standard) is not before `started`'s second. A record an earlier pod of
+// the same name left in slurmctld carries its older slurmd's start time, or "None".
+bool RegisteredSince(const NodeStatus& status, std::chrono::system_clock::time_point started);
 
 // `slurmd --conf` for the dynamic node: "CPUs=4 RealMemory=1024 Gres=gpu:h100:2 Feature=a,b".
 std::string DynamicNodeConf(const NodeGres& gres, unsigned cpus, uint64_t real_memory_mib,

@@ -2,6 +2,12 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <ctime>
+#include <filesystem>
+#include <fstream>
 
 #include "slurm/fake_runner.h"
 
@@ -123,6 +129,175 @@ TEST(PodMemory, CgroupLimitCappedByMemTotal) {
   EXPECT_EQ(ContainerMemoryMib("2147483648\n", 64u << 20), 2048u);
   EXPECT_EQ(ContainerMemoryMib("max\n", 8u << 20), 8192u);
   EXPECT_EQ(ContainerMemoryMib("1099511627776", 8u << 20), 8192u);
+}
+
+TEST(PodCpus, ACfsQuotaLowersTheCpusetCount) {
+  // A 4-CPU pod on a 192-core host (cgroup v2 cpu.max).
+  EXPECT_EQ(ContainerCpus(192, CpuQuotaFromCpuMax("400000 100000\n")), 4u);
+  EXPECT_EQ(ContainerCpus(192, CpuQuotaFromCpuMax("max 100000\n")), 192u);
+  // A fraction rounds up; never more than the cpuset, never fewer than one.
+  EXPECT_EQ(ContainerCpus(192, CpuQuotaFromCpuMax("150000 100000")), 2u);
+  EXPECT_EQ(ContainerCpus(2, CpuQuotaFromCpuMax("400000 100000")), 2u);
+  EXPECT_EQ(ContainerCpus(8, CpuQuotaFromCpuMax("10000 100000")), 1u);
+  EXPECT_EQ(ContainerCpus(0, std::nullopt), 1u);
+  // cgroup v1: cpu.cfs_quota_us / cpu.cfs_period_us; -1 is no quota.
+  EXPECT_EQ(CpuQuotaFromCfs("250000\n", "50000\n"), 5.0);
+  EXPECT_EQ(CpuQuotaFromCfs("-1\n", "100000\n"), std::nullopt);
+  EXPECT_EQ(CpuQuotaFromCfs("100000", "0"), std::nullopt);
+  EXPECT_EQ(CpuQuotaFromCpuMax(""), std::nullopt);
+  EXPECT_EQ(CpuQuotaFromCpuMax("garbage"), std::nullopt);
+}
+
+// Files under a temp directory: cgroup trees as a container sees them at --cgroup-root, Slurm
+// configuration mounts.
+class PodFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = std::filesystem::path(::testing::TempDir()) /
+            ("gpulet-cgroup-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(root_);
+    std::filesystem::create_directories(root_);
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+  void Write(const std::string& rel, const std::string& text) {
+    std::filesystem::create_directories((root_ / rel).parent_path());
+    std::ofstream(root_ / rel) << text;
+  }
+  std::filesystem::path root_;
+};
+
+TEST_F(PodFiles, V2CpuMaxAndMemoryMax) {
+  Write("cpu.max", "400000 100000\n");
+  Write("memory.max", "4294967296\n");
+  Write("cpu,cpuacct/cpu.cfs_quota_us", "-1\n");  // v1 leftovers lose to v2
+  Write("cpu,cpuacct/cpu.cfs_period_us", "100000\n");
+  const CgroupLimits l = ReadCgroupLimits(root_.string());
+  EXPECT_EQ(l.cpu_quota, 4.0);
+  EXPECT_EQ(l.cpu_source, (root_ / "cpu.max").string());
+  EXPECT_EQ(ContainerCpus(192, l.cpu_quota), 4u);
+  EXPECT_EQ(ContainerMemoryMib(l.memory_limit, 64u << 20), 4096u);
+}
+
+TEST_F(PodFiles, V1ControllerDirectories) {
+  Write("cpu,cpuacct/cpu.cfs_quota_us", "400000\n");
+  Write("cpu,cpuacct/cpu.cfs_period_us", "100000\n");
+  Write("memory/memory.limit_in_bytes", "8589934592\n");
+  const CgroupLimits l = ReadCgroupLimits(root_.string());
+  EXPECT_EQ(ContainerCpus(192, l.cpu_quota), 4u);
+  EXPECT_EQ(l.memory_source, (root_ / "memory" / "memory.limit_in_bytes").string());
+  EXPECT_EQ(ContainerMemoryMib(l.memory_limit, 64u << 20), 8192u);
+}
+
+TEST_F(PodFiles, V1CpuOnlyDirectoryAndNoLimits) {
+  Write("cpu/cpu.cfs_quota_us", "-1\n");
+  Write("cpu/cpu.cfs_period_us", "100000\n");
+  Write("memory/memory.limit_in_bytes", "9223372036854771712\n");  // v1's "no limit"
+  const CgroupLimits l = ReadCgroupLimits(root_.string());
+  EXPECT_EQ(l.cpu_quota, std::nullopt);
+  EXPECT_EQ(l.cpu_source, (root_ / "cpu" / "cpu.cfs_quota_us").string());
+  EXPECT_EQ(ContainerCpus(192, l.cpu_quota), 192u);
+  EXPECT_EQ(ContainerMemoryMib(l.memory_limit, 64u << 20), 65536u);
+}
+
+TEST_F(PodFiles, NoCgroupFilesMeanNoLimits) {
+  const CgroupLimits l = ReadCgroupLimits((root_ / "absent").string());
+  EXPECT_EQ(l.cpu_quota, std::nullopt);
+  EXPECT_EQ(l.memory_limit, "");
+  EXPECT_EQ(ContainerMemoryMib(l.memory_limit, 8u << 20), 8192u);
+}
+
+// The Slurm configuration directory as a ConfigMap and a Secret mount it: files that are symlinks
+// into ..data, a 0600 secret owned by slurm.
+TEST_F(PodFiles, ConfDirCopiesKeepModeAndOwner) {
+  const std::filesystem::path src = root_ / "etc-slurm", dst = root_ / "run";
+  std::filesystem::create_directories(src / "..data");
+  auto file = [&](const std::string& name, const std::string& text, mode_t mode) {
+    std::ofstream(src / "..data" / name) << text;
+    ASSERT_EQ(::chmod((src / "..data" / name).c_str(), mode), 0);
+    std::filesystem::create_symlink(std::filesystem::path("..data") / name, src / name);
+  };
+  file("slurm.conf", "ClusterName=c\n", 0644);
+  file("jwt_hs256.key", "secret\n", 0600);
+  file("slurmdbd.conf", "StoragePass=x\n", 0600);
+  file("cgroup.conf", "ConstrainCores=yes\n", 0640);
+  file("gres.conf", "# not this one\n", 0644);
+  // Owners as a Secret's fsGroup or an initContainer leave them (only root may give files away).
+  const uid_t uid = ::geteuid() == 0 ? 64030 : ::geteuid();
+  const gid_t gid = ::geteuid() == 0 ? 64031 : ::getegid();
+  ASSERT_EQ(::chown((src / "..data" / "jwt_hs256.key").c_str(), uid, gid), 0);
+
+  Result<std::string> conf =
+      PrepareConfDir((src / "slurm.conf").string(), dst.string(), "# gres\n");
+  ASSERT_TRUE(conf.ok()) << conf.status().message();
+  EXPECT_EQ(*conf, (dst / "slurm.conf").string());
+  auto mode_of = [](const std::filesystem::path& p) {
+    struct stat st {};
+    EXPECT_EQ(::lstat(p.c_str(), &st), 0) << p;
+    return st.st_mode & 07777;
+  };
+  EXPECT_EQ(mode_of(dst / "slurm.conf"), 0644u);
+  EXPECT_EQ(mode_of(dst / "jwt_hs256.key"), 0600u);
+  EXPECT_EQ(mode_of(dst / "slurmdbd.conf"), 0600u);
+  EXPECT_EQ(mode_of(dst / "cgroup.conf"), 0640u);
+  EXPECT_EQ(mode_of(dst / "gres.conf"), 0644u);
+  struct stat st {};
+  ASSERT_EQ(::lstat((dst / "jwt_hs256.key").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));  // a copy, not a link into the mount
+  EXPECT_EQ(st.st_uid, uid);
+  EXPECT_EQ(st.st_gid, gid);
+  std::ifstream key(dst / "jwt_hs256.key");
+  std::string text((std::istreambuf_iterator<char>(key)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "secret\n");
+  std::ifstream gres(dst / "gres.conf");
+  std::string g((std::istreambuf_iterator<char>(gres)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(g, "# gres\n");
+  EXPECT_FALSE(std::filesystem::exists(dst / "..data"));
+
+  // A second start (the container restarted) replaces the copies, modes still kept.
+  ASSERT_EQ(::chmod((src / "..data" / "slurmdbd.conf").c_str(), 0400), 0);
+  ASSERT_TRUE(PrepareConfDir((src / "slurm.conf").string(), dst.string(), "# gres\n").ok());
+  EXPECT_EQ(mode_of(dst / "slurmdbd.conf"), 0400u);
+}
+
+TEST(PodConfDir, MissingSlurmConfNamesIt) {
+  Result<std::string> r =
+      PrepareConfDir("/nonexistent/slurm.conf", ::testing::TempDir() + "gpulet-confdir-none", "");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("/nonexistent/slurm.conf: no slurm.conf"));
+}
+
+// "Registered" is a record of this pod's slurmd, not one an earlier pod of the same name left.
+TEST(PodRegistration, OnlyARecordOfASlurmdStartedSinceCounts) {
+  const auto started = std::chrono::system_clock::now();
+  auto at = [](std::chrono::system_clock::time_point t) {
+    const std::time_t tt = std::chrono::system_clock::to_time_t(t);
+    std::tm tm{};
+    localtime_r(&tt, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%FT%T", &tm);
+    NodeStatus s;
+    s.name = "slurmd-0";
+    s.state = "IDLE";
+    s.slurmd_start_time = buf;
+    return s;
+  };
+  EXPECT_TRUE(RegisteredSince(at(started), started));  // the same second
+  EXPECT_TRUE(RegisteredSince(at(started + std::chrono::seconds(3)), started));
+  EXPECT_FALSE(RegisteredSince(at(started - std::chrono::hours(2)), started));
+  EXPECT_FALSE(RegisteredSince(at(started - std::chrono::seconds(2)), started));
+  NodeStatus none = at(started);
+  for (const char* v : {"None", "", "Unknown", "2026-12-04", "2026-12-04T13:40:05Z"}) {
+    none.slurmd_start_time = v;
+    EXPECT_FALSE(RegisteredSince(none, started)) << v;
+  }
+  // As scontrol prints it.
+  Result<NodeStatus> parsed = ParseNodeStatus(
+      "NodeName=slurmd-0 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUTot=4 State=IDLE+DYNAMIC_NORM "
+      "BootTime=2026-12-04T10:00:00 SlurmdStartTime=2026-12-04T13:40:05 LastBusyTime=None "
+      "Reason=x");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ(parsed->slurmd_start_time, "2026-12-04T13:40:05");
 }
 
 TEST(PodConf, DynamicNodeLine) {
