@@ -1,5 +1,7 @@
 #include "extender/extender.h"
 
+#include "extender/request.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -7,13 +9,13 @@
 #include <optional>
 #include <sstream>
 #include <string_view>
+#include <tuple>
 
 namespace gpulet::extender {
 namespace {
 
 using nlohmann::json;
 
-constexpr size_t kSeenPods = 65536;
 
 Answer BadRequest(const std::string& message) {
   return {400, "application/json", json{{"Error", message}}.dump()};
@@ -78,61 +80,12 @@ void AppendMap(std::string& out, const std::map<std::string, std::string>& m) {
   out += '}';
 }
 
-// The request body parsed, with ExtenderArgs.NodeNames (5,000 names at scale) collected straight
-// into strings rather than into a JSON array of them: the DOM keeps an empty array in its place.
+// Scheduler-shaped bodies: the names as views into the request, and the array's text.
 struct Body {
-  json doc;                        // discarded when not JSON
-  bool names_taken = false;        // an array under the exact key "NodeNames" was collected
-  std::vector<std::string> names;  // its strings (general parser)
-  long bad_name = -1;              // index of its first element that is not a string
-  // Scheduler-shaped bodies: the names as views into the request, and the array's text.
-  bool plain = false;
+  std::string_view pod_text;
   std::vector<std::string_view> plain_names;
   std::string_view names_text;
 };
-
-Body ParseBody(const std::string& text) {
-  Body b;
-  bool key_is_names = false;  // the last top-level key was "NodeNames"
-  bool in_names = false;
-  long index = 0;
-  auto callback = [&](int depth, json::parse_event_t event, json& parsed) -> bool {
-    using E = json::parse_event_t;
-    if (depth == 1) {
-      if (event == E::key) {
-        key_is_names = parsed.is_string() && parsed.get_ref<const std::string&>() == "NodeNames";
-      } else if (event == E::array_start && key_is_names) {
-        in_names = true;
-        b.names_taken = true;  // a repeated key: the last one counts, as in the DOM
-        b.names.clear();
-        b.names.reserve(text.size() / 16);
-        b.bad_name = -1;
-        index = 0;
-      } else if (event == E::array_end) {
-        in_names = false;
-      }
-      return true;
-    }
-    if (depth != 2 || !in_names) return true;
-    if (event == E::value) {
-      if (parsed.is_string()) {
-        b.names.push_back(std::move(parsed.get_ref<std::string&>()));
-      } else if (b.bad_name < 0) {
-        b.bad_name = index;
-      }
-      ++index;
-      return false;  // not kept in the DOM
-    }
-    if (event == E::object_start || event == E::array_start) {
-      if (b.bad_name < 0) b.bad_name = index;
-      ++index;
-      return false;
-    }
-    return true;
-  };
-  b.doc = json::parse(text.begin(), text.end(), callback, /*allow_exceptions=*/false);
-  return b;
-}
 
 // The body as kube-scheduler sends it: {"Pod": {...}, "Nodes": null, "NodeNames": ["..."]},
 // names plain ASCII. Reads the names without the general JSON parser (which costs more than
@@ -261,136 +214,65 @@ std::optional<Body> ParseSchedulerBody(const std::string& text) {
   }
   ws();
   if (p != end || !have_pod || !have_names) return std::nullopt;
-  json pod = json::parse(pod_text.begin(), pod_text.end(), nullptr, /*allow_exceptions=*/false);
-  if (pod.is_discarded()) return std::nullopt;
-  b.doc = json::object();
-  b.doc["Pod"] = std::move(pod);
-  b.doc["NodeNames"] = json::array();
-  b.names_taken = true;
-  b.plain = true;
+  b.pod_text = pod_text;
   return b;
 }
 
 struct Args {
-  const json* pod = nullptr;              // in the parsed body (which outlives the Args)
-  bool cache_mode = true;                 // NodeNames given (else Nodes.items)
-  std::vector<std::string> owned;         // the names, when they are not views into the request
-  NameList list;                          // the names (views into the request or into `owned`)
-  std::vector<const json*> node_objects;  // full-node mode, parallel to the names
+  bool cache_mode = true;          // NodeNames given (else Nodes.items)
+  std::vector<std::string> owned;  // the names, when they are not views into the request
+  NameList list;                   // the names (views into the request or into `owned`)
+  Result<PodRequest> pod = Status(ErrorCode::kInvalidInput, "no pod");
 };
 
-// Parses ExtenderArgs into `a`; the error text says what is wrong.
-Status ParseArgs(Body& parsed, Args& a) {
-  const json& body = parsed.doc;
-  if (!body.is_object()) return Status(ErrorCode::kInvalidInput, "ExtenderArgs: must be an object");
-  const json* pod = Field(body, "Pod");
-  if (!pod || !pod->is_object()) {
-    return Status(ErrorCode::kInvalidInput, "ExtenderArgs.Pod: required, an object");
-  }
-  a.pod = pod;
-  if (parsed.plain) {  // the scheduler's shape: the names are views into the request
-    a.list.names = std::move(parsed.plain_names);
-    a.list.text = parsed.names_text;
+// ExtenderArgs from the body: the scheduler's shape through the scanner, anything else through
+// the SAX reader; neither builds a DOM of the body.
+Status ReadArgs(const std::string& body, const MemoryResourceTest& is_memory, Args& a) {
+  if (std::optional<Body> fast = ParseSchedulerBody(body)) {
+    a.list.names = std::move(fast->plain_names);
+    a.list.text = fast->names_text;
+    a.pod = ParsePodRequestText(fast->pod_text, is_memory);
+    if (!a.pod.ok() && a.pod.status().message().rfind("Pod: ", 0) == 0) {
+      return Status(ErrorCode::kInvalidInput, "ExtenderArgs." + a.pod.status().message());
+    }
     return Status::Ok();
   }
-  const json* names = Field(body, "NodeNames");
-  const json* nodes = Field(body, "Nodes");
-  auto views = [&a] {
-    a.list.names.assign(a.owned.begin(), a.owned.end());
-    return Status::Ok();
-  };
-  if (names && names->is_array() && parsed.names_taken && body.find("NodeNames") != body.end()) {
-    if (parsed.bad_name >= 0) {
-      return Status(
-          ErrorCode::kInvalidInput,
-          "ExtenderArgs.NodeNames[" + std::to_string(parsed.bad_name) + "]: must be a string");
-    }
-    a.owned = std::move(parsed.names);
-    return views();
+  auto fields = ReadExtenderArgs(body, is_memory);
+  if (!fields.ok()) return fields.status();
+  a.cache_mode = fields->names_given;
+  a.owned = fields->names_given ? std::move(fields->names) : std::move(fields->node_items);
+  a.list.names.assign(a.owned.begin(), a.owned.end());
+  if (fields->pod_error.empty()) {
+    a.pod = std::move(fields->pod);
+  } else {
+    a.pod = Status(ErrorCode::kInvalidInput, fields->pod_error);
   }
-  if (names && names->is_array()) {
-    a.owned.reserve(names->size());
-    for (size_t i = 0; i < names->size(); ++i) {
-      if (!(*names)[i].is_string()) {
-        return Status(ErrorCode::kInvalidInput,
-                      "ExtenderArgs.NodeNames[" + std::to_string(i) + "]: must be a string");
-      }
-      a.owned.push_back((*names)[i].get<std::string>());
-    }
-    return views();
-  }
-  if (names && !names->is_null()) {
-    return Status(ErrorCode::kInvalidInput, "ExtenderArgs.NodeNames: must be a list");
-  }
-  if (nodes && nodes->is_object()) {
-    a.cache_mode = false;
-    const json* items = Field(*nodes, "items");
-    if (items && items->is_array()) {
-      for (size_t i = 0; i < items->size(); ++i) {
-        const json& n = (*items)[i];
-        std::string name;
-        if (n.is_object() && n.contains("metadata") && n["metadata"].is_object()) {
-          name = n["metadata"].value("name", "");
-        }
-        if (name.empty()) {
-          return Status(ErrorCode::kInvalidInput, "ExtenderArgs.Nodes.items[" + std::to_string(i) +
-                                                      "].metadata.name: required");
-        }
-        a.owned.push_back(name);
-        a.node_objects.push_back(&n);
-      }
-    }
-    return views();
-  }
-  return Status(ErrorCode::kInvalidInput, "ExtenderArgs: NodeNames or Nodes required");
+  return Status::Ok();
 }
 
 }  // namespace
 
 Extender::Extender(ClusterView& view, Binder binder, PodGetter pods)
-    : view_(view), binder_(std::move(binder)), pods_(std::move(pods)) {}
-
-void Extender::Remember(const PodRequest& pod) {
-  if (pod.uid.empty()) return;
-  std::lock_guard l(pods_mu_);
-  if (seen_.insert_or_assign(pod.uid, pod).second) {
-    seen_order_.push_back(pod.uid);
-    if (seen_order_.size() > kSeenPods) {
-      seen_.erase(seen_order_.front());
-      seen_order_.pop_front();
-    }
-  }
-}
-
-std::optional<PodRequest> Extender::Recall(const std::string& uid, const std::string& key) {
-  std::lock_guard l(pods_mu_);
-  auto it = seen_.find(uid);
-  if (it == seen_.end() || it->second.key() != key) return std::nullopt;
-  return it->second;
-}
+    : view_(view),
+      binder_(std::move(binder)),
+      pods_(std::move(pods)),
+      is_memory_([this](std::string_view name) { return view_.IsMemoryResource(name); }) {}
 
 Answer Extender::Filter(const std::string& body) {
   ++filter_requests_;
-  std::optional<Body> fast = ParseSchedulerBody(body);
-  Body parsed = fast ? std::move(*fast) : ParseBody(body);
-  if (parsed.doc.is_discarded()) {
-    ++bad_requests_;
-    return BadRequest("filter: request body is not JSON");
-  }
   Args args;
-  if (Status st = ParseArgs(parsed, args); !st.ok()) {
+  if (Status st = ReadArgs(body, is_memory_, args); !st.ok()) {
     ++bad_requests_;
     return BadRequest("filter: " + st.message());
   }
   const std::vector<std::string_view>& names = args.list.names;
   FilterOutcome out;
   std::vector<size_t> passed;  // indices into names
-  auto pod = ParsePodRequest(*args.pod);
+  const Result<PodRequest>& pod = args.pod;
   if (!pod.ok()) {
     // The pod's own spec is wrong: no node can take it, and preemption cannot help.
     for (std::string_view n : names) out.unresolvable.emplace(n, pod.status().message());
   } else {
-    Remember(*pod);
     out = view_.Filter(*pod, args.list, &passed);
   }
   nodes_passed_ += passed.size();
@@ -413,10 +295,16 @@ Answer Extender::Filter(const std::string& body) {
     }
     r += ']';
   } else {
-    json items = json::array();
-    for (size_t i : passed) items.push_back(*args.node_objects[i]);
-    r += "{\"Nodes\":";
-    r += json{{"metadata", json::object()}, {"items", std::move(items)}}.dump();
+    // kube-scheduler reads only the names of the nodes returned (it keeps its own NodeInfo for
+    // each), so each passing node is answered by its name.
+    r += "{\"Nodes\":{\"metadata\":{},\"items\":[";
+    for (size_t k = 0; k < passed.size(); ++k) {
+      if (k) r += ',';
+      r += "{\"metadata\":{\"name\":";
+      AppendString(r, names[passed[k]]);
+      r += "}}";
+    }
+    r += "]}";
     r += ",\"NodeNames\":null";
   }
   r += ",\"FailedNodes\":";
@@ -429,21 +317,15 @@ Answer Extender::Filter(const std::string& body) {
 
 Answer Extender::Prioritize(const std::string& body) {
   ++prioritize_requests_;
-  std::optional<Body> fast = ParseSchedulerBody(body);
-  Body parsed = fast ? std::move(*fast) : ParseBody(body);
-  if (parsed.doc.is_discarded()) {
-    ++bad_requests_;
-    return BadRequest("prioritize: request body is not JSON");
-  }
   Args args;
-  if (Status st = ParseArgs(parsed, args); !st.ok()) {
+  if (Status st = ReadArgs(body, is_memory_, args); !st.ok()) {
     ++bad_requests_;
     return BadRequest("prioritize: " + st.message());
   }
   const std::vector<std::string_view>& names = args.list.names;
   // HostPriorityList.
   std::vector<int> scores;  // parallel to names
-  auto pod = ParsePodRequest(*args.pod);
+  const Result<PodRequest>& pod = args.pod;
   if (!pod.ok()) {
     scores.assign(names.size(), 0);
   } else {
@@ -467,6 +349,12 @@ Answer Extender::Prioritize(const std::string& body) {
 }
 
 Answer Extender::Bind(const std::string& body) {
+  // ExtenderBindingArgs is four short strings: a larger body is not one (and is not parsed).
+  if (body.size() > kMaxBindBody) {
+    ++bad_requests_;
+    return BadRequest("bind: ExtenderBindingArgs larger than " + std::to_string(kMaxBindBody) +
+                      " bytes");
+  }
   json j = json::parse(body, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
     ++bad_requests_;
@@ -478,30 +366,68 @@ Answer Extender::Bind(const std::string& body) {
   };
   const std::string name = text("PodName"), ns = text("PodNamespace"), uid = text("PodUID"),
                     node = text("Node");
-  if (name.empty() || ns.empty() || node.empty()) {
+  if (name.empty() || ns.empty() || node.empty() || uid.empty()) {
     ++bad_requests_;
-    return BadRequest("bind: ExtenderBindingArgs: PodName, PodNamespace and Node are required");
+    return BadRequest(
+        "bind: ExtenderBindingArgs: PodName, PodNamespace, PodUID and Node are required");
+  }
+  // Object names as the API server allows them (DNS subdomains; a namespace is a DNS label):
+  // anything else names no pod, and must not reach an API path.
+  for (const auto& [field, value, max] :
+       {std::tuple{"PodNamespace", &ns, size_t{63}}, std::tuple{"PodName", &name, size_t{253}},
+        std::tuple{"Node", &node, size_t{253}}}) {
+    const bool ok = value->size() <= max && std::all_of(value->begin(), value->end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.';
+    });
+    if (!ok || *value == "." || *value == "..") {
+      ++bad_requests_;
+      return BadRequest(std::string("bind: ExtenderBindingArgs.") + field +
+                        ": not a Kubernetes object name: " + json(*value).dump().substr(0, 80));
+    }
   }
   auto fail = [&](const std::string& message, std::atomic<uint64_t>& counter) {
     ++counter;
-    spdlog::warn("event=bind_failed pod={}/{} node={} error=\"{}\"", ns, name, node, message);
+    spdlog::warn("event=bind_failed pod={}/{} uid={} node={} error=\"{}\"", ns, name, uid, node,
+                 message);
     return Answer{200, "application/json", json{{"Error", message}}.dump()};
   };
-  std::optional<PodRequest> pod = Recall(uid, ns + "/" + name);
-  if (!pod) {
-    auto got = pods_(ns, name);
-    if (!got.ok()) return fail("bind: " + got.status().message(), binds_failed_);
-    auto parsed = ParsePodRequest(*got);
-    if (!parsed.ok()) return fail("bind: " + parsed.status().message(), binds_refused_);
-    pod = std::move(parsed).value();
+  // The pod as the API server has it, never as a request described it: the UID must be the
+  // scheduler's, the pod still unbound, and the units its spec asks for.
+  auto got = pods_(ns, name);
+  if (!got.ok()) return fail("bind: " + got.status().message(), binds_failed_);
+  const json& meta = got->contains("metadata") && (*got)["metadata"].is_object()
+                         ? (*got)["metadata"]
+                         : json::object();
+  const std::string api_uid = meta.value("uid", "");
+  if (api_uid != uid) {
+    return fail("bind: pod " + ns + "/" + name + " has UID " + api_uid + ", the request names " +
+                    uid + " (a recreated pod, or a forged request): refused",
+                binds_refused_);
   }
-  if (pod->uid.empty()) pod->uid = uid;
+  if (meta.contains("deletionTimestamp") && !meta["deletionTimestamp"].is_null()) {
+    return fail("bind: pod " + ns + "/" + name + " is being deleted: refused", binds_refused_);
+  }
+  if (got->contains("spec") && (*got)["spec"].is_object() &&
+      !(*got)["spec"].value("nodeName", "").empty()) {
+    return fail("bind: pod " + ns + "/" + name + " is already bound to node " +
+                    (*got)["spec"].value("nodeName", "") + ": refused",
+                binds_refused_);
+  }
+  auto parsed = ParsePodRequest(*got, is_memory_);
+  if (!parsed.ok()) return fail("bind: " + parsed.status().message(), binds_refused_);
+  PodRequest& pod = *parsed;
+  if (!pod.asks()) {
+    return fail("bind: pod " + ns + "/" + name +
+                    " asks for no GPU memory resource; the extender binds only those: refused",
+                binds_refused_);
+  }
   bool already = false;
-  auto reserved = view_.Reserve(*pod, node, &already);
+  auto reserved = view_.Reserve(pod, node, &already);
   if (!reserved.ok()) return fail(reserved.status().message(), binds_refused_);
+  // The Binding carries the UID: the API server refuses it if the pod was replaced meanwhile.
   Status s = binder_(ns, name, uid, node);
   if (!s.ok()) {
-    if (!already) view_.Unreserve(pod->key(), node);
+    if (!already) view_.Unreserve(uid, node);
     return fail(s.message(), binds_failed_);
   }
   ++binds_ok_;
@@ -509,7 +435,7 @@ Answer Extender::Bind(const std::string& body) {
   for (const Assignment& a : *reserved) {
     gpus += (gpus.empty() ? "" : ",") + a.container + ":" + a.gpu + ":" + std::to_string(a.units);
   }
-  spdlog::debug("event=bound pod={}/{} node={} reserved={}", ns, name, node, gpus);
+  spdlog::debug("event=bound pod={}/{} uid={} node={} reserved={}", ns, name, uid, node, gpus);
   return {200, "application/json", json{{"Error", ""}}.dump()};
 }
 

@@ -130,8 +130,9 @@ Result<ReplayReport> ReplayMemoryRequests(const placement::Cluster& cluster,
       PodRequest pod;
       pod.ns = "replay";
       pod.name = name;
+      pod.uid = "replay-" + name;
       pod.resource = kResource;
-      pod.containers = {{"main", units}};
+      pod.steps = {{{"main", units}, PodRequest::Step::kApp}};
       // The scheduler's cycle: filter, then prioritize the nodes that passed.
       const FilterOutcome passed = view.Filter(pod, names);
       if (passed.passed.empty()) {

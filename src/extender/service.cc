@@ -10,6 +10,27 @@ namespace gpulet::extender {
 
 using nlohmann::json;
 
+std::string PathSegment(std::string_view name) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(name.size());
+  for (char ch : name) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '~' || (c == '.' && name != "." && name != "..")) {
+      out += ch;
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+std::string PodPath(const std::string& ns, const std::string& name) {
+  return "/api/v1/namespaces/" + PathSegment(ns) + "/pods/" + PathSegment(name);
+}
+
 Status CreateBinding(const k8s::Client& client, const std::string& ns, const std::string& name,
                      const std::string& uid, const std::string& node) {
   json binding = {{"apiVersion", "v1"},
@@ -17,7 +38,7 @@ Status CreateBinding(const k8s::Client& client, const std::string& ns, const std
                   {"metadata", {{"name", name}, {"namespace", ns}}},
                   {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node}}}};
   if (!uid.empty()) binding["metadata"]["uid"] = uid;
-  auto r = client.Post("/api/v1/namespaces/" + ns + "/pods/" + name + "/binding", binding);
+  auto r = client.Post(PodPath(ns, name) + "/binding", binding);
   return r.ok() ? Status::Ok() : r.status();
 }
 
@@ -30,13 +51,13 @@ Service::Service(const k8s::Client& client, const Clock& clock, ServiceOptions o
           [this](const std::string& ns, const std::string& name, const std::string& uid,
                  const std::string& node) { return CreateBinding(client_, ns, name, uid, node); },
           [this](const std::string& ns, const std::string& name) -> Result<json> {
-            auto r = client_.Get("/api/v1/namespaces/" + ns + "/pods/" + name);
+            auto r = client_.Get(PodPath(ns, name));
             if (!r.ok()) return r.status();
             return *r;
           }) {
   // LIST + WATCH of both sources.
   objects_ = std::make_unique<k8s::CollectionWatcher>(
-      client, "/api/v1/namespaces/" + options_.view.ns + "/configmaps",
+      client, "/api/v1/namespaces/" + PathSegment(options_.view.ns) + "/configmaps",
       std::string(kMemoryPoolLabel) + "=true");
   nodes_ = std::make_unique<k8s::CollectionWatcher>(client, "/api/v1/nodes", "");
 }
@@ -57,6 +78,7 @@ Status Service::Start() {
   o.web_config_file = options_.web_config_file;
   o.threads = options_.threads;
   o.max_body_bytes = options_.max_body_bytes;
+  o.max_body_bytes_in_flight = options_.max_body_bytes_in_flight;
   o.max_connections = 256;
   o.idle_timeout = std::chrono::seconds(90);  // the scheduler keeps its connections alive
   auto reply = [](Answer a) {
@@ -101,6 +123,7 @@ Status Service::Start() {
           });
     });
   }
+  reservations_thread_ = std::thread([this] { CheckReservations(); });
   // Serve only once both sources have listed: before that every node would look missing.
   const auto deadline = std::chrono::steady_clock::now() + options_.sync_timeout;
   while (!synced()) {
@@ -132,10 +155,42 @@ Status Service::Start() {
   return Status::Ok();
 }
 
+void Service::CheckReservations() {
+  while (!stop_.WaitFor(options_.reservation_check)) {
+    for (const ClusterView::HeldPod& held : view_.Reservations()) {
+      if (held.age < options_.reservation_check) continue;  // the bind has barely returned
+      auto r = client_.Get(PodPath(held.ns, held.name));
+      std::string gone;
+      if (!r.ok()) {
+        if (r.status().code() == ErrorCode::kNotFound) gone = "deleted";
+      } else {
+        const json& pod = *r;
+        const json meta = pod.value("metadata", json::object());
+        const json spec = pod.value("spec", json::object());
+        const json status = pod.value("status", json::object());
+        const std::string phase = status.is_object() ? status.value("phase", "") : "";
+        const std::string bound = spec.is_object() ? spec.value("nodeName", "") : "";
+        if (!meta.is_object() || meta.value("uid", "") != held.uid) {
+          gone = "replaced by a pod of the same name";
+        } else if (!bound.empty() && bound != held.node) {
+          gone = "bound to node " + bound;
+        } else if (phase == "Succeeded" || phase == "Failed") {
+          gone = "phase " + phase;
+        }
+      }
+      if (gone.empty()) continue;
+      view_.EndReservation(held.uid);
+      spdlog::info("event=reservation_ended pod={}/{} uid={} node={} reason=\"{}\"", held.ns,
+                   held.name, held.uid, held.node, gone);
+    }
+  }
+}
+
 void Service::Stop() {
   stop_.Stop();
   if (objects_thread_.joinable()) objects_thread_.join();
   if (nodes_thread_.joinable()) nodes_thread_.join();
+  if (reservations_thread_.joinable()) reservations_thread_.join();
   if (server_) server_->Stop();
   server_.reset();
 }

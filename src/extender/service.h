@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "common/clock.h"
@@ -30,13 +31,22 @@ struct ServiceOptions {
   std::string address = "127.0.0.1:8888";
   std::string web_config_file;  // TLS certificate (and optional basic auth)
   int threads = 8;              // workers for the verbs (bind blocks on the API server)
-  size_t max_body_bytes = 64 << 20;
+  size_t max_body_bytes = kMaxBodyBytes;  // extender.h: a 5,000-node NodeNames request
+  // Bodies held at once (HttpOptions::max_body_bytes_in_flight): one per worker at the largest.
+  size_t max_body_bytes_in_flight = 8 * kMaxBodyBytes;
+  // How often the pods of reservations older than this are looked up: a reservation ends when
+  // its pod is gone, replaced (another UID), bound elsewhere or finished.
+  std::chrono::milliseconds reservation_check{5000};
   ViewOptions view;  // view.ns: where the per-node objects live
   bool watch_nodes = true;
   std::chrono::milliseconds sync_timeout{60000};
 };
 
-// POST .../pods/NAME/binding through `client`.
+// A name as one segment of an API path: every byte but [A-Za-z0-9-._~] percent-encoded (and "."
+// and ".." whole), so a name holding "/", "?" or "%" cannot change the path.
+std::string PathSegment(std::string_view name);
+
+// POST .../pods/NAME/binding through `client`, with metadata.uid as the precondition.
 Status CreateBinding(const k8s::Client& client, const std::string& ns, const std::string& name,
                      const std::string& uid, const std::string& node);
 
@@ -65,7 +75,9 @@ class Service {
   std::unique_ptr<k8s::CollectionWatcher> objects_;  // the per-node GPU memory ConfigMaps
   std::unique_ptr<k8s::CollectionWatcher> nodes_;
   k8s::StopSignal stop_;
-  std::thread objects_thread_, nodes_thread_;
+  void CheckReservations();
+
+  std::thread objects_thread_, nodes_thread_, reservations_thread_;
   std::unique_ptr<metrics::Publisher> unused_publisher_;  // the server's own /metrics is replaced
   std::unique_ptr<metrics::MetricsServer> server_;
 };

@@ -167,76 +167,6 @@ Result<NodeMemory> ParseMemoryJson(const std::string& text, const std::string& w
   return m;
 }
 
-int64_t PodRequest::total() const {
-  int64_t t = 0;
-  for (const ContainerUnits& c : containers) t += c.units;
-  return t;
-}
-
-Result<int64_t> ParseUnits(const json& q) {
-  if (q.is_number_unsigned() || q.is_number_integer()) {
-    const int64_t v = q.get<int64_t>();
-    if (v >= 0) return v;
-  } else if (q.is_string()) {
-    const std::string s = q.get<std::string>();
-    if (!s.empty() && s.size() <= 15 && std::all_of(s.begin(), s.end(), ::isdigit)) {
-      return static_cast<int64_t>(std::stoll(s));
-    }
-  }
-  return Status(ErrorCode::kInvalidInput, "must be a whole number of units, got " + Describe(q));
-}
-
-Result<PodRequest> ParsePodRequest(const json& pod) {
-  if (!pod.is_object()) return Status(ErrorCode::kInvalidInput, "Pod: must be an object");
-  PodRequest r;
-  const json meta = pod.value("metadata", json::object());
-  if (meta.is_object()) {
-    r.ns = meta.value("namespace", "");
-    r.name = meta.value("name", "");
-    r.uid = meta.value("uid", "");
-  }
-  if (r.ns.empty()) r.ns = "default";
-  const json spec = pod.value("spec", json::object());
-  for (const char* list : {"initContainers", "containers"}) {
-    if (!spec.is_object() || !spec.contains(list) || !spec[list].is_array()) continue;
-    const json& containers = spec[list];
-    for (size_t i = 0; i < containers.size(); ++i) {
-      const json& c = containers[i];
-      if (!c.is_object()) continue;
-      const std::string cname = c.value("name", "");
-      const std::string where =
-          std::string("spec.") + list + "[" + std::to_string(i) + "] (" + cname + ")";
-      const json res = c.value("resources", json::object());
-      if (!res.is_object()) continue;
-      // Extended resources: requests equal limits; a limit alone sets the request.
-      std::map<std::string, std::pair<json, std::string>> asked;
-      for (const char* field : {"limits", "requests"}) {
-        if (!res.contains(field) || !res[field].is_object()) continue;
-        for (const auto& [name, q] : res[field].items()) {
-          if (name.rfind(kMemoryResourcePrefix, 0) == 0) asked[name] = {q, field};
-        }
-      }
-      for (const auto& [name, q] : asked) {
-        auto units = ParseUnits(q.first);
-        if (!units.ok()) {
-          return Status(ErrorCode::kInvalidInput, where + ": resources." + q.second + "[\"" + name +
-                                                      "\"]: " + units.status().message());
-        }
-        if (*units == 0) continue;
-        if (!r.resource.empty() && r.resource != name) {
-          return Status(ErrorCode::kInvalidInput, where + ": asks for both " + r.resource +
-                                                      " and " + name +
-                                                      "; a pod may use one memory resource");
-        }
-        r.resource = name;
-        (std::string(list) == "containers" ? r.containers : r.init_containers)
-            .push_back({cname, *units});
-      }
-    }
-  }
-  return r;
-}
-
 Result<Policy> ParsePolicy(const std::string& name) {
   if (name == "bestfit" || name == "best-fit") return Policy::kBestFit;
   if (name == "spread") return Policy::kSpread;
@@ -413,12 +343,60 @@ void ClusterView::DropListedReservations(const std::string& node, const NodeMemo
   for (const PlacedUnits& p : memory.pods) listed.insert(p.ns + "/" + p.name);
   auto& list = it->second;
   list.erase(std::remove_if(list.begin(), list.end(),
-                            [&](const Reservation& r) { return listed.count(r.pod_key) > 0; }),
+                            [&](Reservation& r) {
+                              const bool named = listed.count(r.pod_key) > 0;
+                              if (!named) {
+                                r.name_listed_before = false;  // the earlier pod is gone
+                                return false;
+                              }
+                              return !r.name_listed_before;  // evidence for this pod
+                            }),
              list.end());
   if (list.empty()) {
     reservations_.erase(it);
     SyncReservedLocked(node);
   }
+}
+
+void ClusterView::EndReservation(const std::string& uid) {
+  std::unique_lock l(mu_);
+  for (auto it = reservations_.begin(); it != reservations_.end();) {
+    auto& list = it->second;
+    list.erase(std::remove_if(list.begin(), list.end(),
+                              [&](const Reservation& r) { return r.uid == uid; }),
+               list.end());
+    if (list.empty()) {
+      const std::string node = it->first;
+      it = reservations_.erase(it);
+      SyncReservedLocked(node);
+    } else {
+      ++it;
+    }
+  }
+}
+
+std::vector<ClusterView::HeldPod> ClusterView::Reservations() const {
+  std::shared_lock l(mu_);
+  const Clock::TimePoint now = clock_.Now();
+  std::vector<HeldPod> out;
+  for (const auto& [node, list] : reservations_) {
+    for (const Reservation& r : list) {
+      if (r.expires <= now) continue;
+      const size_t slash = r.pod_key.find('/');
+      out.push_back({r.uid, r.pod_key.substr(0, slash), r.pod_key.substr(slash + 1), node,
+                     now - r.made});
+    }
+  }
+  return out;
+}
+
+bool ClusterView::IsMemoryResource(std::string_view name) const {
+  if (DefaultMemoryResource(name)) return true;
+  for (const std::string& r : options_.memory_resources) {
+    if (r == name) return true;
+  }
+  std::shared_lock l(mu_);
+  return std::find(resources_.begin(), resources_.end(), name) != resources_.end();
 }
 
 void ClusterView::PurgeExpiredLocked() {
@@ -443,6 +421,7 @@ ClusterView::EvalContext ClusterView::Context(const PodRequest& pod, bool assign
   EvalContext ctx;
   ctx.now = clock_.Now();
   ctx.pod_key = pod.key();
+  ctx.pod_uid = pod.uid;
   ctx.assignments = assignments;
   ctx.score = score;
   return ctx;
@@ -458,7 +437,7 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, uint32_t slot, st
                                         const EvalContext& ctx) const {
   const bool assignments = ctx.assignments;
   NodeVerdict v;
-  if (pod.resource.empty() || (pod.containers.empty() && pod.init_containers.empty())) {
+  if (!pod.asks()) {
     v.fits = true;  // not ours to judge
     v.score = 0;
     return v;
@@ -503,10 +482,9 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, uint32_t slot, st
     return unresolvable("node's GPU memory pool is " + info.memory->resource +
                         ", the pod asks for " + pod.resource);
   }
-  // Fast path (filter, no pending bind on the node): one container, no init containers.
-  if (!e.reserved && !ctx.score && !assignments && pod.init_containers.empty() &&
-      pod.containers.size() == 1) {
-    v.fits = e.largest_free >= pod.containers[0].units;
+  // Fast path (filter, no pending bind on the node): one container asks.
+  if (!e.reserved && !ctx.score && !assignments && pod.steps.size() == 1) {
+    v.fits = e.largest_free >= pod.steps[0].container.units;
     if (v.fits) return v;
   }
   // Free units per GPU after reservations (expired ones no longer count).
@@ -521,7 +499,7 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, uint32_t slot, st
     if (auto r = reservations_.find(info.node); r != reservations_.end()) {
       const NodeMemory& m = *info.memory;
       for (const Reservation& res : r->second) {
-        if (res.expires <= ctx.now || res.pod_key == ctx.pod_key) continue;
+        if (res.expires <= ctx.now || (!ctx.pod_uid.empty() && res.uid == ctx.pod_uid)) continue;
         for (const Assignment& a : res.assignments) {
           for (size_t g = 0; g < n; ++g) {
             if (m.gpus[g].uuid == a.gpu) free[g] = std::max<int64_t>(0, free[g] - a.units);
@@ -550,13 +528,14 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, uint32_t slot, st
     }
     return best;
   };
-  auto no_fit = [&](const ContainerUnits& c, bool after_earlier, const char* kind) {
+  auto no_fit = [&](const ContainerUnits& c, bool after_earlier, std::string_view kind) {
     const NodeMemory& m = *info.memory;
     v.fits = false;
     v.reason = std::string(kind) + " \"" + c.name + "\" needs " + Units(c.units) + " of " +
                pod.resource + " on one GPU; ";
     if (m.gpus.empty()) {
       v.reason += "the node publishes no GPUs";
+      v.unresolvable = true;
       return v;
     }
     const size_t g = largest();
@@ -564,20 +543,90 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, uint32_t slot, st
                 std::to_string(m.gpus[g].index) + ", " + std::to_string(m.gpus[g].total_units) +
                 " total" + (m.gpus[g].healthy ? "" : ", unhealthy") + ")";
     if (after_earlier) v.reason += " after this pod's earlier containers";
+    // What preemption could free: the units of the pods the node lists, per healthy GPU (binds
+    // not yet listed are not victims). Where no GPU would then hold the container, the node is
+    // unresolvable, so the scheduler evicts nobody there for this pod.
+    thread_local std::vector<int64_t> could;
+    could.assign(free.begin(), free.begin() + static_cast<std::ptrdiff_t>(n));
+    for (const PlacedUnits& p : m.pods) {
+      for (size_t i = 0; i < n; ++i) {
+        if (m.gpus[i].uuid == p.gpu && m.gpus[i].healthy) {
+          could[i] = std::min(could[i] + p.units, m.gpus[i].total_units);
+        }
+      }
+    }
+    size_t best = 0;
+    for (size_t i = 1; i < n; ++i) {
+      if (could[i] > could[best]) best = i;
+    }
+    if (could[best] < c.units) {
+      v.unresolvable = true;
+      v.reason += "; preemption cannot help: evicting every pod the node lists frees at most " +
+                  Units(could[best]) + " on one GPU";
+    } else {
+      v.reason += "; preemption could free " + Units(could[best]) + " on GPU " +
+                  std::to_string(m.gpus[best].index) + ", by evicting pods placed on that GPU";
+    }
     return v;
   };
-  // Init containers run one at a time before the app containers, and their units are reused by
-  // them: each must fit on its own.
-  for (const ContainerUnits& c : pod.init_containers) {
-    if (!pick(c.units)) return no_fit(c, false, "init container");
-  }
-  for (size_t k = 0; k < pod.containers.size(); ++k) {
-    const ContainerUnits& c = pod.containers[k];
-    auto g = pick(c.units);
-    if (!g) return no_fit(c, k > 0, "container");
-    free[*g] -= c.units;
+  // The containers in the kubelet's order (init containers, then the app's). An ordinary init
+  // container's units go back to the pod when it ends (`reuse`), and the next container takes
+  // them first, then the rest on the same GPU (the device plugin keeps a container on one GPU);
+  // a sidecar's and an app container's units stay held.
+  thread_local std::vector<int64_t> reuse;
+  reuse.assign(n, 0);
+  bool any_reuse = false;
+  for (size_t k = 0; k < pod.steps.size(); ++k) {
+    const PodRequest::Step& s = pod.steps[k];
+    const ContainerUnits& c = s.container;
+    const char* kind = s.kind == PodRequest::Step::kInit      ? "init container"
+                       : s.kind == PodRequest::Step::kSidecar ? "sidecar"
+                                                              : "container";
+    std::optional<size_t> g;
+    int64_t taken = 0;  // of the reused units
+    if (any_reuse) {
+      // The kubelet hands out reused units in the order of their device IDs (by GPU UUID).
+      const NodeMemory& m = *info.memory;
+      size_t holders = 0;
+      for (size_t i = 0; i < n; ++i) {
+        if (reuse[i] == 0) continue;
+        ++holders;
+        if (!g || m.gpus[i].uuid < m.gpus[*g].uuid) g = i;
+      }
+      if (g) {
+        taken = std::min(c.units, reuse[*g]);
+        if (c.units > taken && holders > 1) {
+          v.fits = false;
+          v.reason = std::string(kind) + " \"" + c.name + "\" would be given units an init " +
+                     "container released on two GPUs (the device plugin refuses that)";
+          return v;
+        }
+        if (free[*g] < c.units - taken) {
+          v.fits = false;
+          v.reason = std::string(kind) + " \"" + c.name + "\" needs " + Units(c.units) + " of " +
+                     pod.resource + " on one GPU; it reuses " + Units(taken) +
+                     " an init container released on GPU " + std::to_string(m.gpus[*g].index) +
+                     " and stays there, which has " + Units(free[*g]) + " free";
+          return v;
+        }
+      }
+    }
+    if (!g) {
+      g = pick(c.units);
+      if (!g) return no_fit(c, k > 0, kind);
+    }
+    const int64_t from_free = c.units - taken;
+    free[*g] -= from_free;
+    if (s.kind == PodRequest::Step::kInit) {
+      reuse[*g] += from_free;
+      any_reuse = true;
+    } else {
+      reuse[*g] -= taken;
+    }
     if (std::find(used.begin(), used.end(), *g) == used.end()) used.push_back(*g);
-    if (assignments) v.assignments.push_back({c.name, info.memory->gpus[*g].uuid, c.units});
+    if (assignments && from_free > 0) {
+      v.assignments.push_back({c.name, info.memory->gpus[*g].uuid, from_free});
+    }
   }
   v.fits = true;
   if (!ctx.score) return v;
@@ -760,12 +809,15 @@ std::vector<int> ClusterView::Scores(const PodRequest& pod, const NameList& node
 
 Result<std::vector<Assignment>> ClusterView::Reserve(const PodRequest& pod, const std::string& node,
                                                      bool* already) {
+  if (already) *already = false;
+  if (pod.uid.empty()) {
+    return Status(ErrorCode::kInvalidInput, "pod " + pod.key() + ": no UID to reserve under");
+  }
   std::unique_lock l(mu_);
   PurgeExpiredLocked();
-  if (already) *already = false;
   if (auto it = reservations_.find(node); it != reservations_.end()) {
     for (const Reservation& r : it->second) {
-      if (r.pod_key != pod.key()) continue;
+      if (r.uid != pod.uid) continue;
       if (already) *already = true;
       return r.assignments;
     }
@@ -776,19 +828,29 @@ Result<std::vector<Assignment>> ClusterView::Reserve(const PodRequest& pod, cons
                   "pod " + pod.key() + " no longer fits on node " + node + ": " + v.reason);
   }
   if (v.assignments.empty()) return v.assignments;  // nothing of ours to hold
-  reservations_[node].push_back(
-      {pod.key(), v.assignments, clock_.Now() + options_.reservation_timeout});
+  Reservation r;
+  r.uid = pod.uid;
+  r.pod_key = pod.key();
+  r.assignments = v.assignments;
+  r.made = clock_.Now();
+  r.expires = r.made + options_.reservation_timeout;
+  if (const uint32_t slot = SlotOf(node); slot != kNoSlot && info_[slot].memory) {
+    for (const PlacedUnits& p : info_[slot].memory->pods) {
+      if (p.ns == pod.ns && p.name == pod.name) r.name_listed_before = true;
+    }
+  }
+  reservations_[node].push_back(std::move(r));
   SyncReservedLocked(node);
   return v.assignments;
 }
 
-void ClusterView::Unreserve(const std::string& pod_key, const std::string& node) {
+void ClusterView::Unreserve(const std::string& uid, const std::string& node) {
   std::unique_lock l(mu_);
   auto it = reservations_.find(node);
   if (it == reservations_.end()) return;
   auto& list = it->second;
   list.erase(std::remove_if(list.begin(), list.end(),
-                            [&](const Reservation& r) { return r.pod_key == pod_key; }),
+                            [&](const Reservation& r) { return r.uid == uid; }),
              list.end());
   if (list.empty()) {
     reservations_.erase(it);

@@ -23,6 +23,7 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -81,21 +82,41 @@ struct ContainerUnits {
   int64_t units = 0;
 };
 
-// What a pod asks of a memory resource.
+// What a pod asks of a memory resource, per container kind, as the kubelet allocates devices
+// (its device manager): init containers in order, then the app containers. An ordinary init
+// container's units are released to the pod when it ends and reused first by the containers
+// after it (which the device plugin then pins to that GPU); a restartable init container (a
+// sidecar, restartPolicy: Always) keeps its units for the pod's life, beside the app's.
 struct PodRequest {
   std::string ns, name, uid;
-  std::string resource;                    // "" when the pod asks for no memory resource
-  std::vector<ContainerUnits> containers;  // app containers with a non-zero request, in order
-  std::vector<ContainerUnits> init_containers;
+  std::string resource;  // "" when the pod asks for no memory resource
+  struct Step {
+    ContainerUnits container;
+    enum Kind { kInit, kSidecar, kApp } kind = kApp;
+  };
+  std::vector<Step> steps;  // every container with a non-zero request, in the kubelet's order
   std::string key() const { return ns + "/" + name; }
+  bool asks() const { return !resource.empty() && !steps.empty(); }
+  // Units the pod holds on the node once running: max(the largest ordinary init container,
+  // sidecars + app containers), the kubelet's effective request.
   int64_t total() const;
 };
 
-// From a v1.Pod: requests (or, where absent, limits) of resources named gpulet.io/gpu-memory-*.
-// A pod asking for two different memory resources, or a quantity that is not a whole number,
-// is an error naming the container and field.
-Result<PodRequest> ParsePodRequest(const nlohmann::json& pod);
-// "20" / 20 → 20; anything but a non-negative whole number → error.
+// Which extended resources are GPU memory pools: gpulet.io/gpu-memory-*, and any other name a
+// node object publishes (a pool with `rename:`) or the operator lists.
+using MemoryResourceTest = std::function<bool(std::string_view)>;
+bool DefaultMemoryResource(std::string_view name);
+
+// From a v1.Pod: requests (or, where absent, limits) of the memory resources. A pod asking for
+// two different memory resources, or a quantity that is not a whole number, is an error naming
+// the container and field. The text form reads the pod without building a DOM (bounded memory
+// whatever the pod holds).
+Result<PodRequest> ParsePodRequest(const nlohmann::json& pod,
+                                   const MemoryResourceTest& is_memory = DefaultMemoryResource);
+Result<PodRequest> ParsePodRequestText(std::string_view pod_json,
+                                       const MemoryResourceTest& is_memory = DefaultMemoryResource);
+// A Kubernetes quantity (k8s/quantity.h: "20", "2k", "2Ki", "1e3") that is a whole number of
+// units; a JSON number is read as its text.
 Result<int64_t> ParseUnits(const nlohmann::json& quantity);
 
 enum class Policy { kBestFit, kSpread };
@@ -125,7 +146,11 @@ struct ViewOptions {
   std::string ns = "gpulet-system";  // where the objects live (for reasons only)
   // 0: 3 × the object's heartbeatSeconds.
   Clock::Duration stale_after{0};
-  Clock::Duration reservation_timeout = std::chrono::seconds(60);
+  // The last resort: a reservation ends when its node's object lists the pod, or when the API
+  // server says the pod is gone (EndReservation); only if neither ever happens, after this.
+  Clock::Duration reservation_timeout = std::chrono::minutes(10);
+  // Memory resources besides gpulet.io/gpu-memory-* and those the node objects publish.
+  std::vector<std::string> memory_resources;
   Policy policy = Policy::kBestFit;
   // Node lists remembered (resolved to nodes, keyed by their bytes) take at most this much; a
   // list larger than half of it is resolved each time and not kept.
@@ -184,9 +209,25 @@ class ClusterView {
   // Checks the fit now and reserves the units. kUnavailable with the reason when the pod no longer
   // fits. A pod that already holds a reservation on `node` keeps it (*already = true): a repeated
   // bind must not drop the units of the one that succeeded.
+  // Reservations are keyed by the pod's UID (a recreated pod of the same name is another pod);
+  // a pod without a UID cannot be reserved (kInvalidInput).
   Result<std::vector<Assignment>> Reserve(const PodRequest& pod, const std::string& node,
                                           bool* already = nullptr);
-  void Unreserve(const std::string& pod_key, const std::string& node);
+  void Unreserve(const std::string& uid, const std::string& node);
+  // Ends the pod's reservation wherever it is (the pod is gone, or bound elsewhere).
+  void EndReservation(const std::string& uid);
+
+  struct HeldPod {
+    std::string uid, ns, name, node;
+    Clock::Duration age{0};
+  };
+  // The reservations held now, for the check that asks the API server whether their pods still
+  // exist (service.cc).
+  std::vector<HeldPod> Reservations() const;
+
+  // True for the memory resources: DefaultMemoryResource, a resource some node object
+  // publishes, or one of options.memory_resources.
+  bool IsMemoryResource(std::string_view name) const;
 
   ViewStats stats() const;
   // The resourceVersion of the node's object as last seen ("" when none).
@@ -199,9 +240,15 @@ class ClusterView {
   static constexpr size_t kRememberedLists = 8;
 
   struct Reservation {
-    std::string pod_key;
+    std::string uid;
+    std::string pod_key;  // namespace/name: what a node object lists
     std::vector<Assignment> assignments;
-    Clock::TimePoint expires;
+    Clock::TimePoint made;
+    Clock::TimePoint expires;  // the last resort, when no evidence ever comes
+    // The node's object listed a pod of this name when the reservation was made (an earlier pod
+    // of the same name, e.g. a StatefulSet's): that listing is no evidence for this pod, which
+    // counts as listed only once an object without the name has been seen.
+    bool name_listed_before = false;
   };
   struct GpuUnits {
     int64_t free = 0;  // 0 when unhealthy
@@ -248,6 +295,7 @@ class ClusterView {
   struct EvalContext {
     Clock::TimePoint now;
     std::string pod_key;
+    std::string pod_uid;
     bool assignments = true;                 // fill NodeVerdict::assignments (bind needs them)
     bool score = true;                       // compute NodeVerdict::score (filter does not need it)
     mutable std::optional<size_t> resource;  // the pod's in resources_ (found once, under mu_)

@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -383,6 +384,112 @@ TEST(SlurmPodRefusal, EnvironmentAndNvmlThatDisagreeRefuseToStart) {
   EXPECT_THAT(log, HasSubstr("seen, not allocated: " + h100.gpus[7].uuid));
   EXPECT_THAT(log, Not(HasSubstr("slurm_pod_started")));
   EXPECT_FALSE(std::filesystem::exists(dir.path() + "/slurmd-bad/etc/gres.conf"));
+}
+
+// `gpulet slurm pod` against stand-ins for slurmd (records its arguments, never registers) and
+// scontrol (answers `show node` with the record given, accepts the rest): what the entrypoint
+// decides before and around Slurm, without a cluster.
+class SlurmPodStandIns : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(dir_.path().empty());
+    std::filesystem::create_directories(dir_.path() + "/bin");
+    WriteFile(dir_.path() + "/slurm.conf", "ClusterName=x\n");
+  }
+  // The scontrol stand-in prints `record` (a shell word list; $4 is the node name) for `show`.
+  Pod::Spec Spec(const std::string& name, const std::string& record,
+                 std::vector<std::string> extra = {}) {
+    const std::string bin = dir_.path() + "/bin";
+    Script(bin + "/slurmd", "for a in \"$@\"; do printf '%s\\n' \"$a\"; done > " + dir_.path() +
+                                "/" + name + ".slurmd-args\nexec sleep 600\n");
+    Script(bin + "/scontrol", "case \"$1\" in show) echo " + record + ";; *) exit 0;; esac\n");
+    sim::Fixture h100 = Load("dgx-h100");
+    std::vector<std::string> flags = {"--slurmd",        bin + "/slurmd",      "--scontrol",
+                                      bin + "/scontrol", "--register-timeout", "3s"};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    return {name, "dgx-h100", h100.gpus[0].uuid, h100.gpus[0].uuid, flags};
+  }
+  // A record of this pod's own slurmd: started just now.
+  static std::string FreshRecord() {
+    return "\"NodeName=$4 State=IDLE SlurmdStartTime=$(date +%FT%T)\"";
+  }
+  std::string SlurmdArgs(const std::string& name) const {
+    return ReadFile(dir_.path() + "/" + name + ".slurmd-args");
+  }
+  static void Script(const std::string& path, const std::string& body) {
+    WriteFile(path, "#!/bin/sh\n" + body);
+    ::chmod(path.c_str(), 0755);
+  }
+  // Runs the pod until it registers, then SIGTERM; it must leave cleanly.
+  void RunToRegistration(Pod& pod) {
+    ASSERT_TRUE(
+        WaitFor([&] { return pod.Log().find("event=slurm_pod_registered") != std::string::npos; },
+                std::chrono::seconds(60)))
+        << pod.Log();
+    pod.Terminate();
+    EXPECT_EQ(pod.WaitExit(), 0) << pod.Log();
+  }
+
+  TempDir dir_;
+};
+
+// A Secret mounted beside slurm.conf (a JWT key, slurmdbd.conf) stays readable by its owner only
+// in the pod's copy of the configuration, which every job user can list.
+TEST_F(SlurmPodStandIns, ConfigurationCopiesKeepEachFilesModeAndOwner) {
+  const std::string key = dir_.path() + "/jwt_hs256.key";
+  WriteFile(key, "not-a-real-key\n");
+  ASSERT_EQ(::chmod(key.c_str(), 0600), 0);
+  WriteFile(dir_.path() + "/slurmdbd.conf", "StoragePass=x\n");
+  ASSERT_EQ(::chmod((dir_.path() + "/slurmdbd.conf").c_str(), 0600), 0);
+  const uid_t uid = ::geteuid() == 0 ? 64030 : ::geteuid();  // only root may give files away
+  const gid_t gid = ::geteuid() == 0 ? 64031 : ::getegid();
+  ASSERT_EQ(::chown(key.c_str(), uid, gid), 0);
+  Pod pod(dir_.path(), "", Spec("slurmd-modes", FreshRecord()));
+  RunToRegistration(pod);
+  const std::string etc = dir_.path() + "/slurmd-modes/etc";
+  struct stat st {};
+  ASSERT_EQ(::stat((etc + "/jwt_hs256.key").c_str(), &st), 0) << pod.Log();
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_EQ(st.st_uid, uid);
+  EXPECT_EQ(st.st_gid, gid);
+  ASSERT_EQ(::stat((etc + "/slurmdbd.conf").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  ASSERT_EQ(::stat((etc + "/slurm.conf").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0644u);
+}
+
+// A pod limited by a CFS quota, under cgroup v1: CPUs= is the quota (half a CPU: 1), not the
+// cpuset, and RealMemory= is memory.limit_in_bytes (512 MiB), not the host's MemTotal.
+TEST_F(SlurmPodStandIns, CpusFollowTheCfsQuotaAndMemoryTheCgroupV1Limit) {
+  const std::string cg = dir_.path() + "/cgroup";
+  std::filesystem::create_directories(cg + "/cpu,cpuacct");
+  std::filesystem::create_directories(cg + "/memory");
+  WriteFile(cg + "/cpu,cpuacct/cpu.cfs_quota_us", "50000\n");
+  WriteFile(cg + "/cpu,cpuacct/cpu.cfs_period_us", "100000\n");
+  WriteFile(cg + "/memory/memory.limit_in_bytes", "536870912\n");
+  Pod pod(dir_.path(), "", Spec("slurmd-cg", FreshRecord(), {"--cgroup-root", cg}));
+  RunToRegistration(pod);
+  EXPECT_THAT(SlurmdArgs("slurmd-cg"),
+              HasSubstr("--conf\nCPUs=1 RealMemory=512 Gres=gpu:h100:1 Feature=gpu,pod,sim\n"))
+      << pod.Log();
+  // The GPU is not bound to cores of a node whose CPUs the container does not hold one by one.
+  EXPECT_THAT(ReadFile(dir_.path() + "/slurmd-cg/etc/gres.conf"), Not(HasSubstr("Cores=")));
+}
+
+// slurmctld still holds the record an earlier pod of the same name left (a StatefulSet pod
+// recreated): that is not this pod's registration. Its slurmd never registers, so the pod
+// gives up at --register-timeout, naming what it saw.
+TEST_F(SlurmPodStandIns, AStaleRecordOfAnEarlierPodIsNotRegistration) {
+  Pod pod(dir_.path(), "",
+          Spec("slurmd-stale",
+               "\"NodeName=$4 State=IDLE+DYNAMIC_NORM SlurmdStartTime=2020-01-02T03:04:05\""));
+  const int code = pod.WaitExit(std::chrono::seconds(30));
+  if (code == -1) pod.Terminate();
+  EXPECT_NE(code, 0) << pod.Log();
+  EXPECT_NE(code, -1) << "still running: took the stale record for a registration\n" << pod.Log();
+  EXPECT_THAT(pod.Log(), Not(HasSubstr("event=slurm_pod_registered")));
+  EXPECT_THAT(pod.Log(), HasSubstr("did not register with slurmctld within 3s"));
+  EXPECT_THAT(pod.Log(), HasSubstr("SlurmdStartTime=2020-01-02T03:04:05"));
 }
 
 }  // namespace
