@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -68,7 +69,34 @@ std::string Get(int port, const std::string& path) {
   return out;
 }
 
+// The descriptors this test may hold at once: the soft RLIMIT_NOFILE raised to the hard limit
+// (Debian's default soft limit is 1,024; `ulimit -n` may have lowered both).
+rlim_t RaiseOpenFileLimit() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return 1024;
+  if (lim.rlim_cur < lim.rlim_max) {
+    rlimit raised = lim;
+    raised.rlim_cur = lim.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) lim = raised;
+  }
+  return lim.rlim_cur;
+}
+
+// Held at once besides the flood: 64 idle clients, 200 slowloris senders, one huge-header client,
+// the probes, the kubelet harness's sockets and the test's own files.
+constexpr size_t kIdleClients = 64, kSlowClients = 200, kOtherDescriptors = 160;
+constexpr size_t kMaxWave = 2000;
+
 TEST(MetricsHttpAbuse, HealthAndKubeletKeepWorkingUnderConnectionFloodSlowlorisAndHugeHeaders) {
+  // 10,000 connections in waves of up to 2,000 open at once: the wave is sized from the
+  // descriptors this process may hold, so the test runs at a soft limit of 1,024 too (a wave of
+  // 600 and the other clients still exceed the server's 512 connections).
+  const rlim_t limit = RaiseOpenFileLimit();
+  const size_t reserved = kIdleClients + kSlowClients + kOtherDescriptors;
+  ASSERT_GT(limit, reserved + 100) << "RLIMIT_NOFILE " << limit << " is too low for this test";
+  const size_t wave_size = std::min<size_t>(kMaxWave, static_cast<size_t>(limit) - reserved);
+  std::printf("abuse: RLIMIT_NOFILE=%llu wave=%zu\n", static_cast<unsigned long long>(limit),
+              wave_size);
   TempDir tmp;
   const std::string dp = tmp.path() + "/plugins";
   std::filesystem::create_directories(dp);
@@ -103,14 +131,14 @@ TEST(MetricsHttpAbuse, HealthAndKubeletKeepWorkingUnderConnectionFloodSlowlorisA
   std::vector<std::thread> abusers;
   // Idle keep-alive clients: one request each, then silence (what used to hold every worker).
   std::vector<int> idle;
-  for (int i = 0; i < 64; ++i) {
+  for (size_t i = 0; i < kIdleClients; ++i) {
     const int fd = Connect(port, true);
     if (fd >= 0 && SendAll(fd, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n")) idle.push_back(fd);
   }
   // Slowloris: headers that never end, one byte every 200 ms.
   abusers.emplace_back([&] {
     std::vector<int> slow;
-    for (int i = 0; i < 200; ++i) {
+    for (size_t i = 0; i < kSlowClients; ++i) {
       const int fd = Connect(port, true);
       if (fd >= 0 && SendAll(fd, "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: "))
         slow.push_back(fd);
@@ -140,7 +168,8 @@ TEST(MetricsHttpAbuse, HealthAndKubeletKeepWorkingUnderConnectionFloodSlowlorisA
       ::close(fd);
     }
   });
-  // 10,000 connections, opened in waves of 2,000 that stay open until the next wave.
+  // 10,000 connections, opened in waves (2,000 where the limit allows) that stay open until the
+  // next wave.
   std::atomic<int> opened{0};
   abusers.emplace_back([&] {
     std::vector<int> wave;
@@ -150,7 +179,7 @@ TEST(MetricsHttpAbuse, HealthAndKubeletKeepWorkingUnderConnectionFloodSlowlorisA
         ++opened;
         wave.push_back(fd);
       }
-      if (wave.size() == 2000) {
+      if (wave.size() == wave_size) {
         for (int w : wave) ::close(w);
         wave.clear();
       }
