@@ -12,6 +12,7 @@
 #include "labels/labels.h"
 #include "sharing/plan.h"
 #include "sim/sim_node.h"
+#include "support/require.h"
 
 namespace gpulet::labels {
 namespace {
@@ -62,10 +63,7 @@ LabelOptions Options(config::MigStrategy strategy) {
   return o;
 }
 
-#define SKIP_WITHOUT_UPSTREAM()                                                            \
-  if (!fs::exists(Upstream() / "expected-output.txt")) {                                   \
-    GTEST_SKIP() << "upstream files absent: " << Upstream() << " (../shared is not here)"; \
-  }
+#define SKIP_WITHOUT_UPSTREAM() GPULET_REQUIRE_SHARED((Upstream() / "expected-output.txt").string())
 
 TEST(GfdExpectedOutput, NoMig) {
   SKIP_WITHOUT_UPSTREAM();
