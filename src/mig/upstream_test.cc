@@ -17,6 +17,7 @@
 #include "mig/driver.h"
 #include "mig/plan.h"
 #include "sim/sim_node.h"
+#include "support/require.h"
 
 namespace gpulet::mig {
 namespace {
@@ -41,10 +42,7 @@ std::vector<std::string> ConfigNames(const std::string& text) {
   return names;
 }
 
-#define SKIP_WITHOUT_UPSTREAM()                                                            \
-  if (!fs::exists(Upstream() / "config-default.yaml")) {                                   \
-    GTEST_SKIP() << "upstream files absent: " << Upstream() << " (../shared is not here)"; \
-  }
+#define SKIP_WITHOUT_UPSTREAM() GPULET_REQUIRE_SHARED((Upstream() / "config-default.yaml").string())
 
 TEST(MigPartedFiles, EveryConfigOfEveryFileLoads) {
   SKIP_WITHOUT_UPSTREAM();
