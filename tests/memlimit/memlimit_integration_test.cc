@@ -70,12 +70,19 @@ class MemLimitTest : public ::testing::Test {
     auto fixture = sim::LoadFixture(node->fixture_path);
     ASSERT_TRUE(fixture.ok());
     uuid0_ = fixture->gpus[0].uuid;
+    uuid1_ = fixture->gpus[1].uuid;
     physical_ = fixture->gpus[0].memory_mib * kMiB;
+    // The library reads its limits from the file beside it: each test has its own copy.
+    std::filesystem::create_directories(root_ + "/lib");
+    std::filesystem::copy_file(BuildDir() + "/lib/libgpulet-cuda.so",
+                               root_ + "/lib/libgpulet-cuda.so");
   }
   void TearDown() override { std::filesystem::remove_all(root_); }
 
   void MakeRegion(uint64_t limit, uint64_t context_bytes = 0) {
     ASSERT_EQ(CreateRegion(acct_, {{uuid0_, limit, context_bytes}}, /*replace=*/true), "");
+    ASSERT_EQ(WriteLimitsFile(root_ + "/lib/" + kLimitsFileName, {{uuid0_, limit, context_bytes}}),
+              "");
   }
 
   std::vector<std::string> Env(const std::map<std::string, std::string>& extra = {}) const {
@@ -85,7 +92,7 @@ class MemLimitTest : public ::testing::Test {
       const auto eq = kv.find('=');
       if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
     }
-    env["LD_PRELOAD"] = BuildDir() + "/lib/libgpulet-cuda.so";
+    env["LD_PRELOAD"] = root_ + "/lib/libgpulet-cuda.so";
     env["LD_LIBRARY_PATH"] = BuildDir() + "/sim:" + BuildDir() + "/cuda_sim";
     env["GPULET_CUDA_DIR"] = acct_;
     env["GPULET_CUDA_SIM_CONTEXT_BYTES"] = std::to_string(context_);
@@ -151,7 +158,30 @@ class MemLimitTest : public ::testing::Test {
     ::waitpid(pid, nullptr, 0);
   }
 
-  std::string root_, acct_, uuid0_;
+  // Runs tests/memlimit/memlimit_model.cc (the library against the driver model) with `args`,
+  // GPUs 0 and 1 limited to `limit` each; its last line.
+  std::string Model(std::vector<std::string> args, uint64_t limit) {
+    const std::vector<GpuLimit> gpus = {{uuid0_, limit, 0}, {uuid1_, limit, 0}};
+    EXPECT_EQ(CreateRegion(acct_, gpus, /*replace=*/true), "");
+    EXPECT_EQ(WriteLimitsFile(root_ + "/lib/" + kLimitsFileName, gpus), "");
+    args.insert(args.begin(), acct_);
+    args.insert(args.begin(), BuildDir() + "/bin/memlimit_model");
+    CommandSpec spec;
+    spec.argv = args;
+    spec.env = Env({{"MODEL_LIMIT", std::to_string(limit)}});
+    spec.timeout = std::chrono::seconds(120);
+    auto out = RunCommand(spec);
+    EXPECT_TRUE(out.ok());
+    if (!out.ok()) return "";
+    EXPECT_EQ(out->exit_code, 0) << out->out << out->err;
+    const std::string text = out->out;
+    const size_t end = text.find_last_not_of('\n');
+    const size_t start = text.rfind('\n', end);
+    return text.substr(start == std::string::npos ? 0 : start + 1,
+                       end == std::string::npos ? 0 : end - (start == std::string::npos ? 0 : start + 1) + 1);
+  }
+
+  std::string root_, acct_, uuid0_, uuid1_;
   uint64_t physical_ = 0;
   uint64_t context_ = 4 * kMiB;
 };
@@ -198,7 +228,8 @@ TEST_F(MemLimitTest, ProcAddressAsTheCuda13RuntimeDoes) {
   // cuGetProcAddress asked for itself hands out the wrapper; each version gets its own variant.
   EXPECT_EQ(owners["cuGetProcAddress_v2"], "libgpulet-cuda.so:cuGetProcAddress_v2");
   EXPECT_EQ(owners["cuGetProcAddress"], "libgpulet-cuda.so:cuGetProcAddress");
-  EXPECT_EQ(owners["cuCtxCreate_v4"], "libgpulet-cuda.so:cuCtxCreate_v4");
+  // The fixture's driver is CUDA 12.4: asked with 13000 it answers its newest, _v3 (v4 is 12.5).
+  EXPECT_EQ(owners["cuCtxCreate_v4"], "libgpulet-cuda.so:cuCtxCreate_v3");
   EXPECT_EQ(owners["cuCtxCreate_v3"], "libgpulet-cuda.so:cuCtxCreate_v3");
   EXPECT_EQ(owners["cuCtxCreate_v2"], "libgpulet-cuda.so:cuCtxCreate_v2");
   EXPECT_EQ(owners["cuMemAllocFromPoolAsync"], "libgpulet-cuda.so:cuMemAllocFromPoolAsync");
@@ -346,16 +377,19 @@ TEST_F(MemLimitTest, PoolsAreChargedForWhatTheyHold) {
 }
 
 TEST_F(MemLimitTest, FailsClosedNamingTheFileAndTheCause) {
+  MakeRegion(64 * kMiB);
   acct_ = root_ + "/missing";
   CommandOutput out = Probe({"init"});
   EXPECT_EQ(Line(out.out, "init")["rc"], "3");  // CUDA_ERROR_NOT_INITIALIZED
   EXPECT_NE(out.err.find(root_ + "/missing/memory.region"), std::string::npos) << out.err;
   EXPECT_NE(out.err.find("No such file"), std::string::npos) << out.err;
-  EXPECT_NE(out.err.find("GPULET_CUDA_PASSTHROUGH=1"), std::string::npos) << out.err;
 
-  // The operator's switch: pass-through, and said so.
+  // The operator's switch (the limits file's, not the environment's): pass-through, said so.
+  ASSERT_EQ(WriteLimitsFile(root_ + "/lib/" + kLimitsFileName, {{uuid0_, 64 * kMiB, 0}},
+                            /*passthrough=*/true),
+            "");
   out = Probe({"init", "alloc", "alloc", std::to_string(512 * kMiB)},
-              {{"GPULET_CUDA_PASSTHROUGH", "1"}});
+              {{"GPULET_CUDA_PASSTHROUGH", "0"}});
   EXPECT_EQ(Line(out.out, "alloc")["rc"], "0");
   EXPECT_NE(out.err.find("NOT enforced"), std::string::npos) << out.err;
 }
@@ -371,6 +405,71 @@ TEST_F(MemLimitTest, RefusesARegionOfAnotherLayoutVersion) {
   const CommandOutput out = Probe({"init"});
   EXPECT_EQ(Line(out.out, "init")["rc"], "3");
   EXPECT_NE(out.err.find("layout version 7"), std::string::npos) << out.err;
+}
+
+// ---- issue 24: the library against a driver model written from the Driver API reference ---------
+// (testing/cuda_sim). Each run checks after every step that what the region holds is what the
+// model's driver holds, and that the driver never holds more than the limit.
+
+// Item 2: thread A frees X, thread B is handed X before A's library records the free.
+TEST_F(MemLimitTest, AddressReuseBetweenThreadsKeepsEveryCharge) {
+  EXPECT_EQ(Model({"reuse-race"}, 256 * kMiB), "ok reuse-race");
+}
+
+// Item 1: create, map, release (vectorAddMMAP): the memory lives while mapped.
+TEST_F(MemLimitTest, VmmMemoryIsChargedWhileMapped) {
+  const std::string last = Model({"vmm-mapped"}, 256 * kMiB);
+  EXPECT_EQ(last.rfind("ok vmm-mapped", 0), 0u) << last;
+}
+
+TEST_F(MemLimitTest, VmmMemoryIsChargedWhileRetained) {
+  EXPECT_EQ(Model({"vmm-retain"}, 256 * kMiB), "ok vmm-retain");
+}
+
+TEST_F(MemLimitTest, VmmMemoryIsChargedWhileImported) {
+  EXPECT_EQ(Model({"vmm-import"}, 256 * kMiB), "ok vmm-import");
+}
+
+// Item 3: stream capture of cuMemAllocAsync, graph launches, trim, and an oversized graph.
+TEST_F(MemLimitTest, GraphMemoryIsChargedWhenTheGraphRuns) {
+  EXPECT_EQ(Model({"graph"}, 256 * kMiB), "ok graph");
+}
+
+// Item 4: a neighbour allocating 10 GiB during a module load, 1 GiB while the context is measured.
+TEST_F(MemLimitTest, ANeighbourCannotSkewAModuleSize) {
+  EXPECT_EQ(Model({"neighbour-module"}, 256 * kMiB), "ok neighbour-module");
+}
+TEST_F(MemLimitTest, ANeighbourCannotSkewTheContextSize) {
+  EXPECT_EQ(Model({"neighbour-context"}, 256 * kMiB),
+            "ok neighbour-context context_bytes=" + std::to_string(context_));
+}
+
+// Item 5: the stream's device, the driver's array sizes, an unknown variant passed through.
+TEST_F(MemLimitTest, AsyncAllocationOnAnotherDevicesStreamChargesThatDevice) {
+  EXPECT_EQ(Model({"stream-device"}, 256 * kMiB), "ok stream-device");
+}
+TEST_F(MemLimitTest, ArraysAreChargedTheDriversSize) {
+  EXPECT_EQ(Model({"arrays"}, 256 * kMiB), "ok arrays");
+}
+TEST_F(MemLimitTest, AnUnknownVariantIsPassedThroughUntouched) {
+  EXPECT_EQ(Model({"procaddr"}, 256 * kMiB), "ok procaddr");
+}
+
+// Item 6: eight threads retaining the primary context at once charge it once.
+TEST_F(MemLimitTest, ConcurrentPrimaryRetainsChargeOnce) {
+  EXPECT_EQ(Model({"retain-race"}, 256 * kMiB), "ok retain-race");
+}
+
+// The differential run: 100,000 random steps (allocations, frees, pools, VMM, arrays, modules,
+// graph capture and launch, threads, fork). The seed is printed (and in any failure).
+TEST_F(MemLimitTest, DifferentialAgainstTheDriverModel) {
+  const char* fixed = std::getenv("GPULET_MODEL_SEED");
+  const uint64_t seed = fixed != nullptr ? std::strtoull(fixed, nullptr, 10)
+                                         : static_cast<uint64_t>(::time(nullptr)) ^ ::getpid();
+  std::printf("differential seed=%llu (GPULET_MODEL_SEED to repeat)\n",
+              static_cast<unsigned long long>(seed));
+  EXPECT_EQ(Model({"diff", std::to_string(seed), "100000"}, 512 * kMiB),
+            "ok diff seed=" + std::to_string(seed) + " steps=100000");
 }
 
 }  // namespace
