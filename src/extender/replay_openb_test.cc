@@ -7,15 +7,14 @@
 
 #include "extender/replay.h"
 #include "placement/trace.h"
+#include "support/require.h"
 
 namespace gpulet::extender {
 namespace {
 
 TEST(Replay, OpenbTraceWithTheExtenderNothingIsRefusedByTheKubelet) {
   const std::string dir = std::string(GPULET_SOURCE_DIR) + "/../shared/traces/alibaba-openb";
-  if (!std::filesystem::exists(placement::GpuNodeListPath(dir))) {
-    GTEST_SKIP() << "Alibaba openb trace not found at " << dir;
-  }
+  GPULET_REQUIRE_SHARED(placement::GpuNodeListPath(dir));
   auto cluster = placement::LoadNodes(placement::GpuNodeListPath(dir));
   ASSERT_TRUE(cluster.ok()) << cluster.status().message();
   auto pods = placement::LoadPods(placement::TraceVariantPath(dir, "default"), *cluster);
