@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "placement/fragmentation.h"
+#include "support/require.h"
 
 namespace gpulet::placement {
 namespace {
@@ -110,8 +111,7 @@ std::string TraceDir() {
 }
 
 TEST(OpenbTrace, AllVariantsLoad) {
-  if (!std::filesystem::exists(GpuNodeListPath(TraceDir())))
-    GTEST_SKIP() << "Alibaba openb trace not found at " << TraceDir();
+  GPULET_REQUIRE_SHARED(GpuNodeListPath(TraceDir()));
   Result<Cluster> c = LoadNodes(GpuNodeListPath(TraceDir()));
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_EQ(c->nodes.size(), 1213U);
