@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "../cli/run_command.h"
+#include "support/require.h"
 
 namespace gpulet::testing {
 namespace {
@@ -113,8 +114,7 @@ TEST_F(ReplayCommand, BadTraceNamesFileAndLine) {
 
 TEST(ReplayOpenb, FiveColumnVariantByName) {
   const std::string trace_dir = std::string(GPULET_SOURCE_DIR) + "/../shared/traces/alibaba-openb";
-  if (!std::filesystem::exists(trace_dir + "/openb_node_list_gpu_node.csv"))
-    GTEST_SKIP() << "Alibaba openb trace not found at " << trace_dir;
+  GPULET_REQUIRE_SHARED(trace_dir + "/openb_node_list_gpu_node.csv");
   std::string out = ::testing::TempDir() + "gpulet-replay-openb-XXXXXX";
   ASSERT_NE(mkdtemp(out.data()), nullptr);
   CommandResult r =
