@@ -12,6 +12,7 @@
 #include "common/process.h"
 #include "cudashim/region.h"
 #include "sim/fixture.h"
+#include "support/require.h"
 #include "tests/deviceplugin/plugin_fixture.h"
 
 namespace gpulet::testing {
@@ -33,7 +34,7 @@ std::string Quote(const std::string& s) {
 class MemoryLimitE2E : public PluginFixture {};
 
 TEST_F(MemoryLimitE2E, TwoReplicasGetHalfTheGpuAndTheLimitHolds) {
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root for a private mount namespace";
+  GPULET_REQUIRE_ROOT("a private mount namespace");
   fixture_ = "hgx-h200";
   const std::string state = tmp_.path() + "/state";
   const std::string config = tmp_.path() + "/config.yaml";
