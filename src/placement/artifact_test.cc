@@ -302,39 +302,34 @@ std::map<std::pair<std::string, int>, double> ArtifactMeans(const std::string& p
 // and holds the reproduction to 0.5).
 TEST(ArtifactReproduction, DefaultTraceTwoSeeds) {
   const char* env = std::getenv("GPULET_TRACE_DIR");
-  const std::string dir = env ? env : "../shared/traces/alibaba-openb";
-  std::string means_path = "../shared/upstream/fgd-artifact/default-alloc_ratio_summary.csv";
-  for (const std::string prefix : {"", "../", "../../"}) {
-    if (std::filesystem::exists(prefix + dir + "/openb_pod_list_default.csv") &&
-        std::filesystem::exists(prefix + means_path)) {
-      const std::map<std::pair<std::string, int>, double> art = ArtifactMeans(prefix + means_path);
-      Result<Cluster> cluster = LoadNodes(GpuNodeListPath(prefix + dir));
-      ASSERT_TRUE(cluster.ok());
-      Result<std::vector<Pod>> trace =
-          LoadPods(TraceVariantPath(prefix + dir, "default"), *cluster);
-      ASSERT_TRUE(trace.ok());
-      const TypicalPods typical = ArtifactTypicalPods(*trace);
-      EXPECT_EQ(typical.pods().size(), 35U);
-      const std::vector<double> points = DefaultReportPoints(1.3);
-      std::vector<std::vector<Pod>> arrivals;
-      for (uint64_t seed : {42, 43})
-        arrivals.push_back(ArtifactArrivals(*trace, cluster->GpuCapacityMilli(), 1.3, seed));
-      for (const char* name :
-           {"random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd"}) {
-        std::unique_ptr<ArtifactPolicy> p = MakeArtifactPolicy(name, typical);
-        std::map<int, double> mean;
-        for (size_t s = 0; s < arrivals.size(); ++s)
-          for (const LoadPoint& lp :
-               ArtifactReplay(*cluster, arrivals[s], *p, typical, points, 42 + s).points)
-            mean[static_cast<int>(std::lround(lp.arrived * 100))] += lp.allocated * 100 / 2;
-        ASSERT_EQ(mean.size(), points.size()) << name;
-        for (const auto& [pct, value] : mean)
-          EXPECT_NEAR(value, art.at({name, pct}), 1.0) << name << " at " << pct << " %";
-      }
-      return;
-    }
+  const std::string shared = std::string(GPULET_SOURCE_DIR) + "/../shared";
+  const std::string dir = env ? env : shared + "/traces/alibaba-openb";
+  const std::string means_path = shared + "/upstream/fgd-artifact/default-alloc_ratio_summary.csv";
+  if (!std::filesystem::exists(dir + "/openb_pod_list_default.csv") ||
+      !std::filesystem::exists(means_path))
+    GTEST_SKIP() << "the openb trace or the artifact's means are not in this workspace";
+  const std::map<std::pair<std::string, int>, double> art = ArtifactMeans(means_path);
+  Result<Cluster> cluster = LoadNodes(GpuNodeListPath(dir));
+  ASSERT_TRUE(cluster.ok());
+  Result<std::vector<Pod>> trace = LoadPods(TraceVariantPath(dir, "default"), *cluster);
+  ASSERT_TRUE(trace.ok());
+  const TypicalPods typical = ArtifactTypicalPods(*trace);
+  EXPECT_EQ(typical.pods().size(), 35U);
+  const std::vector<double> points = DefaultReportPoints(1.3);
+  std::vector<std::vector<Pod>> arrivals;
+  for (uint64_t seed : {42, 43})
+    arrivals.push_back(ArtifactArrivals(*trace, cluster->GpuCapacityMilli(), 1.3, seed));
+  for (const char* name : {"random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd"}) {
+    std::unique_ptr<ArtifactPolicy> p = MakeArtifactPolicy(name, typical);
+    std::map<int, double> mean;
+    for (size_t s = 0; s < arrivals.size(); ++s)
+      for (const LoadPoint& lp :
+           ArtifactReplay(*cluster, arrivals[s], *p, typical, points, 42 + s).points)
+        mean[static_cast<int>(std::lround(lp.arrived * 100))] += lp.allocated * 100 / 2;
+    ASSERT_EQ(mean.size(), points.size()) << name;
+    for (const auto& [pct, value] : mean)
+      EXPECT_NEAR(value, art.at({name, pct}), 1.0) << name << " at " << pct << " %";
   }
-  GTEST_SKIP() << "the openb trace or the artifact's means are not in this workspace";
 }
 
 }  // namespace

@@ -49,9 +49,11 @@ class ReplayCommand : public ::testing::Test {
 };
 
 TEST_F(ReplayCommand, SmallTraceAllOutputs) {
-  CommandResult r = RunCommand(Replay("--policy fgd,bestfit --seeds 1..3 --load 120%"));
+  CommandResult r =
+      RunCommand(Replay("--protocol literal --policy fgd,bestfit --seeds 1..3 --load 120%"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("3 GPU nodes, 14 GPUs, 13 pods"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("protocol literal"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("fgd"), std::string::npos);
 
   const std::string csv = ReadAll(dir_ + "/out/replay.csv");
@@ -82,6 +84,21 @@ TEST_F(ReplayCommand, SmallTraceAllOutputs) {
        at = svg.find("<polyline", at + 1))
     ++lines;
   EXPECT_EQ(lines, 2U);
+}
+
+// The default protocol is the FGD artifact's; no policy allocates more than arrived.
+TEST_F(ReplayCommand, ArtifactProtocolIsTheDefault) {
+  CommandResult r = RunCommand(Replay("--policy all --seeds 1..2 --load 120%"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("protocol artifact"), std::string::npos) << r.output;
+  nlohmann::json j = nlohmann::json::parse(ReadAll(dir_ + "/out/replay.json"));
+  ASSERT_EQ(j["policies"].size(), 7U);
+  for (const auto& run : j["runs"]) {
+    EXPECT_LE(run["final"]["allocation"].get<double>(), run["final"]["arrived_load"].get<double>());
+  }
+  r = RunCommand(Replay("--protocol exact"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--protocol"), std::string::npos) << r.output;
 }
 
 TEST_F(ReplayCommand, SameSeedSameResult) {
