@@ -72,3 +72,23 @@ python3 "$ROOT/bench/update_section.py" placement-artifact "$out.md"
   cat "$out.table"
 } >"$out.doc"
 python3 "$ROOT/bench/update_section.py" placement-reproduction "$out.doc" "$ROOT/docs/placement.md"
+
+# VARIANTS=1: all 17 pod lists the artifact ran, 7 policies x 10 seeds each (several minutes on
+# 2 cores), into docs/placement.md's table of pod lists.
+if [ "${VARIANTS:-0}" = 1 ]; then
+  mkdir -p "$out.v"
+  for v in default cpu050 cpu100 cpu200 cpu250 gpushare40 gpushare60 gpushare80 gpushare100 \
+    gpuspec10 gpuspec20 gpuspec25 gpuspec33 multigpu20 multigpu30 multigpu40 multigpu50; do
+    "$BUILD/bin/bench_placement_reproduce" "$dir" "$v" \
+      random,dotprod,gpuclustering,gpupacking,bestfit,fgd,fgd-bestfit 42 10 2 >"$out.v/$v.csv" \
+      2>/dev/null
+  done
+  {
+    echo "GPU allocation at 130 % arrived, seed means over seeds 42..51, artifact protocol; written"
+    echo "by \`VARIANTS=1 bench/placement/run.sh\` with \`bench/placement/variants_table.py\`."
+    echo
+    python3 "$ROOT/bench/placement/variants_table.py" "$out.v"
+  } >"$out.vdoc"
+  rm -rf "$out.v"
+  python3 "$ROOT/bench/update_section.py" placement-variants "$out.vdoc" "$ROOT/docs/placement.md"
+fi
