@@ -397,6 +397,10 @@ bool CurrentDevice(CUdevice* dev) {
 
 uint64_t Aligned(uint64_t bytes) { return (bytes + kAllocAlign - 1) / kAllocAlign * kAllocAlign; }
 
+// Pools and graph allocations take physical memory in 2 MiB granules.
+constexpr uint64_t kGranule = 2ULL << 20;
+uint64_t Granules(uint64_t bytes) { return (bytes + kGranule - 1) / kGranule * kGranule; }
+
 // The outcome of charging before a driver call.
 enum class Gate { kPass, kCharged, kRefused, kFailedClosed };
 
@@ -537,7 +541,9 @@ CUresult AllocateFromPool(CUdeviceptr* dptr, uint64_t bytes, CUmemoryPool pool, 
     std::lock_guard lock(s.mu);
     PoolState& ps = PoolLocked(s, pool, slot);
     const uint64_t need = ps.live + bytes;
-    extra = need > ps.charged ? need - ps.charged : 0;
+    // A pool grows in steps of its own (2 MiB on current GPUs): charged rounded up to one before
+    // the driver is asked, then set to what the pool really holds.
+    extra = need > ps.charged ? Granules(need - ps.charged) : 0;
     if (extra != 0 && !s.region.Admit(proc, ps.gpu, extra)) return CUDA_ERROR_OUT_OF_MEMORY;
     ps.charged += extra;
     ps.live += bytes;
@@ -1484,7 +1490,7 @@ CUresult AllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream stream, Real re
     return real(dptr, bytesize, stream);
   }
   if (Capturing(s, stream)) {
-    return CaptureAlloc(s, stream, Aligned(bytesize), dev,
+    return CaptureAlloc(s, stream, Granules(bytesize), dev,
                         [&] { return real(dptr, bytesize, stream); });
   }
   if (PoolOfDevice(dev, &pool) != CUDA_SUCCESS) return real(dptr, bytesize, stream);
@@ -1515,7 +1521,7 @@ CUresult AllocFromPool(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CU
     }
   }
   if (Capturing(s, stream)) {
-    return CaptureAlloc(s, stream, Aligned(bytesize), dev,
+    return CaptureAlloc(s, stream, Granules(bytesize), dev,
                         [&] { return real(dptr, bytesize, pool, stream); });
   }
   return AllocateFromPool(dptr, Aligned(bytesize), pool, dev,
@@ -1789,7 +1795,7 @@ GPULET_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode* phGraphNode, CUgraph 
   std::lock_guard lock(s.mu);
   GraphNeed& g = s.graph_need[hGraph];
   g.dev = nodeParams->poolProps.location.id;
-  g.bytes += Aligned(nodeParams->bytesize);
+  g.bytes += Granules(nodeParams->bytesize);
   return rc;
 }
 
