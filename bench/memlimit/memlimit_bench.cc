@@ -3,7 +3,9 @@
 // the difference is the library's. Prints one line per operation: "name median_ns p99_ns", each
 // the per-call time of a batch, over many batches.
 //
-//   memlimit_bench --make-region DIR    write DIR/memory.region for device 0 (64 GiB limit)
+//   memlimit_bench --make-region DIR [LIMIT]  write DIR/memory.region and DIR/gpulet-cuda.limits
+//                                       for devices 0 and 1 (LIMIT bytes each, default 64 GiB);
+//                                       run.sh copies the library into DIR, beside the limits file
 //   memlimit_bench [BATCHES]            time the operations
 #include <algorithm>
 #include <chrono>
@@ -46,11 +48,19 @@ void Check(CUresult rc, const char* what) {
 
 int main(int argc, char** argv) {
   Check(cuInit(0), "cuInit");
-  if (argc == 3 && std::strcmp(argv[1], "--make-region") == 0) {
-    CUuuid u{};
-    Check(cuDeviceGetUuid(&u, 0), "cuDeviceGetUuid");
-    const std::string err = gpulet::cudashim::CreateRegion(
-        argv[2], {{gpulet::cudashim::GpuUuidString(u), 64ULL << 30, 0}}, /*replace=*/true);
+  if ((argc == 3 || argc == 4) && std::strcmp(argv[1], "--make-region") == 0) {
+    const uint64_t limit = argc == 4 ? std::strtoull(argv[3], nullptr, 10) : 64ULL << 30;
+    std::vector<gpulet::cudashim::GpuLimit> gpus;
+    for (int dev = 0; dev < 2; ++dev) {
+      CUuuid u{};
+      Check(cuDeviceGetUuid(&u, dev), "cuDeviceGetUuid");
+      gpus.push_back({gpulet::cudashim::GpuUuidString(u), limit, 0});
+    }
+    std::string err = gpulet::cudashim::CreateRegion(argv[2], gpus, /*replace=*/true);
+    if (err.empty()) {
+      err = gpulet::cudashim::WriteLimitsFile(
+          std::string(argv[2]) + "/" + gpulet::cudashim::kLimitsFileName, gpus);
+    }
     if (!err.empty()) std::fprintf(stderr, "%s\n", err.c_str());
     return err.empty() ? 0 : 1;
   }
