@@ -70,12 +70,38 @@ class Parser {
           }
         }
       }
+      // A MIG instance is already a hardware partition; a time-sliced MIG resource's Allocate
+      // has no whole GPU to write a region for, so every Allocate would fail.
+      if (r.name.rfind("nvidia.com/mig-", 0) == 0 ||
+          (r.name == "nvidia.com/gpu" && MigStrategy(root) == "single")) {
+        throw ParseError{Loc(name, epath + ".name"),
+                         r.name + " is a MIG resource" +
+                             (r.name == "nvidia.com/gpu" ? " (flags.migStrategy: single)" : "") +
+                             ": memory limits share whole GPUs; a MIG instance is already a "
+                             "partition with its own memory, and every Allocate would fail"};
+      }
       out.resources.push_back(std::move(r));
+    }
+    // Each limited resource's Allocate mounts its own accounting directory at /run/gpulet/cuda and
+    // its own /etc/ld.so.preload: a container given two of them would get two mounts at each path.
+    if (out.resources.size() > 1) {
+      throw ParseError{out.resources[1].where,
+                       out.resources[1].name + ": only one resource may have memory limits (" +
+                           out.resources[0].name + " at " + out.resources[0].where.ToString() +
+                           "): a container given both would get two accounting directories "
+                           "mounted at /run/gpulet/cuda and two /etc/ld.so.preload"};
     }
     return out;
   }
 
  private:
+  static std::string MigStrategy(const YAML::Node& root) {
+    const YAML::Node flags = root["flags"];
+    if (!flags.IsDefined() || !flags.IsMap()) return "";
+    const YAML::Node strategy = flags["migStrategy"];
+    return strategy.IsDefined() && strategy.IsScalar() ? strategy.Scalar() : "";
+  }
+
   SourceLocation Loc(const YAML::Node& n, const std::string& path) const {
     const int line = n.IsDefined() && n.Mark().line >= 0 ? n.Mark().line + 1 : 0;
     return SourceLocation{file_, line, path};

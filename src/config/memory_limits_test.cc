@@ -22,18 +22,15 @@ gpulet:
   memoryLimits:
     resources:
       - name: gpu
-      - name: nvidia.com/other
-        perReplica: 16Gi
 )";
   auto r = ParseMemoryLimits(text, "c.yaml");
   ASSERT_TRUE(r.ok()) << r.status().message();
   ASSERT_TRUE(r->has_value());
   const MemoryLimits& m = **r;
-  ASSERT_EQ(m.resources.size(), 2u);
+  ASSERT_EQ(m.resources.size(), 1u);
   EXPECT_EQ(m.resources[0].name, "nvidia.com/gpu");
   EXPECT_FALSE(m.resources[0].per_replica.has_value());
-  EXPECT_EQ(m.resources[1].per_replica, 16ULL << 30);
-  EXPECT_EQ(m.resources[1].where.line, 10);
+  EXPECT_EQ(m.resources[0].where.line, 9);
   EXPECT_EQ(m.library, "/usr/lib/gpulet/libgpulet-cuda.so");
   EXPECT_EQ(m.state_dir, "/run/gpulet/memory");
   // Found by its advertised (renamed) name too.
@@ -41,8 +38,45 @@ gpulet:
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
   EXPECT_TRUE(cfg->warnings.empty()) << cfg->warnings.front();  // `gpulet` is a known key
   EXPECT_EQ(m.Find(*cfg, "nvidia.com/gpu.small"), &m.resources[0]);
-  EXPECT_EQ(m.Find(*cfg, "nvidia.com/other"), &m.resources[1]);
   EXPECT_EQ(m.Find(*cfg, "nvidia.com/none"), nullptr);
+  auto sized = ParseMemoryLimits(
+      "gpulet:\n  memoryLimits:\n    resources: [{name: other, perReplica: 16Gi}]\n", "c.yaml");
+  ASSERT_TRUE(sized.ok()) << sized.status().message();
+  EXPECT_EQ((*sized)->resources[0].per_replica, 16ULL << 30);
+}
+
+// Issue 24 item 7: what cannot work is refused, with the reason.
+TEST(MemoryLimitsConfig, RefusesWhatCannotWork) {
+  // Two limited resources: a container given both would get two mounts at the same paths.
+  auto r = ParseMemoryLimits(
+      "gpulet:\n  memoryLimits:\n    resources:\n      - name: gpu\n      - name: gpu.small\n",
+      "c.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "c.yaml:5: gpulet.memoryLimits.resources[1]: nvidia.com/gpu.small: only one resource "
+            "may have memory limits (nvidia.com/gpu at c.yaml:4: gpulet.memoryLimits.resources[0]):"
+            " a container given both would get two accounting directories mounted at "
+            "/run/gpulet/cuda and two /etc/ld.so.preload");
+  // A MIG resource, by name or under migStrategy single.
+  r = ParseMemoryLimits("gpulet:\n  memoryLimits:\n    resources: [{name: mig-1g.10gb}]\n",
+                        "c.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("c.yaml:3: gpulet.memoryLimits.resources[0].name: "
+                                      "nvidia.com/mig-1g.10gb is a MIG resource: "),
+            std::string::npos)
+      << r.status().message();
+  r = ParseMemoryLimits(
+      "flags: {migStrategy: single}\ngpulet:\n  memoryLimits:\n    resources: [{name: gpu}]\n",
+      "c.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("nvidia.com/gpu is a MIG resource (flags.migStrategy: "
+                                      "single)"),
+            std::string::npos)
+      << r.status().message();
+  EXPECT_TRUE(ParseMemoryLimits("flags: {migStrategy: mixed}\ngpulet:\n  memoryLimits:\n    "
+                                "resources: [{name: gpu}]\n",
+                                "c.yaml")
+                  .ok());
 }
 
 TEST(MemoryLimitsConfig, ErrorsNameFileLineAndField) {
