@@ -269,6 +269,26 @@ std::string WriteLimitsFile(const std::string& path, const std::vector<GpuLimit>
   return "";
 }
 
+std::string CheckLimits(const LimitsFile& f, const std::string& path) {
+  if (std::memcmp(f.magic, kLimitsMagic, sizeof f.magic) != 0)
+    return path + ": magic: not a gpulet limits file";
+  if (f.version != kLimitsVersion) {
+    return path + ": version: " + std::to_string(f.version) + ", this library reads " +
+           std::to_string(kLimitsVersion);
+  }
+  if (f.file_bytes != sizeof(LimitsFile)) return path + ": file_bytes: wrong size";
+  if (f.gpu_count > kMaxGpus) {
+    return path + ": gpu_count: " + std::to_string(f.gpu_count) + ", at most " +
+           std::to_string(kMaxGpus);
+  }
+  for (uint32_t i = 0; i < f.gpu_count; ++i) {
+    const char* u = f.gpus[i].uuid;
+    if (u[0] == '\0' || std::memchr(u, '\0', kUuidBytes) == nullptr)
+      return path + ": gpus[" + std::to_string(i) + "].uuid: empty or not NUL-terminated";
+  }
+  return "";
+}
+
 std::string ReadLimitsFile(const std::string& path, LimitsFile* out) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return Errno(path, "open the GPU memory limits", errno);
@@ -288,22 +308,7 @@ std::string ReadLimitsFile(const std::string& path, LimitsFile* out) {
   const int err = errno;
   ::close(fd);
   if (n != static_cast<ssize_t>(sizeof f)) return Errno(path, "read", n < 0 ? err : EIO);
-  if (std::memcmp(f.magic, kLimitsMagic, sizeof f.magic) != 0)
-    return path + ": magic: not a gpulet limits file";
-  if (f.version != kLimitsVersion) {
-    return path + ": version: " + std::to_string(f.version) + ", this library reads " +
-           std::to_string(kLimitsVersion);
-  }
-  if (f.file_bytes != sizeof(LimitsFile)) return path + ": file_bytes: wrong size";
-  if (f.gpu_count > kMaxGpus) {
-    return path + ": gpu_count: " + std::to_string(f.gpu_count) + ", at most " +
-           std::to_string(kMaxGpus);
-  }
-  for (uint32_t i = 0; i < f.gpu_count; ++i) {
-    const char* u = f.gpus[i].uuid;
-    if (u[0] == '\0' || std::memchr(u, '\0', kUuidBytes) == nullptr)
-      return path + ": gpus[" + std::to_string(i) + "].uuid: empty or not NUL-terminated";
-  }
+  if (std::string err = CheckLimits(f, path); !err.empty()) return err;
   *out = f;
   return "";
 }

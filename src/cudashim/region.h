@@ -141,6 +141,9 @@ std::string WriteLimitsFile(const std::string& path, const std::vector<GpuLimit>
 // FIFO waited on) of exactly sizeof(LimitsFile), magic, version, gpu_count <= kMaxGpus, every
 // listed UUID non-empty and NUL-terminated. Returns "" or an error naming the file and the field.
 std::string ReadLimitsFile(const std::string& path, LimitsFile* out);
+// The checks of a copy already read (magic, version, size, gpu_count, UUIDs); `path` names it in
+// the error. "" when valid.
+std::string CheckLimits(const LimitsFile& f, const std::string& path);
 // <directory of the object this code is linked into>/gpulet-cuda.limits: for libgpulet-cuda.so
 // in a container, /usr/lib/gpulet/gpulet-cuda.limits. "" when it cannot be found.
 std::string LimitsFileBesideLibrary();

@@ -3,10 +3,12 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "common/files.h"
@@ -90,22 +92,47 @@ Result<std::vector<cudashim::GpuLimit>> ContainerMemoryLimits(const sharing::Res
   return out;
 }
 
+uint64_t NextAllocationNumber() {
+  static std::atomic<uint64_t> last{0};
+  const auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::system_clock::now().time_since_epoch());
+  uint64_t want = static_cast<uint64_t>(std::max<int64_t>(now.count(), 1));
+  uint64_t prev = last.load();
+  while (true) {
+    const uint64_t next = std::max(want, prev + 1);
+    if (last.compare_exchange_weak(prev, next)) return next;
+  }
+}
+
 Status AddMemoryLimits(const MemoryLimitSettings& settings,
                        const std::vector<cudashim::GpuLimit>& gpus,
                        const std::vector<std::string>& ids, const std::string& allocation,
                        v1beta1::ContainerAllocateResponse* response) {
   const std::string dir = settings.state_dir + "/" + allocation;
+  const std::string tenant = dir + "/" + kTenantDirName;
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return Status(ErrorCode::kInternal, dir + ": create: " + ec.message());
-  // Every user of the container reaches the region through this directory.
-  if (::chmod(dir.c_str(), 0755) != 0) {
-    return Status(ErrorCode::kInternal, dir + ": chmod 0755: " + std::strerror(errno));
+  fs::create_directories(tenant, ec);
+  if (ec) return Status(ErrorCode::kInternal, tenant + ": create: " + ec.message());
+  // Every user of the container reaches the region through these directories.
+  for (const std::string& d : {dir, tenant}) {
+    if (::chmod(d.c_str(), 0755) != 0) {
+      return Status(ErrorCode::kInternal, d + ": chmod 0755: " + std::strerror(errno));
+    }
   }
   std::string devices;
   for (const std::string& id : ids) devices += id + "\n";
   if (Status s = WriteFileAtomic(dir + "/" + kDevicesFileName, devices, 0644); !s.ok()) return s;
-  if (std::string err = cudashim::CreateRegion(dir, gpus, /*replace=*/true); !err.empty()) {
+  if (Status s = WriteFileAtomic(dir + "/" + kAllocationFileName,
+                                 std::to_string(NextAllocationNumber()) + "\n", 0644);
+      !s.ok()) {
+    return s;
+  }
+  const std::string limits = dir + "/" + cudashim::kLimitsFileName;
+  if (std::string err = cudashim::WriteLimitsFile(limits, gpus, settings.passthrough);
+      !err.empty()) {
+    return Status(ErrorCode::kInternal, err);
+  }
+  if (std::string err = cudashim::CreateRegion(tenant, gpus, /*replace=*/true); !err.empty()) {
     return Status(ErrorCode::kInternal, err);
   }
   const std::string preload = settings.state_dir + "/ld.so.preload";
@@ -120,7 +147,8 @@ Status AddMemoryLimits(const MemoryLimitSettings& settings,
     m->set_read_only(read_only);
   };
   mount(kContainerLibraryPath, settings.library, true);
-  mount(kContainerAccountingDir, dir, false);
+  mount(kContainerLimitsFile, limits, true);
+  mount(kContainerAccountingDir, tenant, false);
   mount(kContainerPreloadFile, preload, true);
   (*response->mutable_envs())["GPULET_CUDA_DIR"] = kContainerAccountingDir;
   return Status::Ok();
@@ -137,27 +165,52 @@ Status ApplyMemoryLimits(const std::map<std::string, MemoryLimitSettings>& setti
   return AddMemoryLimits(it->second, *gpus, ids, allocation, response);
 }
 
-std::vector<std::string> RemoveReleasedContainerDirs(const std::string& state_dir,
-                                                     const std::set<std::string>& listed,
-                                                     std::chrono::system_clock::time_point now,
-                                                     std::chrono::seconds grace) {
-  std::vector<std::string> removed;
-  std::error_code ec;
-  for (const fs::directory_entry& e : fs::directory_iterator(state_dir, ec)) {
-    if (!e.is_directory(ec)) continue;
-    std::ifstream f(e.path() / kDevicesFileName);
-    if (!f) continue;  // not one of ours
-    struct stat st {};
-    if (::stat((e.path() / kDevicesFileName).c_str(), &st) != 0) continue;
-    const auto made = std::chrono::system_clock::from_time_t(st.st_mtime);
-    if (now - made < grace) continue;
-    bool held = false;
-    for (std::string id; std::getline(f, id);) held = held || listed.count(id) != 0;
-    if (held) continue;
-    fs::remove_all(e.path(), ec);
-    if (!ec) removed.push_back(e.path().string());
+std::vector<ContainerDir> ReadContainerDirs(const TenantDir& state_dir) {
+  constexpr size_t kMaxDevicesBytes = 64 * 1024;  // thousands of IDs
+  constexpr size_t kMaxAllocationBytes = 64;
+  std::vector<ContainerDir> out;
+  Result<std::vector<TenantDir::Entry>> entries = state_dir.List();
+  if (!entries.ok()) return out;
+  for (const TenantDir::Entry& e : *entries) {
+    if (!e.directory) continue;
+    Result<TenantDir> dir = state_dir.OpenDir(e.name);
+    if (!dir.ok()) continue;
+    Result<std::string> devices = dir->ReadFile(kDevicesFileName, kMaxDevicesBytes);
+    if (!devices.ok()) continue;  // not one of ours, or not readable as ours
+    ContainerDir d;
+    d.name = e.name;
+    std::istringstream lines(*devices);
+    for (std::string id; std::getline(lines, id);) {
+      if (!id.empty()) d.device_ids.push_back(id);
+    }
+    if (Result<std::string> a = dir->ReadFile(kAllocationFileName, kMaxAllocationBytes); a.ok()) {
+      char* end = nullptr;
+      const unsigned long long n = std::strtoull(a->c_str(), &end, 10);
+      if (end != a->c_str()) d.allocation = n;
+    }
+    out.push_back(std::move(d));
   }
-  return removed;
+  return out;
+}
+
+std::set<std::string> SupersededDirs(const std::vector<ContainerDir>& dirs) {
+  std::map<std::string, uint64_t> newest;  // device ID -> newest allocation holding it
+  for (const ContainerDir& d : dirs) {
+    for (const std::string& id : d.device_ids) {
+      uint64_t& n = newest[id];
+      n = std::max(n, d.allocation);
+    }
+  }
+  std::set<std::string> out;
+  for (const ContainerDir& d : dirs) {
+    for (const std::string& id : d.device_ids) {
+      if (newest[id] > d.allocation) {
+        out.insert(d.name);
+        break;
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace gpulet::deviceplugin

@@ -3,21 +3,33 @@
 // every GPU it receives, and the mounts and environment that make libgpulet-cuda.so enforce it.
 //
 // A container's share of a GPU: k replicas of that GPU × (perReplica, or the GPU's memory / that
-// GPU's replica count in the resource). Its directory, <stateDir>/<allocation>/, holds
-// memory.region (mode 0666, every user of the container writes it) and `devices` (the device IDs
-// allocated, one a line), which is how the directory is found again: it is removed once the
-// pod-resources API no longer lists any of those IDs.
+// GPU's replica count in the resource). One directory per Allocate, <stateDir>/<allocation>/:
+//
+//   devices             the device IDs allocated, one a line              agent's, 0644
+//   allocation          when it was allocated (ns since the epoch; larger  agent's, 0644
+//                       is newer, also across restarts)
+//   gpulet-cuda.limits  each GPU's limit, pass-through (cudashim/region.h) agent's, 0644, mounted
+//                                                                          read-only beside the
+//                                                                          library
+//   cuda/memory.region  usage only (mode 0666)                            the container's: cuda/
+//                                                                          is mounted read-write
+//
+// Only cuda/ is the tenant's; the agent still reads everything here through common/tenant_file.h.
+// A directory ends (memory_limits_janitor.h) when a newer Allocate handed out one of its device
+// IDs (the kubelet reassigns a device only after its holder ended), or once the pod-resources API
+// has confirmably stopped listing all of its IDs (DeviceAbsence).
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
+#include "common/tenant_file.h"
 #include "config/config.h"
 #include "config/memory_limits.h"
 #include "cudashim/region.h"
@@ -32,14 +44,20 @@ struct MemoryLimitSettings {
   std::optional<uint64_t> per_replica;  // bytes; nullopt: GPU memory / that GPU's replicas
   std::string library;                  // host path of libgpulet-cuda.so
   std::string state_dir;                // host directory of the per-container directories
+  bool passthrough = false;             // the node's choice: the library counts, never refuses
   bool operator==(const MemoryLimitSettings&) const = default;
 };
 
 // Where things appear in the container.
 inline constexpr const char* kContainerLibraryPath = "/usr/lib/gpulet/libgpulet-cuda.so";
 inline constexpr const char* kContainerAccountingDir = "/run/gpulet/cuda";
+inline constexpr const char* kContainerLimitsFile = "/usr/lib/gpulet/gpulet-cuda.limits";
 inline constexpr const char* kContainerPreloadFile = "/etc/ld.so.preload";
 inline constexpr const char* kDevicesFileName = "devices";
+inline constexpr const char* kAllocationFileName = "allocation";
+inline constexpr const char* kTenantDirName = "cuda";  // the only part the container writes
+static_assert(std::string_view(kContainerLimitsFile).ends_with(cudashim::kLimitsFileName),
+              "the library looks for its limits beside itself");
 
 // The settings per advertised resource name. Errors (kInvalidInput, at the entry's FILE:LINE):
 // a named resource the plan does not advertise, or one that is not time-sliced.
@@ -58,8 +76,8 @@ Result<std::vector<cudashim::GpuLimit>> ContainerMemoryLimits(const sharing::Res
                                                               const MemoryLimitSettings& settings,
                                                               const std::vector<std::string>& ids);
 
-// Creates <state_dir>/<allocation>/ (memory.region, devices) and <state_dir>/ld.so.preload, and
-// adds the mounts (library read-only, the directory, /etc/ld.so.preload read-only) and the env
+// Creates <state_dir>/<allocation>/ (above) and <state_dir>/ld.so.preload, and adds the mounts
+// (library and limits read-only, cuda/ read-write, /etc/ld.so.preload read-only) and the env
 // (GPULET_CUDA_DIR) to `response`. Errors name the path and the cause.
 Status AddMemoryLimits(const MemoryLimitSettings& settings,
                        const std::vector<cudashim::GpuLimit>& gpus,
@@ -72,12 +90,23 @@ Status ApplyMemoryLimits(const std::map<std::string, MemoryLimitSettings>& setti
                          const std::vector<std::string>& ids, const std::string& allocation,
                          v1beta1::ContainerAllocateResponse* response);
 
-// Removes the per-container directories under `state_dir` none of whose device IDs is in
-// `listed` (every device ID the pod-resources API lists), once older than `grace`: a directory
-// an Allocate just made may not be listed by the kubelet yet. Returns the directories removed.
-std::vector<std::string> RemoveReleasedContainerDirs(const std::string& state_dir,
-                                                     const std::set<std::string>& listed,
-                                                     std::chrono::system_clock::time_point now,
-                                                     std::chrono::seconds grace);
+// What a per-container directory says about itself.
+struct ContainerDir {
+  std::string name;  // the directory's name under the state directory
+  std::vector<std::string> device_ids;
+  uint64_t allocation = 0;  // larger is newer; 0: unknown (before `allocation` was written)
+};
+
+// The per-container directories under `state_dir` (those with a readable `devices` file), read
+// through TenantDir: no symlink followed, no FIFO waited on, every file bounded. Others are
+// skipped.
+std::vector<ContainerDir> ReadContainerDirs(const TenantDir& state_dir);
+
+// The names of the directories a newer Allocate superseded: one of their device IDs was handed
+// out again later (a larger `allocation`). Their container has ended.
+std::set<std::string> SupersededDirs(const std::vector<ContainerDir>& dirs);
+
+// A fresh allocation number: the wall clock in nanoseconds, strictly increasing in this process.
+uint64_t NextAllocationNumber();
 
 }  // namespace gpulet::deviceplugin

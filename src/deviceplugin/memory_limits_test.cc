@@ -4,10 +4,12 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
+#include "common/clock.h"
 #include "deviceplugin/memory_limits_janitor.h"
 #include "kubelet/kubelet_harness.h"
 #include "sharing/test_inventories.h"
@@ -114,27 +116,37 @@ TEST_F(MemoryLimitsTest, AllocateWritesTheRegionAndAnswersMountsAndEnv) {
   ASSERT_TRUE(
       ApplyMemoryLimits(settings, Shared(), inv_, {u0 + "::1", u0 + "::2"}, "a1", &resp).ok());
   EXPECT_EQ(resp.envs().at("GPULET_CUDA_DIR"), "/run/gpulet/cuda");
-  ASSERT_EQ(resp.mounts_size(), 3);
+  ASSERT_EQ(resp.mounts_size(), 4);
   EXPECT_EQ(resp.mounts(0).container_path(), kContainerLibraryPath);
   EXPECT_EQ(resp.mounts(0).host_path(), "/opt/gpulet/libgpulet-cuda.so");
   EXPECT_TRUE(resp.mounts(0).read_only());
-  EXPECT_EQ(resp.mounts(1).container_path(), "/run/gpulet/cuda");
-  EXPECT_EQ(resp.mounts(1).host_path(), state_ + "/a1");
-  EXPECT_FALSE(resp.mounts(1).read_only());
-  EXPECT_EQ(resp.mounts(2).container_path(), "/etc/ld.so.preload");
-  EXPECT_TRUE(resp.mounts(2).read_only());
-  std::ifstream preload(resp.mounts(2).host_path());
+  // The limits: the agent's file, read-only, beside the library.
+  EXPECT_EQ(resp.mounts(1).container_path(), "/usr/lib/gpulet/gpulet-cuda.limits");
+  EXPECT_EQ(resp.mounts(1).host_path(), state_ + "/a1/gpulet-cuda.limits");
+  EXPECT_TRUE(resp.mounts(1).read_only());
+  // Only cuda/ is the container's to write.
+  EXPECT_EQ(resp.mounts(2).container_path(), "/run/gpulet/cuda");
+  EXPECT_EQ(resp.mounts(2).host_path(), state_ + "/a1/cuda");
+  EXPECT_FALSE(resp.mounts(2).read_only());
+  EXPECT_EQ(resp.mounts(3).container_path(), "/etc/ld.so.preload");
+  EXPECT_TRUE(resp.mounts(3).read_only());
+  std::ifstream preload(resp.mounts(3).host_path());
   std::string line;
   std::getline(preload, line);
   EXPECT_EQ(line, kContainerLibraryPath);
   cudashim::Region region;
-  ASSERT_EQ(region.Open(state_ + "/a1", /*read_only=*/true), "");
+  ASSERT_EQ(region.Open(state_ + "/a1/cuda", /*read_only=*/true), "");
+  ASSERT_EQ(region.LoadLimits(resp.mounts(1).host_path()), "");
   ASSERT_EQ(region.Usage().size(), 1u);
   EXPECT_EQ(region.Usage()[0].uuid, u0);
   EXPECT_EQ(region.Usage()[0].limit, 2 * (inv_.gpus[0].memory_mib * kMiB / 4));
+  EXPECT_FALSE(region.passthrough());
   struct stat st {};
-  ASSERT_EQ(::stat((state_ + "/a1/memory.region").c_str(), &st), 0);
+  ASSERT_EQ(::stat((state_ + "/a1/cuda/memory.region").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0666u);
+  ASSERT_EQ(::stat((state_ + "/a1/gpulet-cuda.limits").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
+  EXPECT_EQ(st.st_uid, ::geteuid());
 
   // Other resources: untouched.
   v1beta1::ContainerAllocateResponse plain;
@@ -145,50 +157,172 @@ TEST_F(MemoryLimitsTest, AllocateWritesTheRegionAndAnswersMountsAndEnv) {
   EXPECT_FALSE(fs::exists(state_ + "/a2"));
 }
 
-TEST_F(MemoryLimitsTest, DirectoriesGoOnceTheKubeletNoLongerListsTheirDevices) {
-  std::map<std::string, MemoryLimitSettings> settings = {
-      {"nvidia.com/gpu.shared", {std::nullopt, "/lib.so", state_}}};
-  const std::string u0 = inv_.gpus[0].uuid;
+TEST_F(MemoryLimitsTest, PassThroughIsTheNodesChoiceWrittenInTheLimits) {
+  MemoryLimitSettings s{std::nullopt, "/lib.so", state_, /*passthrough=*/true};
   v1beta1::ContainerAllocateResponse resp;
-  ASSERT_TRUE(ApplyMemoryLimits(settings, Shared(), inv_, {u0 + "::0"}, "held", &resp).ok());
-  ASSERT_TRUE(ApplyMemoryLimits(settings, Shared(), inv_, {u0 + "::1"}, "gone", &resp).ok());
-  const auto now = std::chrono::system_clock::now() + std::chrono::hours(1);
-  // Just made: kept whatever the kubelet says (it may not have recorded the allocation yet).
-  EXPECT_TRUE(RemoveReleasedContainerDirs(state_, {}, std::chrono::system_clock::now(),
-                                          std::chrono::seconds(60))
-                  .empty());
-  auto removed = RemoveReleasedContainerDirs(state_, {u0 + "::0"}, now, std::chrono::seconds(60));
-  ASSERT_EQ(removed.size(), 1u);
-  EXPECT_EQ(removed[0], state_ + "/gone");
-  EXPECT_TRUE(fs::exists(state_ + "/held/memory.region"));
-  EXPECT_TRUE(fs::exists(state_ + "/ld.so.preload"));
+  ASSERT_TRUE(AddMemoryLimits(s, {{inv_.gpus[0].uuid, 100, 0}}, {"x"}, "p", &resp).ok());
+  cudashim::LimitsFile f{};
+  ASSERT_EQ(cudashim::ReadLimitsFile(state_ + "/p/gpulet-cuda.limits", &f), "");
+  EXPECT_EQ(f.flags & cudashim::kLimitsPassthrough, cudashim::kLimitsPassthrough);
+  for (const auto& [k, v] : resp.envs()) EXPECT_EQ(k.find("PASSTHROUGH"), std::string::npos) << k;
 }
 
-TEST_F(MemoryLimitsTest, TheJanitorAsksTheKubelet) {
-  std::map<std::string, MemoryLimitSettings> settings = {
-      {"nvidia.com/gpu.shared", {std::nullopt, "/lib.so", state_}}};
-  const std::string u0 = inv_.gpus[0].uuid;
-  v1beta1::ContainerAllocateResponse resp;
-  ASSERT_TRUE(ApplyMemoryLimits(settings, Shared(), inv_, {u0 + "::0"}, "held", &resp).ok());
-  ASSERT_TRUE(ApplyMemoryLimits(settings, Shared(), inv_, {u0 + "::1"}, "gone", &resp).ok());
-  const std::string kubelet = state_ + "/kubelet";
-  fs::create_directories(kubelet);
-  gpulet::testing::KubeletHarness harness;
-  ASSERT_TRUE(harness.Start(kubelet).ok());
-  harness.SetPodResources({{"ns", "p", "c", "nvidia.com/gpu.shared", {u0 + "::0"}}});
-  auto owners = ListPodDevices(harness.pod_resources_socket(), std::chrono::seconds(5));
+// The janitor against the kubelet harness, on a clock the test moves.
+class JanitorTest : public MemoryLimitsTest {
+ protected:
+  void SetUp() override {
+    MemoryLimitsTest::SetUp();
+    settings_ = {{"nvidia.com/gpu.shared", {std::nullopt, "/lib.so", state_}}};
+    kubelet_ = state_ + "-kubelet";
+    fs::create_directories(kubelet_);
+    ASSERT_TRUE(harness_.Start(kubelet_).ok());
+    JanitorOptions o;
+    o.clock = &clock_;
+    janitor_ = std::make_unique<MemoryLimitJanitor>(StateDirsOf(settings_),
+                                                    harness_.pod_resources_socket(), o);
+  }
+  void TearDown() override {
+    janitor_.reset();
+    harness_.Stop();
+    fs::remove_all(kubelet_);
+    MemoryLimitsTest::TearDown();
+  }
+  void Allocate(const std::vector<std::string>& ids, const std::string& name) {
+    v1beta1::ContainerAllocateResponse resp;
+    ASSERT_TRUE(ApplyMemoryLimits(settings_, Shared(), inv_, ids, name, &resp).ok());
+  }
+  // One janitor pass, `step` after the previous one.
+  std::vector<std::string> Pass(std::chrono::seconds step = std::chrono::seconds(30)) {
+    clock_.Advance(step);
+    auto removed = janitor_->RunOnce();
+    EXPECT_TRUE(removed.ok()) << removed.status().message();
+    return removed.ok() ? *removed : std::vector<std::string>{};
+  }
+  std::string U(int gpu, int replica) const {
+    return inv_.gpus[gpu].uuid + "::" + std::to_string(replica);
+  }
+
+  std::map<std::string, MemoryLimitSettings> settings_;
+  std::string kubelet_;
+  gpulet::testing::KubeletHarness harness_;
+  FakeClock clock_;
+  std::unique_ptr<MemoryLimitJanitor> janitor_;
+};
+
+TEST_F(JanitorTest, TheJanitorAsksTheKubelet) {
+  Allocate({U(0, 0)}, "held");
+  Allocate({U(0, 1)}, "gone");
+  harness_.SetPodResources({{"ns", "p", "c", "nvidia.com/gpu.shared", {U(0, 0)}}});
+  auto owners = ListPodDevices(harness_.pod_resources_socket(), std::chrono::seconds(5));
   ASSERT_TRUE(owners.ok()) << owners.status().message();
-  EXPECT_EQ(owners->at(u0 + "::0"), (PodContainer{"ns", "p", "c"}));
-  MemoryLimitJanitor janitor(StateDirsOf(settings), harness.pod_resources_socket(),
-                             std::chrono::seconds(30), std::chrono::seconds(0));
-  auto removed = janitor.RunOnce();
-  ASSERT_TRUE(removed.ok()) << removed.status().message();
-  EXPECT_EQ(*removed, std::vector<std::string>{state_ + "/gone"});
-  EXPECT_TRUE(fs::exists(state_ + "/held"));
+  EXPECT_EQ(owners->devices.at(U(0, 0)), (PodContainer{"ns", "p", "c"}));
+  EXPECT_TRUE(Pass().empty());
+  EXPECT_TRUE(Pass().empty());
+  EXPECT_EQ(Pass(), std::vector<std::string>{state_ + "/gone"});  // 3 Lists over 60 s
+  EXPECT_TRUE(fs::exists(state_ + "/held/cuda/memory.region"));
+  EXPECT_TRUE(fs::exists(state_ + "/ld.so.preload"));
   // An unreachable kubelet removes nothing.
-  harness.Stop();
-  EXPECT_FALSE(janitor.RunOnce().ok());
+  harness_.Stop();
+  clock_.Advance(std::chrono::hours(1));
+  EXPECT_FALSE(janitor_->RunOnce().ok());
   EXPECT_TRUE(fs::exists(state_ + "/held"));
+}
+
+// Issue 26 item 10: a directory goes by how long its devices have been missing from the
+// kubelet's Lists, not by its own age: a long-running container's directory (made long ago) is
+// kept through Lists that miss it for less than the span.
+TEST_F(JanitorTest, ALongRunningContainersDirectoryIsNotRemovedByAge) {
+  Allocate({U(0, 0)}, "old");
+  const auto long_ago = fs::file_time_type::clock::now() - std::chrono::hours(24 * 30);
+  for (const auto& e : fs::recursive_directory_iterator(state_ + "/old"))
+    fs::last_write_time(e.path(), long_ago);
+  fs::last_write_time(state_ + "/old", long_ago);
+  harness_.SetPodResources({});  // one List that misses it
+  EXPECT_TRUE(Pass().empty());
+  EXPECT_TRUE(fs::exists(state_ + "/old"));
+  harness_.SetPodResources({{"ns", "p", "c", "nvidia.com/gpu.shared", {U(0, 0)}}});
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(Pass().empty());
+  EXPECT_TRUE(fs::exists(state_ + "/old"));
+}
+
+// Issue 23 item 7: a kubelet restart with running allocations, whose first Lists are empty and
+// then partial, removes no directory of a running container.
+TEST_F(JanitorTest, AKubeletRestartsEmptyOrPartialListsRemoveNothing) {
+  Allocate({U(0, 0)}, "a");
+  Allocate({U(0, 1)}, "b");
+  const std::vector<gpulet::testing::PodAssignment> running = {
+      {"ns", "pa", "c", "nvidia.com/gpu.shared", {U(0, 0)}},
+      {"ns", "pb", "c", "nvidia.com/gpu.shared", {U(0, 1)}}};
+  harness_.SetPodResources(running);
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(Pass().empty());
+  // The kubelet restarts and, for a while, lists nothing, then only pod b.
+  harness_.SetPodResources({});
+  ASSERT_TRUE(harness_.Restart().ok());
+  EXPECT_TRUE(Pass(std::chrono::seconds(10)).empty());
+  EXPECT_TRUE(Pass(std::chrono::seconds(10)).empty());
+  harness_.SetPodResources({running[1]});
+  EXPECT_TRUE(Pass(std::chrono::seconds(10)).empty());
+  EXPECT_TRUE(Pass(std::chrono::seconds(10)).empty());
+  // Restarting again resets the evidence collected so far.
+  harness_.SetPodResources({});
+  ASSERT_TRUE(harness_.Restart().ok());
+  EXPECT_TRUE(Pass(std::chrono::seconds(20)).empty());
+  EXPECT_TRUE(Pass(std::chrono::seconds(20)).empty());
+  EXPECT_TRUE(Pass(std::chrono::seconds(20)).empty());
+  harness_.SetPodResources(running);
+  EXPECT_TRUE(Pass().empty());
+  EXPECT_TRUE(fs::exists(state_ + "/a/cuda/memory.region"));
+  EXPECT_TRUE(fs::exists(state_ + "/b/cuda/memory.region"));
+  // Pod a really ends: gone once the same kubelet missed it for a minute.
+  harness_.SetPodResources({running[1]});
+  EXPECT_TRUE(Pass().empty());
+  EXPECT_TRUE(Pass().empty());
+  EXPECT_EQ(Pass(), std::vector<std::string>{state_ + "/a"});
+}
+
+// Issue 23 item 8: replica IDs are reused. A newer Allocate of one of a directory's IDs ends it.
+TEST_F(JanitorTest, ANewerAllocateOfTheSameIdEndsTheOlderDirectory) {
+  Allocate({U(0, 0), U(0, 1)}, "first");
+  Allocate({U(0, 1)}, "second");
+  Allocate({U(0, 2)}, "other");
+  TenantDir root = std::move(TenantDir::Open(state_)).value();
+  const std::vector<ContainerDir> dirs = ReadContainerDirs(root);
+  ASSERT_EQ(dirs.size(), 3u);
+  EXPECT_EQ(SupersededDirs(dirs), std::set<std::string>{"first"});
+  harness_.SetPodResources({{"ns", "p2", "c", "nvidia.com/gpu.shared", {U(0, 1)}},
+                            {"ns", "p3", "c", "nvidia.com/gpu.shared", {U(0, 2)}}});
+  EXPECT_EQ(Pass(), std::vector<std::string>{state_ + "/first"});
+  EXPECT_TRUE(fs::exists(state_ + "/second"));
+}
+
+// Issue 23 item 4: what a root container can leave in the directories the janitor reads. A FIFO
+// as `devices` (the old janitor's std::ifstream blocked on it forever, and plugin shutdown with
+// it), a symlink to /dev/zero (getline grew until the agent was OOM-killed), symlinks out of the
+// directory: the pass ends, reads nothing through them, and removes only the directory's names.
+TEST_F(JanitorTest, FifosAndSymlinksInTheDirectoryNeitherBlockNorEscape) {
+  Allocate({U(0, 0)}, "fifo");
+  Allocate({U(0, 1)}, "zero");
+  Allocate({U(0, 2)}, "gone");
+  fs::remove(state_ + "/fifo/devices");
+  ASSERT_EQ(::mkfifo((state_ + "/fifo/devices").c_str(), 0666), 0);
+  fs::remove(state_ + "/zero/devices");
+  fs::create_symlink("/dev/zero", state_ + "/zero/devices");
+  const std::string outside = state_ + "-outside";
+  fs::create_directories(outside);
+  std::ofstream(outside + "/precious") << "keep";
+  fs::create_symlink(outside, state_ + "/gone/cuda/escape");
+  fs::create_symlink(outside + "/precious", state_ + "/gone/cuda/precious");
+  ASSERT_EQ(::mkfifo((state_ + "/gone/cuda/pipe").c_str(), 0666), 0);
+  fs::create_symlink(outside, state_ + "/linked-dir");
+  harness_.SetPodResources({});
+  std::vector<std::string> removed;
+  for (int i = 0; i < 3; ++i) {
+    for (std::string& r : Pass()) removed.push_back(std::move(r));
+  }
+  EXPECT_EQ(removed, std::vector<std::string>{state_ + "/gone"});
+  EXPECT_TRUE(fs::exists(outside + "/precious"));
+  EXPECT_TRUE(fs::is_symlink(state_ + "/linked-dir"));
+  fs::remove_all(outside);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <set>
 #include <tuple>
 
 namespace gpulet::deviceplugin {
@@ -81,7 +82,8 @@ MemoryPoolPublisher::MemoryPoolPublisher(MemoryPublisherOptions options, const k
       client_(client),
       clock_(clock),
       lister_(std::move(lister)),
-      health_(health) {}
+      health_(health),
+      absence_(options_.absence) {}
 
 MemoryPoolPublisher::~MemoryPoolPublisher() { Stop(); }
 
@@ -116,7 +118,7 @@ void MemoryPoolPublisher::OnAllocate(const sharing::Resource& resource,
 Status MemoryPoolPublisher::Tick() {
   const Clock::TimePoint now = clock_.Now();
   const bool list_due = !listed_once_ || now >= next_list_;
-  std::optional<Result<std::map<std::string, PodContainer>>> listing;
+  std::optional<Result<PodDeviceList>> listing;
   if (list_due && lister_) {
     listing = lister_();
     next_list_ = now + options_.list_interval;
@@ -125,18 +127,26 @@ Status MemoryPoolPublisher::Tick() {
   {
     std::lock_guard lock(mu_);
     if (listing && listing->ok()) {
-      listed_.clear();
+      std::set<std::string> ids;
+      for (const auto& [id, holder] : (*listing)->devices) ids.insert(id);
+      absence_.Observe(ids, (*listing)->kubelet, now);
       if (pool_) {
-        for (const auto& [id, holder] : **listing) {
+        for (const auto& [id, holder] : (*listing)->devices) {
           if (pool_->Find(id) != nullptr) listed_[id] = holder;
         }
       }
+      // Not in this List: still held until its absence is confirmed across Lists.
+      for (auto it = listed_.begin(); it != listed_.end();) {
+        const bool gone = !absence_.Listed(it->first) && absence_.Gone(it->first, {});
+        it =
+            gone || !pool_ || pool_->Find(it->first) == nullptr ? listed_.erase(it) : std::next(it);
+      }
       listed_once_ = true;
-      // Listed: counted through the listing from now on. Not listed by a List that began
+      // Listed: counted through the listing from now on. Confirmed absent from the Lists begun
       // allocate_settle after the Allocate: the container is gone (or never started).
       for (auto it = pending_.begin(); it != pending_.end();) {
-        const bool settled =
-            listed_.count(it->first) != 0 || now - it->second >= options_.allocate_settle;
+        const bool settled = listed_.count(it->first) != 0 ||
+                             absence_.Gone(it->first, it->second + options_.allocate_settle);
         it = settled ? pending_.erase(it) : std::next(it);
       }
     } else if (listing && !listing->ok() && !failing_) {

@@ -8,12 +8,13 @@
 //                          "pods":[{"namespace","name","container","gpu","units"}]}
 //
 // Held units are those the kubelet's pod-resources List names (with their pod and container),
-// plus those an Allocate handed out that the kubelet does not list yet: the kubelet records a
-// container's devices right after its Allocate returns, so an allocated unit counts until a List
-// begun at least allocate_settle after the Allocate leaves it out. A unit no longer listed is
-// free again: that is how releases are found (the plugin is never told). While the kubelet
-// cannot be asked, the last listing and every pending allocation stand (an unreachable kubelet
-// says nothing about what ended).
+// plus those an Allocate handed out that the kubelet does not list yet (the kubelet records a
+// container's devices right after its Allocate returns). A unit is free again only when its
+// absence is confirmed (DeviceAbsence, memory_limits_janitor.h): missing from `absence.lists`
+// consecutive Lists of the same kubelet spanning `absence.span` (for an Allocate not listed yet,
+// Lists begun allocate_settle after it). One List is never the whole truth: right after a kubelet
+// restart it can be empty or partial, and publishing held units as free would let the extender
+// book them twice. While the kubelet cannot be asked, nothing is released.
 //
 // Publication: created with POST, then changed with a merge PATCH (recreated if deleted). It is
 // republished when the document changes, at most once per min_interval, and at least every
@@ -56,6 +57,8 @@ struct MemoryPublisherOptions {
   std::chrono::milliseconds list_interval{5000};  // pod-resources List this often
   // An allocated unit counts until a List begun this long after the Allocate omits it.
   std::chrono::milliseconds allocate_settle{2000};
+  // How absence from the kubelet's Lists is confirmed before a unit is free again.
+  AbsenceOptions absence;
   // Called with every document published (on the publisher's thread); may be empty.
   std::function<void(const nlohmann::json& document)> on_publish;
 };
@@ -77,7 +80,7 @@ nlohmann::json MemoryDocument(const sharing::Resource& pool, const gpu::Inventor
                               std::chrono::seconds heartbeat);
 
 // Lists device ID → holder (pod-resources List), e.g. ListPodDevices on the kubelet's socket.
-using PodDeviceLister = std::function<Result<std::map<std::string, PodContainer>>()>;
+using PodDeviceLister = std::function<Result<PodDeviceList>()>;
 
 class MemoryPoolPublisher final : public AllocationListener {
  public:
@@ -123,8 +126,9 @@ class MemoryPoolPublisher final : public AllocationListener {
   mutable std::condition_variable published_cv_;
   std::optional<sharing::Resource> pool_;
   std::shared_ptr<const gpu::Inventory> inventory_;
-  std::map<std::string, PodContainer> listed_;       // pool unit → holder, last List
+  std::map<std::string, PodContainer> listed_;       // pool unit → holder, until confirmed gone
   std::map<std::string, Clock::TimePoint> pending_;  // allocated, not listed yet
+  DeviceAbsence absence_;
   bool listed_once_ = false;
 
   // Tick's thread only (besides the counters read under mu_).

@@ -43,14 +43,16 @@ class PublisherTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  std::unique_ptr<MemoryPoolPublisher> MakePublisher() {
+  // `absence`: one List that misses a unit releases it, unless a test asks for the default.
+  std::unique_ptr<MemoryPoolPublisher> MakePublisher(AbsenceOptions absence = {1, 0s}) {
     MemoryPublisherOptions o;
     o.node_name = "n1";
+    o.absence = absence;
     auto p = std::make_unique<MemoryPoolPublisher>(
         o, *client_, clock_,
-        [this]() -> Result<std::map<std::string, PodContainer>> {
+        [this]() -> Result<PodDeviceList> {
           if (!kubelet_up_) return Status(ErrorCode::kUnavailable, "kubelet down");
-          return listed_;
+          return PodDeviceList{listed_, kubelet_};
         },
         &health_);
     p->SetPool(plan_, inventory_);
@@ -95,6 +97,7 @@ class PublisherTest : public ::testing::Test {
   sharing::Resource pool_;
   std::map<std::string, PodContainer> listed_;
   bool kubelet_up_ = true;
+  KubeletInstance kubelet_{1, 100, 5};
 };
 
 TEST_F(PublisherTest, CreatesTheObjectAsTheContractSays) {
@@ -192,6 +195,79 @@ TEST_F(PublisherTest, AnAllocationTheKubeletNeverListsIsReleasedByALaterList) {
   clock_.Advance(5s);
   ASSERT_TRUE(p->Tick().ok());
   EXPECT_EQ(Free(Published(), "GPU-0"), 77);
+}
+
+// Issue 23 item 7: after a kubelet restart the first Lists are empty, then partial; units held by
+// running containers stay held (the old publisher freed them on the first empty List, and the
+// extender booked them twice). Absence counts only once confirmed by several Lists of one kubelet
+// over a minute.
+TEST_F(PublisherTest, AKubeletRestartsEmptyListDoesNotFreeHeldUnits) {
+  auto p = MakePublisher(AbsenceOptions{3, 60s});
+  for (const std::string& id : Units("GPU-5", 10)) listed_[id] = {"team-a", "infer", "server"};
+  for (const std::string& id : Units("GPU-0", 4)) listed_[id] = {"team-b", "train", "main"};
+  ASSERT_TRUE(p->Tick().ok());
+  EXPECT_EQ(Free(Published(), "GPU-5"), 69);
+  // The kubelet restarts: a new socket, an empty List, then one that lists only team-b.
+  kubelet_ = {1, 101, 6};
+  const auto held = listed_;
+  listed_.clear();
+  for (int i = 0; i < 6; ++i) {
+    clock_.Advance(5s);
+    ASSERT_TRUE(p->Tick().ok());
+    EXPECT_EQ(Free(Published(), "GPU-5"), 69) << "list " << i;
+    EXPECT_EQ(Free(Published(), "GPU-0"), 75) << "list " << i;
+  }
+  for (const std::string& id : Units("GPU-0", 4)) listed_[id] = held.at(id);
+  clock_.Advance(5s);
+  ASSERT_TRUE(p->Tick().ok());
+  EXPECT_EQ(Free(Published(), "GPU-5"), 69);
+  // Another restart before the evidence was complete starts it over.
+  kubelet_ = {1, 102, 7};
+  for (int i = 0; i < 10; ++i) {
+    clock_.Advance(5s);
+    ASSERT_TRUE(p->Tick().ok());
+    EXPECT_EQ(Free(Published(), "GPU-5"), 69) << "list " << i;
+  }
+  // The same kubelet keeps missing them for a minute and more: team-a really ended.
+  for (int i = 0; i < 4; ++i) {
+    clock_.Advance(5s);
+    ASSERT_TRUE(p->Tick().ok());
+  }
+  nlohmann::json doc = Published();
+  EXPECT_EQ(Free(doc, "GPU-5"), 79);
+  EXPECT_EQ(Free(doc, "GPU-0"), 75);
+  ASSERT_EQ(doc["pods"].size(), 1u);
+  EXPECT_EQ(doc["pods"][0]["namespace"], "team-b");
+}
+
+TEST(DeviceAbsence, NeedsEnoughListsOverTheSpanFromOneKubelet) {
+  using T = Clock::TimePoint;
+  DeviceAbsence a(AbsenceOptions{3, 60s});
+  const KubeletInstance k1{1, 1, 1}, k2{1, 2, 2};
+  const T t0 = T(std::chrono::hours(1));
+  EXPECT_FALSE(a.Gone("x", {}));
+  a.Observe({"x"}, k1, t0);
+  EXPECT_TRUE(a.Listed("x"));
+  a.Observe({}, k1, t0 + 10s);
+  a.Observe({}, k1, t0 + 20s);
+  a.Observe({}, k1, t0 + 30s);
+  EXPECT_FALSE(a.Gone("x", {}));  // three Lists, but over 20 s
+  a.Observe({}, k1, t0 + 70s);
+  EXPECT_TRUE(a.Gone("x", {}));
+  EXPECT_FALSE(a.Gone("x", t0 + 25s));  // a directory first seen later: its own evidence
+  EXPECT_TRUE(a.AllGone({"x", "never-listed"}, {}));
+  EXPECT_FALSE(a.AllGone({"x", "never-listed"}, t0 + 25s));
+  a.Observe({}, k2, t0 + 80s);  // a restarted kubelet: start over
+  EXPECT_FALSE(a.Gone("x", {}));
+  a.Observe({}, k2, t0 + 110s);
+  a.Observe({}, k2, t0 + 140s);
+  EXPECT_TRUE(a.Gone("x", {}));
+  EXPECT_TRUE(a.AllGone({}, t0 + 80s));
+  EXPECT_FALSE(a.AllGone({}, t0 + 81s));
+  // Many Lists later the history stays bounded and the answers the same.
+  for (int i = 0; i < 1000; ++i) a.Observe({"y"}, k2, t0 + 150s + i * 1s);
+  EXPECT_FALSE(a.Gone("y", {}));
+  EXPECT_TRUE(a.Gone("x", {}));
 }
 
 TEST_F(PublisherTest, HeartbeatRepublishesWithoutChange) {

@@ -1,11 +1,12 @@
 #include "metrics/exposition.h"
 
-#include "metrics/processes.h"
-
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <utility>
+
+#include "common/utf8.h"
+#include "metrics/processes.h"
 
 namespace gpulet::metrics {
 namespace {
@@ -106,7 +107,15 @@ PerProcess PerProcessField(std::string_view field) {
 
 }  // namespace
 
-std::string EscapeLabelValue(std::string_view v) {
+std::string EscapeLabelValue(std::string_view raw) {
+  // Prometheus refuses a whole scrape for one label value that is not UTF-8; a job or pod name
+  // may carry anything, so invalid bytes become U+FFFD.
+  std::string valid;
+  std::string_view v = raw;
+  if (!IsValidUtf8(raw)) {
+    valid = ToValidUtf8(raw);
+    v = valid;
+  }
   if (v.find_first_of("\\\"\n") == std::string_view::npos) return std::string(v);
   std::string out;
   out.reserve(v.size() + 8);
@@ -242,7 +251,8 @@ std::string Render(const Snapshot& snapshot, const PodMap& pods, const RenderOpt
                                   per_process != PerProcess::kNo && ent.processes_read;
       long first_series = 0;
       long n_series = 1;
-      if (holders != nullptr && options.series_per_pod) n_series = static_cast<long>(holders->size());
+      if (holders != nullptr && options.series_per_pod)
+        n_series = static_cast<long>(holders->size());
       if (per_pod_values) first_series = -1;
       for (const auto& [xid_label, value] : variants) {
         for (long s = first_series; s < n_series; ++s) {

@@ -50,7 +50,8 @@ using JobMap = std::map<unsigned, std::string>;
 std::string Render(const Snapshot& snapshot, const PodMap& pods, const RenderOptions& options,
                    const JobMap* jobs = nullptr);
 
-// Label value escaping (both formats): backslash, double quote, line feed.
+// Label value escaping (both formats): backslash, double quote, line feed; bytes that are not
+// UTF-8 become U+FFFD (the formats require UTF-8).
 std::string EscapeLabelValue(std::string_view v);
 // HELP text escaping: backslash and line feed (0.0.4), plus double quote in OpenMetrics.
 std::string EscapeHelp(std::string_view v, Format format);

@@ -1,33 +1,71 @@
 #include "metrics/memory_limits.h"
 
-#include <filesystem>
-#include <fstream>
+#include <optional>
+#include <set>
 
+#include "common/tenant_file.h"
+#include "common/utf8.h"
 #include "cudashim/region.h"
 #include "deviceplugin/memory_limits_janitor.h"
 
 namespace gpulet::metrics {
 
-namespace fs = std::filesystem;
+namespace {
+
+// The limits of one directory (the agent's file, still read through TenantDir), or nullopt.
+std::optional<cudashim::LimitsFile> ReadLimits(const TenantDir& dir) {
+  cudashim::LimitsFile f{};
+  if (!dir.ReadPrefix(cudashim::kLimitsFileName, &f, sizeof f, sizeof f).ok()) return std::nullopt;
+  if (!cudashim::CheckLimits(f, dir.path()).empty()) return std::nullopt;
+  return f;
+}
+
+// The usage counters of cuda/memory.region: a validated copy, or empty.
+std::vector<cudashim::GpuUsage> ReadUsage(const TenantDir& dir) {
+  std::vector<cudashim::GpuUsage> out;
+  Result<TenantDir> tenant = dir.OpenDir(deviceplugin::kTenantDirName);
+  if (!tenant.ok()) return out;
+  std::vector<unsigned char> copy(cudashim::kRegionPrefixBytes);
+  if (!tenant
+           ->ReadPrefix(cudashim::kRegionFileName, copy.data(), copy.size(),
+                        sizeof(cudashim::RegionLayout))
+           .ok()) {
+    return out;
+  }
+  if (!cudashim::ParseRegionCopy(copy.data(), copy.size(), sizeof(cudashim::RegionLayout), &out)
+           .empty()) {
+    out.clear();
+  }
+  return out;
+}
+
+}  // namespace
 
 std::vector<ContainerMemory> ReadContainerMemory(
     const std::string& state_dir, const std::map<std::string, ContainerOwner>& owners) {
   std::vector<ContainerMemory> out;
-  std::error_code ec;
-  for (const fs::directory_entry& e : fs::directory_iterator(state_dir, ec)) {
-    std::ifstream devices(e.path() / "devices");
-    if (!devices) continue;
+  Result<TenantDir> root = TenantDir::Open(state_dir);
+  if (!root.ok()) return out;
+  const std::vector<deviceplugin::ContainerDir> dirs = deviceplugin::ReadContainerDirs(*root);
+  const std::set<std::string> superseded = deviceplugin::SupersededDirs(dirs);
+  for (const deviceplugin::ContainerDir& d : dirs) {
+    if (superseded.count(d.name) != 0) continue;  // ended: a newer Allocate holds its IDs
+    Result<TenantDir> dir = root->OpenDir(d.name);
+    if (!dir.ok()) continue;
+    const std::optional<cudashim::LimitsFile> limits = ReadLimits(*dir);
+    if (!limits) continue;  // not a region of this release
+    const std::vector<cudashim::GpuUsage> usage = ReadUsage(*dir);
     ContainerOwner owner;
-    for (std::string id; std::getline(devices, id);) {
+    for (const std::string& id : d.device_ids) {
       if (auto it = owners.find(id); it != owners.end()) {
         owner = it->second;
         break;
       }
     }
-    cudashim::Region region;
-    if (!region.Open(e.path().string(), /*read_only=*/true).empty()) continue;
-    for (const cudashim::GpuUsage& g : region.Usage()) {
-      out.push_back(ContainerMemory{owner, g.uuid, g.used, g.limit});
+    for (uint32_t i = 0; i < limits->gpu_count; ++i) {
+      ContainerMemory m{owner, limits->gpus[i].uuid, i < usage.size() ? usage[i].used : 0,
+                        limits->gpus[i].limit};
+      out.push_back(std::move(m));
     }
   }
   return out;
@@ -35,17 +73,23 @@ std::vector<ContainerMemory> ReadContainerMemory(
 
 namespace {
 
-std::string Escape(const std::string& v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\' || c == '"') out += '\\';
+// Appends `name="value"` (escaped) to a label list. Label values must be UTF-8 (Prometheus
+// refuses the whole scrape otherwise): false, and nothing appended, for one that is not.
+bool AppendLabel(std::string* out, const char* name, const std::string& value) {
+  if (!IsValidUtf8(value)) return false;
+  if (!out->empty()) *out += ',';
+  *out += name;
+  *out += "=\"";
+  for (char c : value) {
+    if (c == '\\' || c == '"') *out += '\\';
     if (c == '\n') {
-      out += "\\n";
+      *out += "\\n";
       continue;
     }
-    out += c;
+    *out += c;
   }
-  return out;
+  *out += '"';
+  return true;
 }
 
 }  // namespace
@@ -56,9 +100,14 @@ std::string RenderContainerMemory(const std::vector<ContainerMemory>& samples) {
   auto family = [&](const char* name, const char* help, auto value) {
     out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " gauge\n";
     for (const ContainerMemory& s : samples) {
-      out += std::string(name) + "{namespace=\"" + Escape(s.owner.namespace_) + "\",pod=\"" +
-             Escape(s.owner.pod) + "\",container=\"" + Escape(s.owner.container) + "\",UUID=\"" +
-             Escape(s.uuid) + "\"} " + std::to_string(value(s)) + "\n";
+      std::string labels;
+      if (!AppendLabel(&labels, "namespace", s.owner.namespace_) ||
+          !AppendLabel(&labels, "pod", s.owner.pod) ||
+          !AppendLabel(&labels, "container", s.owner.container) ||
+          !AppendLabel(&labels, "UUID", s.uuid)) {
+        continue;  // dropped: one series less, the scrape stays valid
+      }
+      out += std::string(name) + "{" + labels + "} " + std::to_string(value(s)) + "\n";
     }
   };
   family("gpulet_container_memory_used_bytes",
@@ -75,7 +124,7 @@ std::string ContainerMemoryText(const std::string& state_dir,
   std::map<std::string, ContainerOwner> owners;
   auto listed = deviceplugin::ListPodDevices(pod_resources_socket, std::chrono::seconds(5));
   if (listed.ok()) {
-    for (const auto& [id, c] : *listed)
+    for (const auto& [id, c] : listed->devices)
       owners[id] = ContainerOwner{c.namespace_, c.pod, c.container};
   }
   return RenderContainerMemory(ReadContainerMemory(state_dir, owners));

@@ -1,12 +1,18 @@
 // Per container and GPU, the memory used and the limit of memory-limited time-sliced allocations
-// (docs/memory-limits.md), read from the accounting regions the device plugin writes:
+// (docs/memory-limits.md), read from the per-container directories the device plugin writes:
 //
 //   gpulet_container_memory_used_bytes{namespace, pod, container, UUID}
 //   gpulet_container_memory_limit_bytes{namespace, pod, container, UUID}
 //
-// Each per-container directory under the plugin's stateDir holds `devices` (the device IDs the
-// container was allocated) and memory.region; the pod, namespace and container come from the
-// pod-resources API's owner of those device IDs (empty while the kubelet has not listed them).
+// Each directory under the plugin's stateDir holds `devices` (the device IDs the container was
+// allocated), `allocation`, the limits file (the GPUs, their UUIDs and limits: the agent's) and
+// cuda/memory.region (the usage: the tenant's). The region is read as a tenant's bytes: copied
+// with a bounded pread of its fixed header and GPU slots (a FIFO, a symlink, a file truncated or
+// rewritten meanwhile is refused or read as it was, never mapped), the copy validated, and only
+// the used counters taken from it, at slot indexes the limits file gives. Labels come from the
+// agent (UUIDs from the limits file) and from the kubelet (pod-resources owner of the device IDs;
+// empty while not listed); a directory a newer Allocate superseded is skipped, so a reused replica
+// ID never labels a stale region with its new owner.
 #pragma once
 
 #include <cstdint>
