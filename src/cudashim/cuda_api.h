@@ -28,7 +28,7 @@ typedef struct CUarray_st* CUarray;
 typedef struct CUmipmappedArray_st* CUmipmappedArray;
 typedef struct CUmemPoolHandle_st* CUmemoryPool;
 typedef unsigned long long CUmemGenericAllocationHandle;
-typedef struct CUctxCreateParams_st CUctxCreateParams;      // cuCtxCreate_v4; passed through
+typedef struct CUctxCreateParams_st CUctxCreateParams;  // cuCtxCreate_v4; passed through
 typedef struct CUgraph_st* CUgraph;
 typedef struct CUgraphExec_st* CUgraphExec;
 typedef struct CUgraphNode_st* CUgraphNode;
@@ -301,7 +301,7 @@ typedef int CUjit_option;
     (CUlibrary * library, const void* code, CUjit_option* jitOptions, void** jitOptionsValues,     \
      unsigned int numJitOptions, void* libraryOptions, void** libraryOptionValues,                 \
      unsigned int numLibraryOptions))                                                              \
-  X(cuLibraryUnload, cuLibraryUnload, 12000, 0, CUresult, (CUlibrary library))                    \
+  X(cuLibraryUnload, cuLibraryUnload, 12000, 0, CUresult, (CUlibrary library))                     \
   X(cuMemMap, cuMemMap, 10020, 0, CUresult,                                                        \
     (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,             \
      unsigned long long flags))                                                                    \
@@ -329,7 +329,8 @@ typedef int CUjit_option;
   X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040, 0, CUresult,                  \
     (CUgraphExec * phGraphExec, CUgraph hGraph, unsigned long long flags))                         \
   X(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams, 12000, 0, CUresult,                \
-    (CUgraphExec * phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS * instantiateParams)) \
+    (CUgraphExec * phGraphExec, CUgraph hGraph,                                                    \
+     CUDA_GRAPH_INSTANTIATE_PARAMS * instantiateParams))                                           \
   X(cuGraphLaunch, cuGraphLaunch, 10000, 0, CUresult, (CUgraphExec hGraphExec, CUstream hStream))  \
   X(cuGraphLaunch_ptsz, cuGraphLaunch, 10000, 1, CUresult,                                         \
     (CUgraphExec hGraphExec, CUstream hStream))                                                    \
@@ -353,49 +354,49 @@ typedef int CUjit_option;
   X(cuCtxCreate, cuCtxCreate, 2000)
 
 // Entry points the library does not wrap but calls itself (and the simulated driver implements).
-#define GPULET_CUDA_PLAIN(X)                                                                \
-  X(cuDriverGetVersion, cuDriverGetVersion, 2020, 0, CUresult, (int* driverVersion))        \
-  X(cuDeviceGet, cuDeviceGet, 2000, 0, CUresult, (CUdevice * device, int ordinal))          \
-  X(cuDeviceGetCount, cuDeviceGetCount, 2000, 0, CUresult, (int* count))                    \
-  X(cuDeviceGetUuid, cuDeviceGetUuid, 9020, 0, CUresult, (CUuuid * uuid, CUdevice dev))     \
-  X(cuDeviceGetUuid_v2, cuDeviceGetUuid, 11040, 0, CUresult, (CUuuid * uuid, CUdevice dev)) \
-  X(cuCtxGetDevice, cuCtxGetDevice, 2000, 0, CUresult, (CUdevice * device))                 \
-  X(cuCtxGetCurrent, cuCtxGetCurrent, 4000, 0, CUresult, (CUcontext * pctx))                \
-  X(cuCtxSetCurrent, cuCtxSetCurrent, 4000, 0, CUresult, (CUcontext ctx))                   \
-  X(cuMemPoolGetAttribute, cuMemPoolGetAttribute, 11020, 0, CUresult,                       \
-    (CUmemoryPool pool, CUmemPool_attribute attr, void* value))                             \
-  X(cuArrayGetMemoryRequirements, cuArrayGetMemoryRequirements, 11060, 0, CUresult,         \
-    (CUDA_ARRAY_MEMORY_REQUIREMENTS * memoryRequirements, CUarray array, CUdevice device))  \
-  X(cuMipmappedArrayGetMemoryRequirements, cuMipmappedArrayGetMemoryRequirements, 11060, 0, \
-    CUresult,                                                                               \
-    (CUDA_ARRAY_MEMORY_REQUIREMENTS * memoryRequirements, CUmipmappedArray mipmap,          \
-     CUdevice device))                                                                      \
-  X(cuGetExportTable, cuGetExportTable, 3000, 0, CUresult,                                  \
-    (const void** ppExportTable, const CUuuid* pExportTableId))                             \
-  X(cuLaunchKernel, cuLaunchKernel, 4000, 0, CUresult,                                      \
-    (void* f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,          \
-     unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,                \
-     unsigned int sharedMemBytes, CUstream hStream, void** kernelParams, void** extra))     \
-  X(cuStreamIsCapturing, cuStreamIsCapturing, 10000, 0, CUresult,                           \
-    (CUstream hStream, CUstreamCaptureStatus * captureStatus))                              \
-  X(cuStreamGetCtx, cuStreamGetCtx, 9020, 0, CUresult, (CUstream hStream, CUcontext * pctx)) \
-  X(cuCtxPushCurrent_v2, cuCtxPushCurrent, 4000, 0, CUresult, (CUcontext ctx))             \
-  X(cuCtxPopCurrent_v2, cuCtxPopCurrent, 4000, 0, CUresult, (CUcontext * pctx))            \
-  X(cuDeviceGetGraphMemAttribute, cuDeviceGetGraphMemAttribute, 11040, 0, CUresult,         \
-    (CUdevice device, CUgraphMem_attribute attr, void* value))                              \
+#define GPULET_CUDA_PLAIN(X)                                                                      \
+  X(cuDriverGetVersion, cuDriverGetVersion, 2020, 0, CUresult, (int* driverVersion))              \
+  X(cuDeviceGet, cuDeviceGet, 2000, 0, CUresult, (CUdevice * device, int ordinal))                \
+  X(cuDeviceGetCount, cuDeviceGetCount, 2000, 0, CUresult, (int* count))                          \
+  X(cuDeviceGetUuid, cuDeviceGetUuid, 9020, 0, CUresult, (CUuuid * uuid, CUdevice dev))           \
+  X(cuDeviceGetUuid_v2, cuDeviceGetUuid, 11040, 0, CUresult, (CUuuid * uuid, CUdevice dev))       \
+  X(cuCtxGetDevice, cuCtxGetDevice, 2000, 0, CUresult, (CUdevice * device))                       \
+  X(cuCtxGetCurrent, cuCtxGetCurrent, 4000, 0, CUresult, (CUcontext * pctx))                      \
+  X(cuCtxSetCurrent, cuCtxSetCurrent, 4000, 0, CUresult, (CUcontext ctx))                         \
+  X(cuMemPoolGetAttribute, cuMemPoolGetAttribute, 11020, 0, CUresult,                             \
+    (CUmemoryPool pool, CUmemPool_attribute attr, void* value))                                   \
+  X(cuArrayGetMemoryRequirements, cuArrayGetMemoryRequirements, 11060, 0, CUresult,               \
+    (CUDA_ARRAY_MEMORY_REQUIREMENTS * memoryRequirements, CUarray array, CUdevice device))        \
+  X(cuMipmappedArrayGetMemoryRequirements, cuMipmappedArrayGetMemoryRequirements, 11060, 0,       \
+    CUresult,                                                                                     \
+    (CUDA_ARRAY_MEMORY_REQUIREMENTS * memoryRequirements, CUmipmappedArray mipmap,                \
+     CUdevice device))                                                                            \
+  X(cuGetExportTable, cuGetExportTable, 3000, 0, CUresult,                                        \
+    (const void** ppExportTable, const CUuuid* pExportTableId))                                   \
+  X(cuLaunchKernel, cuLaunchKernel, 4000, 0, CUresult,                                            \
+    (void* f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,                \
+     unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,                      \
+     unsigned int sharedMemBytes, CUstream hStream, void** kernelParams, void** extra))           \
+  X(cuStreamIsCapturing, cuStreamIsCapturing, 10000, 0, CUresult,                                 \
+    (CUstream hStream, CUstreamCaptureStatus * captureStatus))                                    \
+  X(cuStreamGetCtx, cuStreamGetCtx, 9020, 0, CUresult, (CUstream hStream, CUcontext * pctx))      \
+  X(cuCtxPushCurrent_v2, cuCtxPushCurrent, 4000, 0, CUresult, (CUcontext ctx))                    \
+  X(cuCtxPopCurrent_v2, cuCtxPopCurrent, 4000, 0, CUresult, (CUcontext * pctx))                   \
+  X(cuDeviceGetGraphMemAttribute, cuDeviceGetGraphMemAttribute, 11040, 0, CUresult,               \
+    (CUdevice device, CUgraphMem_attribute attr, void* value))                                    \
   X(cuStreamCreate, cuStreamCreate, 2000, 0, CUresult, (CUstream * phStream, unsigned int Flags)) \
-  X(cuStreamDestroy_v2, cuStreamDestroy, 4000, 0, CUresult, (CUstream hStream))             \
-  X(cuMemAddressReserve, cuMemAddressReserve, 10020, 0, CUresult,                           \
-    (CUdeviceptr * ptr, size_t size, size_t alignment, CUdeviceptr addr,                    \
-     unsigned long long flags))                                                             \
-  X(cuMemAddressFree, cuMemAddressFree, 10020, 0, CUresult, (CUdeviceptr ptr, size_t size)) \
-  X(cuGraphCreate, cuGraphCreate, 10000, 0, CUresult, (CUgraph * phGraph, unsigned int flags)) \
-  X(cuGraphAddMemFreeNode, cuGraphAddMemFreeNode, 11040, 0, CUresult,                       \
-    (CUgraphNode * phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,            \
-     size_t numDependencies, CUdeviceptr dptr))                                             \
-  X(cuMemPoolSetAttribute, cuMemPoolSetAttribute, 11020, 0, CUresult,                       \
-    (CUmemoryPool pool, CUmemPool_attribute attr, void* value))                             \
-  X(cuEventCreate, cuEventCreate, 2000, 0, CUresult, (CUevent * phEvent, unsigned int Flags)) \
+  X(cuStreamDestroy_v2, cuStreamDestroy, 4000, 0, CUresult, (CUstream hStream))                   \
+  X(cuMemAddressReserve, cuMemAddressReserve, 10020, 0, CUresult,                                 \
+    (CUdeviceptr * ptr, size_t size, size_t alignment, CUdeviceptr addr,                          \
+     unsigned long long flags))                                                                   \
+  X(cuMemAddressFree, cuMemAddressFree, 10020, 0, CUresult, (CUdeviceptr ptr, size_t size))       \
+  X(cuGraphCreate, cuGraphCreate, 10000, 0, CUresult, (CUgraph * phGraph, unsigned int flags))    \
+  X(cuGraphAddMemFreeNode, cuGraphAddMemFreeNode, 11040, 0, CUresult,                             \
+    (CUgraphNode * phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,                  \
+     size_t numDependencies, CUdeviceptr dptr))                                                   \
+  X(cuMemPoolSetAttribute, cuMemPoolSetAttribute, 11020, 0, CUresult,                             \
+    (CUmemoryPool pool, CUmemPool_attribute attr, void* value))                                   \
+  X(cuEventCreate, cuEventCreate, 2000, 0, CUresult, (CUevent * phEvent, unsigned int Flags))     \
   X(cuEventDestroy_v2, cuEventDestroy, 4000, 0, CUresult, (CUevent hEvent))
 
 #define GPULET_CUDA_DECLARE(name, base, since, ptsz, ret, params) ret name params;

@@ -1194,7 +1194,7 @@ GPULET_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
   return rc;
 }
 
-// ---- virtual memory management: charged while any handle or mapping keeps the memory -----------
+// ---- virtual memory: charged while any handle or mapping keeps the memory ----------------------
 
 namespace {
 // Uncharges and forgets physical allocation `id` once no handle and no mapping refers to it.
@@ -1670,7 +1670,7 @@ GPULET_EXPORT CUresult cuCtxSynchronize(void) {
   return rc;
 }
 
-// ---- graphs: graph memory is charged for what the graphs' allocator holds ------------------------
+// ---- graphs: charged for what the graphs' allocator holds --------------------------------------
 //
 // Allocation nodes (cuGraphAddMemAllocNode, or cuMemAllocAsync on a capturing stream) take memory
 // when the graph runs, from the device's graph allocator, which keeps it until

@@ -480,17 +480,28 @@ struct Format {
 };
 bool FormatOf(CUarray_format f, Format* out) {
   const unsigned v = static_cast<unsigned>(f);
-  if (v == 0x01 || v == 0x08) *out = {1, 1, 1, true};
-  else if (v == 0x02 || v == 0x09 || v == 0x10) *out = {2, 1, 1, true};
-  else if (v == 0x03 || v == 0x0a || v == 0x20) *out = {4, 1, 1, true};
-  else if (v == 0xc0 || v == 0xc6) *out = {1, 1, 1, false};
-  else if (v == 0xc1 || v == 0xc7 || v == 0xc3 || v == 0xc9) *out = {2, 1, 1, false};
-  else if (v == 0xc2 || v == 0xc8 || v == 0xc4 || v == 0xca) *out = {4, 1, 1, false};
-  else if (v == 0xc5 || v == 0xcb) *out = {8, 1, 1, false};
-  else if (v == 0x91 || v == 0x92 || v == 0x97 || v == 0x98) *out = {8, 4, 4, false};
-  else if (v >= 0x93 && v <= 0x9e) *out = {16, 4, 4, false};
-  else if (v == 0xb0) *out = {6, 2, 2, false};  // NV12: luma plane + half-size chroma
-  else return false;
+  if (v == 0x01 || v == 0x08)
+    *out = {1, 1, 1, true};
+  else if (v == 0x02 || v == 0x09 || v == 0x10)
+    *out = {2, 1, 1, true};
+  else if (v == 0x03 || v == 0x0a || v == 0x20)
+    *out = {4, 1, 1, true};
+  else if (v == 0xc0 || v == 0xc6)
+    *out = {1, 1, 1, false};
+  else if (v == 0xc1 || v == 0xc7 || v == 0xc3 || v == 0xc9)
+    *out = {2, 1, 1, false};
+  else if (v == 0xc2 || v == 0xc8 || v == 0xc4 || v == 0xca)
+    *out = {4, 1, 1, false};
+  else if (v == 0xc5 || v == 0xcb)
+    *out = {8, 1, 1, false};
+  else if (v == 0x91 || v == 0x92 || v == 0x97 || v == 0x98)
+    *out = {8, 4, 4, false};
+  else if (v >= 0x93 && v <= 0x9e)
+    *out = {16, 4, 4, false};
+  else if (v == 0xb0)
+    *out = {6, 2, 2, false};  // NV12: luma plane + half-size chroma
+  else
+    return false;
   return true;
 }
 
@@ -987,8 +998,7 @@ SIM_EXPORT CUresult cuMemExportToShareableHandle(void* shareableHandle,
 
 // [VMM] cuMemImportFromShareableHandle: a new handle to the same memory, to be released like any.
 SIM_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle,
-                                                   void* osHandle,
-                                                   CUmemAllocationHandleType type) {
+                                                   void* osHandle, CUmemAllocationHandleType type) {
   SIM_LOCK();
   if (handle == nullptr || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
     return CUDA_ERROR_INVALID_VALUE;
@@ -1051,9 +1061,7 @@ SIM_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytes
   return AllocAsync(dptr, bytesize, s, pool);
 }
 SIM_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s) { return FreeAsync(dptr, s); }
-SIM_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) {
-  return FreeAsync(dptr, s);
-}
+SIM_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) { return FreeAsync(dptr, s); }
 
 SIM_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
   SIM_LOCK();
@@ -1320,9 +1328,12 @@ SIM_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_att
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const auto& dv = d.devices[device];
   uint64_t v = 0;
-  if (attr == CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT) v = dv.graph_used;
-  else if (attr == CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT) v = dv.graph_reserved;
-  else return CUDA_ERROR_INVALID_VALUE;
+  if (attr == CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT)
+    v = dv.graph_used;
+  else if (attr == CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT)
+    v = dv.graph_reserved;
+  else
+    return CUDA_ERROR_INVALID_VALUE;
   std::memcpy(value, &v, sizeof v);
   return CUDA_SUCCESS;
 }
@@ -1394,7 +1405,9 @@ uint64_t Footprint3D(const CUDA_ARRAY3D_DESCRIPTOR& a, const gpulet::cudasim::Fo
   for (unsigned l = 0; l < levels && l < 64; ++l) {
     const size_t w = std::max<size_t>(a.Width >> l, 1);
     const size_t h = a.Height == 0 ? 0 : std::max<size_t>(a.Height >> l, 1);
-    const size_t z = a.Depth == 0 ? 0 : layered || cube ? a.Depth : std::max<size_t>(a.Depth >> l, 1);
+    const size_t z = a.Depth == 0      ? 0
+                     : layered || cube ? a.Depth
+                                       : std::max<size_t>(a.Depth >> l, 1);
     bytes += gpulet::cudasim::ArrayFootprint(w, h, z, f, a.NumChannels);
   }
   return bytes;
@@ -1507,7 +1520,8 @@ struct Entry {
 // it by, the CUDA version that introduced the variant, whether it is the per-thread default
 // stream twin. Written here, not derived from the library's list, and with a variant the
 // library does not know (cuMemAllocManaged_v2).
-#define E(base, name, since, ptsz) {#base, #name, since, ptsz, reinterpret_cast<void*>(&::name)}
+#define E(base, name, since, ptsz) \
+  { #base, #name, since, ptsz, reinterpret_cast < void*>(&::name) }
 const Entry kEntries[] = {
     E(cuInit, cuInit, 2000, false),
     E(cuDriverGetVersion, cuDriverGetVersion, 2020, false),

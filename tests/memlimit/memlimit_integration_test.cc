@@ -177,8 +177,9 @@ class MemLimitTest : public ::testing::Test {
     const std::string text = out->out;
     const size_t end = text.find_last_not_of('\n');
     const size_t start = text.rfind('\n', end);
-    return text.substr(start == std::string::npos ? 0 : start + 1,
-                       end == std::string::npos ? 0 : end - (start == std::string::npos ? 0 : start + 1) + 1);
+    return text.substr(
+        start == std::string::npos ? 0 : start + 1,
+        end == std::string::npos ? 0 : end - (start == std::string::npos ? 0 : start + 1) + 1);
   }
 
   std::string root_, acct_, uuid0_, uuid1_;

@@ -272,12 +272,11 @@ void NeighbourContext(uint64_t limit) {
   gpulet_sim_set_hook(&NeighbourHook);
   Init();
   Check("context measured while a neighbour took 1 GiB", limit);
-  std::printf("ok neighbour-context context_bytes=%" PRIu64 "\n",
-              [] {
-                Region r;
-                r.Open(g_dir, true);
-                return r.Usage().at(0).context_bytes;
-              }());
+  std::printf("ok neighbour-context context_bytes=%" PRIu64 "\n", [] {
+    Region r;
+    r.Open(g_dir, true);
+    return r.Usage().at(0).context_bytes;
+  }());
 }
 
 // Issue 24 item 5: cuMemAllocAsync on a stream of device 1 while device 0 is current.
@@ -461,8 +460,7 @@ void Differential(uint64_t limit, uint64_t seed, int64_t steps) {
       static const CUarray_format fmts[] = {CU_AD_FORMAT_UNSIGNED_INT8, CU_AD_FORMAT_HALF,
                                             CU_AD_FORMAT_BC1_UNORM, CU_AD_FORMAT_NV12,
                                             CU_AD_FORMAT_SNORM_INT16X4};
-      CUDA_ARRAY_DESCRIPTOR d{1 + pick(2048), pick(2) * pick(1024), fmts[pick(5)],
-                              1u << pick(3)};
+      CUDA_ARRAY_DESCRIPTOR d{1 + pick(2048), pick(2) * pick(1024), fmts[pick(5)], 1u << pick(3)};
       CUarray a = nullptr;
       if (cuArrayCreate_v2(&a, &d) == CUDA_SUCCESS) arrays.push_back(a);
     } else if (op < 71) {
@@ -564,22 +562,34 @@ int main(int argc, char** argv) {
   g_dir = argv[1];
   const std::string what = argv[2];
   // The limit of GPUs 0 and 1, as the test wrote it into the limits file beside the library.
-  const uint64_t limit = std::strtoull(std::getenv("MODEL_LIMIT") ? std::getenv("MODEL_LIMIT") : "0",
-                                       nullptr, 10);
+  const uint64_t limit =
+      std::strtoull(std::getenv("MODEL_LIMIT") ? std::getenv("MODEL_LIMIT") : "0", nullptr, 10);
   if (limit == 0) Fail("MODEL_LIMIT not set");
-  if (what == "reuse-race") ReuseRace(limit);
-  else if (what == "vmm-mapped") VmmMapped(limit);
-  else if (what == "vmm-retain") VmmRetain(limit);
-  else if (what == "vmm-import") VmmImport(limit);
-  else if (what == "graph") Graph(limit);
-  else if (what == "neighbour-module") NeighbourModule(limit);
-  else if (what == "neighbour-context") NeighbourContext(limit);
-  else if (what == "stream-device") StreamDevice(limit);
-  else if (what == "arrays") Arrays(limit);
-  else if (what == "procaddr") ProcAddr(limit);
-  else if (what == "retain-race") RetainRace(limit);
+  if (what == "reuse-race")
+    ReuseRace(limit);
+  else if (what == "vmm-mapped")
+    VmmMapped(limit);
+  else if (what == "vmm-retain")
+    VmmRetain(limit);
+  else if (what == "vmm-import")
+    VmmImport(limit);
+  else if (what == "graph")
+    Graph(limit);
+  else if (what == "neighbour-module")
+    NeighbourModule(limit);
+  else if (what == "neighbour-context")
+    NeighbourContext(limit);
+  else if (what == "stream-device")
+    StreamDevice(limit);
+  else if (what == "arrays")
+    Arrays(limit);
+  else if (what == "procaddr")
+    ProcAddr(limit);
+  else if (what == "retain-race")
+    RetainRace(limit);
   else if (what == "diff" && argc == 5)
     Differential(limit, std::strtoull(argv[3], nullptr, 10), std::strtoll(argv[4], nullptr, 10));
-  else Fail("unknown scenario " + what);
+  else
+    Fail("unknown scenario " + what);
   return 0;
 }
