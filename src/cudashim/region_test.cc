@@ -119,17 +119,33 @@ TEST_F(RegionTest, AReusedPidIsNotTheOwner) {
   OpenWithLimits(r);
   const int p = r.Attach();
   ASSERT_TRUE(r.Admit(p, 0, 500));
-  EXPECT_TRUE(OwnerAlive(::getpid(), ProcessStartTime(::getpid())));
-  EXPECT_FALSE(OwnerAlive(::getpid(), ProcessStartTime(::getpid()) + 1));
-  // Our own pid with another start time: what a slot looks like after its owner died and the pid
-  // went to a new process.
-  RegionLayout* layout = nullptr;
+  const uint64_t start = ProcessStartTime(::getpid());
+  EXPECT_TRUE(OwnerAlive(::getpid(), start));
+  EXPECT_FALSE(OwnerAlive(::getpid(), start + 1));
+  // A slot holding 300 bytes under our own pid with another start time: what a slot looks like
+  // after its owner died and the pid went to a new process (us). Written into the file directly.
   {
-    Region raw;
-    ASSERT_EQ(raw.Open(dir_), "");
+    std::fstream f(dir_ + "/memory.region", std::ios::in | std::ios::out | std::ios::binary);
+    const int q = p == 0 ? 1 : 0;
+    const auto slot =
+        static_cast<std::streamoff>(offsetof(RegionLayout, processes) + q * sizeof(ProcessSlot));
+    const uint32_t live = kSlotLive;
+    const int32_t pid = ::getpid();
+    const uint64_t other_start = start + 1, held = 300;
+    f.seekp(slot + static_cast<std::streamoff>(offsetof(ProcessSlot, state)));
+    f.write(reinterpret_cast<const char*>(&live), sizeof live);
+    f.seekp(slot + static_cast<std::streamoff>(offsetof(ProcessSlot, pid)));
+    f.write(reinterpret_cast<const char*>(&pid), sizeof pid);
+    f.seekp(slot + static_cast<std::streamoff>(offsetof(ProcessSlot, start_time)));
+    f.write(reinterpret_cast<const char*>(&other_start), sizeof other_start);
+    f.seekp(slot + static_cast<std::streamoff>(offsetof(ProcessSlot, used)));
+    f.write(reinterpret_cast<const char*>(&held), sizeof held);
   }
-  (void)layout;
-  EXPECT_EQ(r.Reap(), 0);  // the real owner (us) is alive
+  // The reused pid's slot is reaped (its 300 bytes go), ours (the pid's real owner) stays.
+  EXPECT_EQ(r.Reap(), 1);
+  EXPECT_EQ(r.Usage().at(0).used, 500u);
+  EXPECT_TRUE(r.Admit(p, 0, 500));
+  EXPECT_EQ(r.Reap(), 0);
 }
 
 // Issue 23 item 6: the limit is not the tenant's. A tenant that rewrites its writable region —
