@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Memory limits (issue 13) against the real driver: builds libgpulet-cuda.so, the region tool, the
-# probe (tests/memlimit/memlimit_probe.cc, linked against the real libcuda.so.1) and the nvcc
+# Memory limits (issues 13, 24) against the real driver: builds libgpulet-cuda.so, the region tool,
+# the probe (tests/memlimit/memlimit_probe.cc, linked against the real libcuda.so.1) and the nvcc
 # runtime program (tests/memlimit/device/memlimit_runtime.cu), then runs them on GPU 0 under a
-# limit and checks: cudaMalloc, cudaMallocAsync, cuMemCreate and arrays stop at the limit with an
-# out-of-memory error; cudaMemGetInfo and nvidia-smi show the limit as the total; the driver API
-# reached by linking, dlsym and cuGetProcAddress_v2 is counted; kernels still run.
+# limit and checks: cudaMalloc, cudaMallocAsync, cuMemCreate and arrays (sized by the driver) stop
+# at the limit with an out-of-memory error; create → map → release keeps the memory charged until
+# unmapped; a captured graph within the limit runs and one past it is refused; 4 threads freeing
+# and allocating the same addresses lose no charge; cudaMemGetInfo and nvidia-smi show the limit
+# as the total; the driver API reached by linking, dlsym and cuGetProcAddress_v2 is counted;
+# kernels still run. Changes no GPU setting (no MIG mode, compute mode or clocks).
 # Needs: an NVIDIA GPU and driver, nvcc (CUDA 12+), g++ 12+. Writes everything under $OUT (or a
 # temporary directory). Exit status: 0 all checks passed, 1 a check failed, 2 not runnable here.
 # Usage: scripts/device-check-memory-limits.sh [LIMIT_MIB]   (default 8192)
@@ -42,7 +45,11 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader -i
 UUID=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0 | tr -d ' ')
 export CUDA_VISIBLE_DEVICES=0 GPULET_CUDA_DIR="$OUT/acct"
 PRELOAD="$OUT/bin/libgpulet-cuda.so"
-region() { "$OUT/bin/gpulet-cuda-region" create "$OUT/acct" "$UUID=$LIMIT"; }
+# The limits file lives beside the library (read-only in a container), the region in GPULET_CUDA_DIR.
+region() {
+  "$OUT/bin/gpulet-cuda-region" create "$OUT/acct" "$UUID=$LIMIT" &&
+    cp "$OUT/acct/gpulet-cuda.limits" "$OUT/bin/gpulet-cuda.limits"
+}
 under() { LD_PRELOAD="$PRELOAD" "$@"; }
 value() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" | tail -1; }
 echo "== GPU 0 $UUID, limit $LIMIT_MIB MiB"
@@ -60,6 +67,30 @@ for cmd in malloc async vmm array; do
   check "$cmd leaves less than one chunk plus the context unused" \
     test $((LIMIT - ${admitted:-0})) -lt $(((64 << 20) + (2048 << 20)))
 done
+
+CONTEXT_ROOM=$((2048 << 20))  # a context and the runtime's own memory, at most
+region
+out=$(under "$OUT/bin/memlimit_runtime" vmm-mapped $((256 << 20)) 2>&1)
+echo "$out"
+admitted=$(echo "$out" | grep "^vmm-mapped admitted" | value admitted)
+check "vmm create/map/release stops at the limit" test "${admitted:-0}" -gt 0 -a "${admitted:-0}" -le "$LIMIT"
+check "vmm mapped memory stays charged after release (free near 0)" \
+  test "$(echo "$out" | grep "^vmm-mapped admitted" | value free)" -lt $((256 << 20))
+check "vmm memory uncharged once unmapped" \
+  test "$(echo "$out" | value unmapped_free)" -gt $((LIMIT - CONTEXT_ROOM))
+
+region
+out=$(under "$OUT/bin/memlimit_runtime" graph $((256 << 20)) 2>&1)
+echo "$out"
+check "a graph within the limit runs" bash -c "[[ '$(echo "$out" | value small)' == cudaSuccess ]]"
+check "a graph past the limit is refused" \
+  bash -c "[[ '$(echo "$out" | value big)' == cudaErrorMemoryAllocation ]]"
+
+region
+out=$(under "$OUT/bin/memlimit_runtime" reuse $((1 << 20)) 2>&1)
+echo "$out"
+check "address reuse between threads loses no charge" \
+  test "$(echo "$out" | value before)" -eq "$(echo "$out" | value after)"
 
 region
 out=$(under "$OUT/bin/memlimit_runtime" info 2>&1)
