@@ -25,6 +25,17 @@
 
 __global__ void Touch(int* p) { p[threadIdx.x] = threadIdx.x; }
 
+// Pinned device memory on GPU 0, and its allocation granularity.
+CUmemAllocationProp DeviceProp(size_t* granularity) {
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  *granularity = 0;
+  cuMemGetAllocationGranularity(granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  return prop;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
   const char* cmd = argv[1];
@@ -44,12 +55,8 @@ int main(int argc, char** argv) {
     while ((e = cudaMallocAsync(&p, chunk, s)) == cudaSuccess) admitted += chunk;
     cudaStreamSynchronize(s);
   } else if (std::strcmp(cmd, "vmm") == 0) {
-    CUmemAllocationProp prop = {};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = 0;
     size_t gran = 0;
-    cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    const CUmemAllocationProp prop = DeviceProp(&gran);
     const size_t size = (chunk + gran - 1) / gran * gran;
     CUmemGenericAllocationHandle h;
     CUresult r;
@@ -74,12 +81,8 @@ int main(int argc, char** argv) {
     if (each == 0) return 0;
     while ((e = cudaMallocArray(&a, &desc, width, height)) == cudaSuccess) admitted += each;
   } else if (std::strcmp(cmd, "vmm-mapped") == 0) {
-    CUmemAllocationProp prop = {};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = 0;
     size_t gran = 0;
-    cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    const CUmemAllocationProp prop = DeviceProp(&gran);
     const size_t size = (chunk + gran - 1) / gran * gran;
     CUmemAccessDesc access = {};
     access.location = prop.location;
