@@ -414,6 +414,28 @@ int Region::Reap() {
   return reaped;
 }
 
+int Region::ReleaseEarlierImages() {
+  if (layout_ == nullptr || read_only_) return 0;
+  const pid_t pid = ::getpid();
+  const uint64_t start = ProcessStartTime(pid);
+  if (start == 0 || !Lock()) return 0;  // without a start time an earlier image cannot be told
+  int freed = 0;
+  for (ProcessSlot& p : layout_->processes) {
+    if (p.state.load(std::memory_order_acquire) != kSlotLive || p.pid != pid ||
+        p.start_time != start) {
+      continue;
+    }
+    for (auto& u : p.used) u.store(0, std::memory_order_relaxed);
+    p.pid = 0;
+    p.start_time = 0;
+    p.state.store(kSlotFree, std::memory_order_release);
+    ++freed;
+  }
+  RebuildLocked();
+  Unlock();
+  return freed;
+}
+
 int Region::Attach() {
   if (layout_ == nullptr || read_only_ || !Lock()) return -1;
   ReapLocked();

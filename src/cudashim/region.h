@@ -204,6 +204,10 @@ class Region {
   void ReleaseAll(int proc, int gpu);
   // Frees the slots of dead owners and rebuilds every GPU's use. Returns the number reaped.
   int Reap();
+  // Frees the slots held under this process's own pid and start time: an earlier image of this
+  // process (exec keeps both; its CUDA memory went with the image). Call once per process image,
+  // before Attach. Returns the number freed.
+  int ReleaseEarlierImages();
 
   std::vector<GpuUsage> Usage() const;
 

@@ -148,6 +148,21 @@ TEST_F(RegionTest, AReusedPidIsNotTheOwner) {
   EXPECT_EQ(r.Reap(), 0);
 }
 
+// Issue 24 item 6: exec keeps pid and start time, so the slot of the image before exec looks
+// alive; the new image frees it before it attaches.
+TEST_F(RegionTest, AnEarlierImageOfThisProcessIsReleased) {
+  Make({{"GPU-a", 1000, 0}});
+  Region before_exec;
+  OpenWithLimits(before_exec);
+  ASSERT_TRUE(before_exec.Admit(before_exec.Attach(), 0, 700));
+  Region after_exec;
+  OpenWithLimits(after_exec);
+  EXPECT_EQ(after_exec.Reap(), 0);  // same pid, same start time: alive as far as /proc can tell
+  EXPECT_EQ(after_exec.ReleaseEarlierImages(), 1);
+  EXPECT_EQ(after_exec.Usage().at(0).used, 0u);
+  EXPECT_TRUE(after_exec.Admit(after_exec.Attach(), 0, 1000));
+}
+
 // Issue 23 item 6: the limit is not the tenant's. A tenant that rewrites its writable region —
 // the version-1 limit field, the UUIDs, gpu_count — changes no limit of a process that loaded the
 // limits file, and a process that starts afterwards still gets the file's limit.
