@@ -289,6 +289,7 @@ State* NewState() {
   const char* dir = std::getenv("GPULET_CUDA_DIR");
   if (dir == nullptr || *dir == '\0') dir = kDefaultDir;
   if (s->error.empty()) s->error = s->region.Open(dir);
+  if (s->error.empty()) s->region.ReleaseEarlierImages();  // exec keeps pid and start time
   if (s->error.empty()) s->proc.store(s->region.Attach());
   if (s->error.empty() && s->proc.load() < 0) {
     s->error = s->region.path() + ": all " + std::to_string(kMaxProcesses) +

@@ -461,6 +461,15 @@ TEST_F(MemLimitTest, ConcurrentPrimaryRetainsChargeOnce) {
   EXPECT_EQ(Model({"retain-race"}, 256 * kMiB), "ok retain-race");
 }
 
+// Item 6: exec keeps pid and start time; the image before exec held a context and 8 MiB, which
+// the driver freed with it: the new image is charged its own context only.
+TEST_F(MemLimitTest, ExecReleasesTheEarlierImagesCharges) {
+  MakeRegion(64 * kMiB);
+  const CommandOutput out =
+      Probe({"init", "alloc", "alloc", std::to_string(8 * kMiB), "exec", "init", "info"});
+  EXPECT_EQ(U(Line(out.out, "info"), "cu_free"), 64 * kMiB - context_) << out.out;
+}
+
 // The differential run: 100,000 random steps (allocations, frees, pools, VMM, arrays, modules,
 // graph capture and launch, threads, fork). The seed is printed (and in any failure).
 TEST_F(MemLimitTest, DifferentialAgainstTheDriverModel) {

@@ -20,6 +20,7 @@
 //   rtldnext                    dlsym(RTLD_NEXT, "cuMemAlloc_v2")
 //   wait FILE                   until FILE exists (several processes start together)
 //   hold                        print "holding" and wait to be killed
+//   exec                        exec this program with the commands after it (same pid)
 // APIs: alloc pitch managed create async pool array array3d mipmap module library context
 #include <dlfcn.h>
 #include <unistd.h>
@@ -350,6 +351,20 @@ int main(int argc, char** argv) {
       // A start line for several processes: wait until the file exists.
       const char* go = argv[++i];
       while (access(go, F_OK) != 0) usleep(1000);
+    } else if (cmd == "exec") {
+      // A new image of the same process: its CUDA state (and memory) is gone, pid and start time
+      // are the same.
+      std::vector<char*> next = {argv[0]};
+      if (g_via != "link") {
+        next.push_back(const_cast<char*>("--via"));
+        next.push_back(const_cast<char*>(g_via.c_str()));
+      }
+      for (int j = i + 1; j < argc; ++j) next.push_back(argv[j]);
+      next.push_back(nullptr);
+      std::fflush(stdout);
+      execv("/proc/self/exe", next.data());
+      std::printf("error=exec failed\n");
+      return 1;
     } else if (cmd == "hold") {
       std::printf("holding\n");
       for (;;) pause();
