@@ -131,6 +131,15 @@ ApiResult<nlohmann::json> Perform(const ClusterAccess& a, const std::string& met
   if (j.is_discarded()) {
     return Status(ErrorCode::kUnavailable, method + " " + path + ": response is not JSON");
   }
+  // A 2xx answer can still carry a Failure Status: the eviction subresource answers a pod under
+  // two PodDisruptionBudgets that way (201, code 500). client-go turns it into an error
+  // (staging/src/k8s.io/client-go/rest/request.go, transformResponse); so do we, with its code.
+  if (j.is_object() && j.value("kind", "") == "Status" && j.value("status", "") == "Failure") {
+    const long failed = j.contains("code") && j["code"].is_number_integer()
+                            ? j["code"].get<long>()
+                            : 500;
+    return ApiResult<nlohmann::json>(HttpError(method, path, failed, response), failed);
+  }
   return j;
 }
 

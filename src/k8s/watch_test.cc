@@ -192,6 +192,21 @@ TEST_F(CollectionWatchTest, ListsTheSelectedObjectsThenFollowsTheirEvents) {
   EXPECT_NE(watches[0].find("resourceVersion=" + listed), std::string::npos) << watches[0];
 }
 
+// issue 26 item 5: an object whose label is removed stops matching the selector; the API server
+// sends DELETED (cache_watcher.go) and the object must leave the store. One that gains the label
+// arrives as ADDED. The old stand-in sent nothing for the first, so a stale object stayed.
+TEST_F(CollectionWatchTest, AnObjectThatStopsMatchingLeavesAndOneThatStartsEnters) {
+  Start();
+  ASSERT_TRUE(Eventually([&] { return watcher_->synced(); }));
+  ASSERT_TRUE(server_->WaitForOpenWatches(1, 20s));
+  server_->Put(kConfigMaps + "/a", ConfigMap("a", false, "a1"));       // label removed
+  server_->Put(kConfigMaps + "/other", ConfigMap("other", true, "x"));  // label added
+  ASSERT_TRUE(store_.WaitFor("a", ""));
+  ASSERT_TRUE(store_.WaitFor("other", "x"));
+  EXPECT_EQ(store_.names(), (std::vector<std::string>{"b", "other"}));
+  EXPECT_EQ(store_.events(), (std::vector<std::string>{"DELETED a", "ADDED other"}));
+}
+
 TEST_F(CollectionWatchTest, WithoutASelectorFollowsTheWholeCollection) {
   Start("/api/v1/nodes", "");
   server_->Put("/api/v1/nodes/n1", ConfigMap("n1", false, "1"));

@@ -3,9 +3,11 @@
 #include <httplib.h>
 #include <signal.h>
 
-#include <condition_variable>
-#include <cstdlib>
 #include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <optional>
@@ -35,12 +37,6 @@ nlohmann::json StatusBody(int code, const std::string& reason, const std::string
 void Fail(httplib::Response& res, int code, const std::string& reason, const std::string& message) {
   res.status = code;
   res.set_content(StatusBody(code, reason, message).dump(), "application/json");
-}
-
-std::string SelectedName(const httplib::Request& req) {
-  const std::string sel = req.get_param_value("fieldSelector");
-  const std::string prefix = "metadata.name=";
-  return sel.rfind(prefix, 0) == 0 ? sel.substr(prefix.size()) : "";
 }
 
 std::vector<std::string> Segments(const std::string& path) {
@@ -129,6 +125,87 @@ bool Matches(const nlohmann::json& obj, const std::string& field_selector,
   });
 }
 
+std::string Rfc3339(std::chrono::system_clock::time_point t) {
+  const std::time_t tt = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  gmtime_r(&tt, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// A label selector object (matchLabels and matchExpressions) against `labels`. A selector that
+// is absent selects nothing and an empty one selects everything
+// (staging/src/k8s.io/apimachinery/pkg/apis/meta/v1/helpers.go, LabelSelectorAsSelector).
+bool SelectorMatches(const nlohmann::json* selector, const nlohmann::json& labels) {
+  if (selector == nullptr || selector->is_null()) return false;
+  auto label = [&](const std::string& k) -> std::optional<std::string> {
+    if (!labels.is_object() || !labels.contains(k) || !labels[k].is_string()) return std::nullopt;
+    return labels[k].get<std::string>();
+  };
+  static const nlohmann::json kNone = nlohmann::json::object();
+  const nlohmann::json& match_labels =
+      selector->contains("matchLabels") ? (*selector)["matchLabels"] : kNone;
+  if (match_labels.is_object()) {
+    for (auto it = match_labels.begin(); it != match_labels.end(); ++it) {
+      if (!it->is_string() || label(it.key()) != it->get<std::string>()) return false;
+    }
+  }
+  const nlohmann::json& expressions =
+      selector->contains("matchExpressions") ? (*selector)["matchExpressions"] : kNone;
+  for (size_t x = 0; expressions.is_array() && x < expressions.size(); ++x) {
+    const nlohmann::json& e = expressions[x];
+    const std::optional<std::string> have = label(e.value("key", ""));
+    const std::string op = e.value("operator", "");
+    bool in = false;
+    const nlohmann::json values = e.contains("values") ? e["values"] : nlohmann::json::array();
+    for (size_t i = 0; values.is_array() && i < values.size(); ++i) {
+      if (have && values[i].is_string() && values[i].get<std::string>() == *have) in = true;
+    }
+    if ((op == "In" && !in) || (op == "NotIn" && in) || (op == "Exists" && !have) ||
+        (op == "DoesNotExist" && have)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Whether a strategic-merge patch holds anything where strategic merge and JSON merge differ:
+// a list (merged by its patchMergeKey, not replaced) or a $-directive. The stand-in refuses those
+// rather than guess (staging/src/k8s.io/apimachinery/pkg/util/strategicpatch/patch.go).
+bool NeedsStrategicMerge(const nlohmann::json& patch) {
+  if (patch.is_array()) return true;
+  if (!patch.is_object()) return false;
+  for (const auto& [k, v] : patch.items()) {
+    if (!k.empty() && k[0] == '$') return true;
+    if (NeedsStrategicMerge(v)) return true;
+  }
+  return false;
+}
+
+std::string PodPhase(const nlohmann::json& pod) {
+  return pod.contains("status") && pod["status"].is_object() ? pod["status"].value("phase", "")
+                                                             : "";
+}
+
+bool HasDeletionTimestamp(const nlohmann::json& obj) {
+  return obj.contains("metadata") && obj["metadata"].contains("deletionTimestamp") &&
+         !obj["metadata"]["deletionTimestamp"].is_null();
+}
+
+// Sets condition `type` in status.conditions (replacing one of the same type).
+void SetCondition(nlohmann::json& pod, nlohmann::json condition) {
+  nlohmann::json& conds = pod["status"]["conditions"];
+  if (!conds.is_array()) conds = nlohmann::json::array();
+  for (nlohmann::json& c : conds) {
+    if (c.value("type", "") == condition.value("type", "")) {
+      c = std::move(condition);
+      return;
+    }
+  }
+  conds.push_back(std::move(condition));
+}
+
 }  // namespace
 
 Result<TestPki> MakeTestPki(const std::string& dir) {
@@ -185,6 +262,10 @@ struct FakeApiServer::State {
     std::string type;
     std::string path;
     nlohmann::json object;
+    // The object before this change (MODIFIED, DELETED): a watch with a selector compares both
+    // to turn a MODIFIED into ADDED or DELETED, as the watch cache does
+    // (staging/src/k8s.io/apiserver/pkg/storage/cacher/cache_watcher.go, convertToWatchEvent).
+    std::optional<nlohmann::json> prev;
   };
   std::vector<Event> history;
   uint64_t version = 100;
@@ -195,19 +276,61 @@ struct FakeApiServer::State {
   bool stopping = false;
   size_t open_watches = 0;
   std::vector<RecordedRequest> requests;
+  uint64_t uid_counter = 0;
+  std::vector<WriteFault> faults;
+  std::function<void(const RecordedRequest&)> before_write;
+  uint64_t bookmark_generation = 0;  // SendBookmarks()
+  uint64_t gone_generation = 0;      // ExpireWatches(): 410 in the middle of open streams
+  uint64_t error_generation = 0;     // SendWatchError()
+  nlohmann::json watch_error;        // the Status of the last SendWatchError()
+  // Pods being deleted gracefully: path → when the stand-in kubelet has stopped them.
+  std::map<std::string, std::chrono::steady_clock::time_point> deleting;
+  std::thread reaper;
 
   // Caller holds mu.
   uint64_t Record(const std::string& type, const std::string& path, nlohmann::json object) {
     const uint64_t v = ++version;
+    std::optional<nlohmann::json> prev;
+    if (auto it = objects.find(path); it != objects.end()) prev = it->second;
+    if (type != "DELETED") DefaultMetadata(object, prev);
     object["metadata"]["resourceVersion"] = std::to_string(v);
     if (type == "DELETED") {
       objects.erase(path);
+      deleting.erase(path);
     } else {
       objects[path] = object;
     }
-    history.push_back({v, type, path, std::move(object)});
+    history.push_back({v, type, path, std::move(object), std::move(prev)});
     cv.notify_all();
     return v;
+  }
+
+  // What the API server fills in on create and keeps on update
+  // (staging/src/k8s.io/apiserver/pkg/registry/rest/create.go, FillObjectMetaSystemFields):
+  // metadata.uid and creationTimestamp; an update cannot change either.
+  void DefaultMetadata(nlohmann::json& object, const std::optional<nlohmann::json>& prev) {
+    nlohmann::json& meta = object["metadata"];
+    if (prev && prev->contains("metadata")) {
+      const nlohmann::json& old = (*prev)["metadata"];
+      for (const char* k : {"uid", "creationTimestamp"}) {
+        if (old.contains(k) && (!meta.contains(k) || meta[k].is_null())) meta[k] = old[k];
+      }
+      return;
+    }
+    if (!meta.contains("uid") || !meta["uid"].is_string() || meta["uid"].get<std::string>().empty()) {
+      meta["uid"] = NewUid();
+    }
+    if (!meta.contains("creationTimestamp") || meta["creationTimestamp"].is_null()) {
+      meta["creationTimestamp"] = Rfc3339(std::chrono::system_clock::now());
+    }
+  }
+
+  std::string NewUid() {
+    char buf[40];
+    const uint64_t n = ++uid_counter;
+    std::snprintf(buf, sizeof buf, "fa4e0000-0000-4000-8000-%012llx",
+                  static_cast<unsigned long long>(n));
+    return buf;
   }
 
   bool Authorized(const httplib::Request& req, httplib::Response& res) {
@@ -256,78 +379,247 @@ struct FakeApiServer::State {
     res.set_content(it->second.dump(), "application/json");
   }
 
-  void HandlePost(const httplib::Request& req, httplib::Response& res) {
+  // Every write goes through here: authorisation, then the first injected fault that matches
+  // (InjectWriteFault), then `apply` (called with mu held).
+  void HandleWrite(const httplib::Request& req, httplib::Response& res,
+                   const std::function<void(const nlohmann::json& body)>& apply) {
     if (!Authorized(req, res)) return;
-    nlohmann::json body = nlohmann::json::parse(req.body, nullptr, false);
-    if (body.is_discarded() || !body.is_object()) {
-      Fail(res, 400, "BadRequest", "body is not a JSON object");
+    std::optional<WriteFault> fault;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (auto it = faults.begin(); it != faults.end(); ++it) {
+        if ((!it->method.empty() && it->method != req.method) ||
+            req.path.rfind(it->path_prefix, 0) != 0) {
+          continue;
+        }
+        fault = *it;
+        if (--it->times <= 0) faults.erase(it);
+        break;
+      }
+    }
+    if (fault && fault->kind == WriteFault::Kind::kServerError) {
+      Fail(res, fault->code, fault->code == 503 ? "ServiceUnavailable" : "InternalError",
+           "injected fault");
       return;
     }
-    std::lock_guard<std::mutex> lock(mu);
-    const std::vector<std::string> seg = Segments(req.path);
-    if (seg.size() >= 3 && seg.back() == "eviction" && seg[seg.size() - 3] == "pods") {
-      const std::string pod_path = req.path.substr(0, req.path.rfind('/'));
-      auto pod = objects.find(pod_path);
-      if (pod == objects.end()) {
-        Fail(res, 404, "NotFound", "pods \"" + seg[seg.size() - 2] + "\" not found");
+    if (fault && fault->kind == WriteFault::Kind::kTooManyRequests) {
+      // API priority and fairness answers 429 with Retry-After
+      // (staging/src/k8s.io/apiserver/pkg/server/filters/maxinflight.go, tooManyRequests).
+      Fail(res, 429, "TooManyRequests", "Too many requests, please try again later.");
+      res.set_header("Retry-After", std::to_string(fault->retry_after_seconds));
+      return;
+    }
+    if (fault && fault->kind == WriteFault::Kind::kTimeout) {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait_for(lock, fault->delay, [&] { return stopping; });
+      lock.unlock();
+      // The request timeout filter's answer (staging/src/k8s.io/apiserver/pkg/server/filters/
+      // timeout.go): 504 with a Timeout Status; this stand-in writes nothing.
+      Fail(res, 504, "Timeout", "the request did not complete within the allowed duration");
+      return;
+    }
+    std::function<void(const RecordedRequest&)> hook;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      hook = before_write;
+    }
+    if (hook) hook(RecordedRequest{req.method, req.path, "", req.get_header_value("Content-Type")});
+    nlohmann::json body = nlohmann::json::object();
+    if (!req.body.empty()) {
+      body = nlohmann::json::parse(req.body, nullptr, false);
+      if (body.is_discarded()) {
+        Fail(res, 400, "BadRequest", "body is not JSON");
         return;
       }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      apply(body);
+    }
+    if (fault && fault->kind == WriteFault::Kind::kLostAnswer && res.status < 300) {
+      // The write happened; the answer never arrives: headers, then the connection is cut.
+      const size_t length = res.body.size() + 1;
+      res.body.clear();
+      res.set_content_provider(length, "application/json",
+                               [](size_t, size_t, httplib::DataSink&) { return false; });
+    }
+  }
+
+  void HandlePost(const httplib::Request& req, httplib::Response& res) {
+    HandleWrite(req, res, [&](const nlohmann::json& body) {
+      if (!body.is_object()) {
+        Fail(res, 400, "BadRequest", "body is not a JSON object");
+        return;
+      }
+      const std::vector<std::string> seg = Segments(req.path);
+      if (seg.size() >= 3 && seg.back() == "eviction" && seg[seg.size() - 3] == "pods") {
+        HandleEviction(req.path, body, res);
+        return;
+      }
+      if (seg.size() >= 3 && seg.back() == "binding" && seg[seg.size() - 3] == "pods") {
+        HandleBinding(req.path, body, res);
+        return;
+      }
+      if (!IsCollection(req.path)) {
+        Fail(res, 405, "MethodNotAllowed", "POST " + req.path + ": not a collection");
+        return;
+      }
+      const std::string name = body.contains("metadata") ? body["metadata"].value("name", "") : "";
+      if (name.empty()) {
+        Fail(res, 422, "Invalid", "metadata.name: Required value");
+        return;
+      }
+      const std::string path = req.path + "/" + name;
+      if (objects.count(path)) {
+        Fail(res, 409, "AlreadyExists", "\"" + name + "\" already exists");
+        return;
+      }
+      nlohmann::json created = body;
+      created["metadata"].erase("uid");  // the server assigns it
+      Record("ADDED", path, created);
+      res.status = 201;
+      res.set_content(objects[path].dump(), "application/json");
+    });
+  }
+
+  // POST .../pods/NAME/eviction (caller holds mu), after pkg/registry/core/pod/storage/
+  // eviction.go: a pod that is not running (Succeeded, Failed, Pending) or already terminating
+  // is deleted without looking at budgets; otherwise every PodDisruptionBudget of its namespace
+  // whose selector matches it is found: more than one is a Failure Status with code 500 (sent
+  // with HTTP 201, as the create handler writes a returned Status), one with no disruption left is
+  // 429, and the pod is then deleted gracefully (Terminating, with a DisruptionTarget condition).
+  void HandleEviction(const std::string& path, const nlohmann::json& body, httplib::Response& res) {
+    const std::string pod_path = path.substr(0, path.rfind('/'));
+    const std::string name = pod_path.substr(pod_path.rfind('/') + 1);
+    auto pod = objects.find(pod_path);
+    if (pod == objects.end()) {
+      Fail(res, 404, "NotFound", "pods \"" + name + "\" not found");
+      return;
+    }
+    if (body.contains("metadata") && body["metadata"].is_object() &&
+        body["metadata"].value("name", name) != name) {
+      Fail(res, 400, "BadRequest", "name in URL does not match name in Eviction object");
+      return;
+    }
+    const nlohmann::json delete_options = body.value("deleteOptions", nlohmann::json::object());
+    const std::string phase = PodPhase(pod->second);
+    const bool ignore_budgets = phase == "Succeeded" || phase == "Failed" || phase == "Pending" ||
+                                HasDeletionTimestamp(pod->second);
+    if (!ignore_budgets) {
       const std::string ns = pod->second["metadata"].value("namespace", "");
-      const nlohmann::json labels = pod->second["metadata"].value("labels", nlohmann::json::object());
+      const nlohmann::json labels =
+          pod->second["metadata"].value("labels", nlohmann::json::object());
       const std::string pdbs = "/apis/policy/v1/namespaces/" + ns + "/poddisruptionbudgets";
-      for (auto& [path, pdb] : objects) {
-        if (!InCollection(pdbs, path)) continue;
-        const nlohmann::json want = pdb.contains("spec") && pdb["spec"].contains("selector")
-                                        ? pdb["spec"]["selector"].value("matchLabels",
-                                                                        nlohmann::json::object())
-                                        : nlohmann::json::object();
-        bool selected = true;
-        for (const auto& [k, v] : want.items()) {
-          if (!labels.contains(k) || labels[k] != v) selected = false;
-        }
-        if (!selected) continue;
-        const int allowed = pdb.contains("status") ? pdb["status"].value("disruptionsAllowed", 0) : 0;
+      std::vector<std::string> matching;
+      for (auto& [p, pdb] : objects) {
+        if (!InCollection(pdbs, p)) continue;
+        const nlohmann::json* selector = pdb.contains("spec") && pdb["spec"].contains("selector")
+                                             ? &pdb["spec"]["selector"]
+                                             : nullptr;
+        if (SelectorMatches(selector, labels)) matching.push_back(p);
+      }
+      if (matching.size() > 1) {
+        res.status = 201;
+        res.set_content(StatusBody(500, "",
+                                   "This pod has more than one PodDisruptionBudget, which the "
+                                   "eviction subresource does not support.")
+                            .dump(),
+                        "application/json");
+        return;
+      }
+      if (matching.size() == 1) {
+        nlohmann::json pdb = objects[matching[0]];
+        const int allowed =
+            pdb.contains("status") ? pdb["status"].value("disruptionsAllowed", 0) : 0;
         if (allowed < 1) {
           Fail(res, 429, "TooManyRequests",
                "Cannot evict pod as it would violate the pod's disruption budget.");
           return;
         }
-        nlohmann::json updated = pdb;
-        updated["status"]["disruptionsAllowed"] = allowed - 1;
-        Record("MODIFIED", path, updated);
-        break;
+        pdb["status"]["disruptionsAllowed"] = allowed - 1;
+        Record("MODIFIED", matching[0], pdb);
       }
-      Record("DELETED", pod_path, pod->second);
-      res.status = 201;
-      res.set_content(nlohmann::json{{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Success"}}.dump(),
-                      "application/json");
-      return;
     }
-    if (seg.size() >= 3 && seg.back() == "binding" && seg[seg.size() - 3] == "pods") {
-      HandleBinding(req.path, body, res);
-      return;
-    }
-    if (!IsCollection(req.path)) {
-      Fail(res, 405, "MethodNotAllowed", "POST " + req.path + ": not a collection");
-      return;
-    }
-    const std::string name = body.contains("metadata") ? body["metadata"].value("name", "") : "";
-    if (name.empty()) {
-      Fail(res, 422, "Invalid", "metadata.name: Required value");
-      return;
-    }
-    const std::string path = req.path + "/" + name;
-    if (objects.count(path)) {
-      Fail(res, 409, "AlreadyExists", "\"" + name + "\" already exists");
-      return;
-    }
-    Record("ADDED", path, body);
+    nlohmann::json updated = pod->second;
+    SetCondition(updated, {{"type", "DisruptionTarget"},
+                           {"status", "True"},
+                           {"reason", "EvictionByEvictionAPI"},
+                           {"message", "Eviction API: evicting"}});
+    if (!HasDeletionTimestamp(pod->second)) Record("MODIFIED", pod_path, updated);
+    DeleteObject(pod_path, delete_options);
     res.status = 201;
-    res.set_content(objects[path].dump(), "application/json");
+    res.set_content(
+        nlohmann::json{{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Success"}}.dump(),
+        "application/json");
   }
 
-  // POST .../pods/NAME/binding (caller holds mu): sets spec.nodeName from target.name; 404 without
-  // the pod, 409 when it is already bound, 409 when metadata.uid is given and differs.
+  // Deletes `path` (caller holds mu). A pod bound to a node that has not finished is deleted
+  // gracefully, as its kubelet would: deletionTimestamp and deletionGracePeriodSeconds are set
+  // (MODIFIED) and the object goes (DELETED) once the stand-in kubelet has stopped it, after
+  // min(grace period, Options::pod_termination) (pkg/registry/core/pod/strategy.go,
+  // CheckGracefulDelete: an unbound or terminal pod goes at once). Returns the object's state.
+  nlohmann::json DeleteObject(const std::string& path, const nlohmann::json& options) {
+    nlohmann::json obj = objects.at(path);
+    const bool pod = InCollection("/api/v1/pods", path);
+    const nlohmann::json spec = obj.value("spec", nlohmann::json::object());
+    const std::string phase = PodPhase(obj);
+    const bool graceful = pod && !spec.value("nodeName", "").empty() && phase != "Succeeded" &&
+                          phase != "Failed";
+    int64_t grace = spec.value("terminationGracePeriodSeconds", int64_t{30});
+    if (options.contains("gracePeriodSeconds") && options["gracePeriodSeconds"].is_number()) {
+      grace = options["gracePeriodSeconds"].get<int64_t>();
+    }
+    if (!graceful || grace <= 0) {
+      Record("DELETED", path, obj);
+      return obj;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    const auto due = now + std::min<std::chrono::milliseconds>(std::chrono::seconds(grace),
+                                                               options_pod_termination());
+    if (!HasDeletionTimestamp(obj)) {
+      obj["metadata"]["deletionTimestamp"] =
+          Rfc3339(std::chrono::system_clock::now() + std::chrono::seconds(grace));
+      obj["metadata"]["deletionGracePeriodSeconds"] = grace;
+      Record("MODIFIED", path, obj);
+      deleting[path] = due;
+    } else if (due < deleting[path]) {
+      deleting[path] = due;  // a shorter grace period shortens a deletion in progress
+    }
+    cv.notify_all();
+    return objects.at(path);
+  }
+
+  std::chrono::milliseconds options_pod_termination() const { return options.pod_termination; }
+
+  // The stand-in kubelet: removes gracefully deleted pods when their time is up.
+  void ReapDeletions() {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!stopping) {
+      const auto now = std::chrono::steady_clock::now();
+      auto next = now + std::chrono::seconds(1);
+      for (auto it = deleting.begin(); it != deleting.end();) {
+        if (it->second <= now) {
+          const std::string path = it->first;
+          it = deleting.erase(it);
+          if (auto o = objects.find(path); o != objects.end()) {
+            nlohmann::json last = o->second;
+            last["status"]["phase"] = "Failed";  // its containers were stopped
+            Record("DELETED", path, last);
+          }
+        } else {
+          next = std::min(next, it->second);
+          ++it;
+        }
+      }
+      const uint64_t seen = version;
+      cv.wait_until(lock, next, [&] { return stopping || version != seen; });
+    }
+  }
+
+  // POST .../pods/NAME/binding (caller holds mu), after pkg/registry/core/pod/storage/storage.go
+  // (BindingREST, setPodHostAndAnnotations): 404 without the pod; 409 when metadata.uid is given
+  // and differs, when the pod is being deleted, has scheduling gates or is already bound; then
+  // spec.nodeName is set, the binding's annotations merged and PodScheduled set to True.
   void HandleBinding(const std::string& path, const nlohmann::json& body, httplib::Response& res) {
     const std::string pod_path = path.substr(0, path.rfind('/'));
     const std::string name = pod_path.substr(pod_path.rfind('/') + 1);
@@ -343,83 +635,186 @@ struct FakeApiServer::State {
       Fail(res, 422, "Invalid", "target.name: Required value");
       return;
     }
-    const std::string uid = body.contains("metadata") && body["metadata"].is_object()
-                                ? body["metadata"].value("uid", "")
-                                : "";
+    auto conflict = [&](const std::string& why) {
+      Fail(res, 409, "Conflict",
+           "Operation cannot be fulfilled on pods/binding \"" + name + "\": " + why);
+    };
+    const nlohmann::json meta =
+        body.contains("metadata") && body["metadata"].is_object() ? body["metadata"]
+                                                                  : nlohmann::json::object();
+    const std::string uid = meta.value("uid", "");
     if (!uid.empty() && uid != pod->second["metadata"].value("uid", "")) {
-      Fail(res, 409, "Conflict", "Operation cannot be fulfilled on pods/binding \"" + name +
-                                     "\": the UID in the binding does not match the pod");
+      conflict("the UID in the binding does not match the pod");
+      return;
+    }
+    if (HasDeletionTimestamp(pod->second)) {
+      conflict("pod " + name + " is being deleted, cannot be assigned to a host");
       return;
     }
     const nlohmann::json spec = pod->second.value("spec", nlohmann::json::object());
+    if (spec.contains("schedulingGates") && spec["schedulingGates"].is_array() &&
+        !spec["schedulingGates"].empty()) {
+      conflict("pod " + name + " has non-empty .spec.schedulingGates");
+      return;
+    }
     if (!spec.value("nodeName", "").empty()) {
-      Fail(res, 409, "Conflict", "Operation cannot be fulfilled on pods/binding \"" + name +
-                                     "\": pod " + name + " is already assigned to node \"" +
-                                     spec.value("nodeName", "") + "\"");
+      conflict("pod " + name + " is already assigned to node \"" + spec.value("nodeName", "") +
+               "\"");
       return;
     }
     nlohmann::json updated = pod->second;
     updated["spec"]["nodeName"] = node;
+    if (meta.contains("annotations") && meta["annotations"].is_object()) {
+      const nlohmann::json& annotations = meta["annotations"];
+      for (auto it = annotations.begin(); it != annotations.end(); ++it) {
+        updated["metadata"]["annotations"][it.key()] = *it;
+      }
+    }
+    SetCondition(updated, {{"type", "PodScheduled"}, {"status", "True"}});
     Record("MODIFIED", pod_path, updated);
     res.status = 201;
-    res.set_content(nlohmann::json{{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Success"}}.dump(),
-                    "application/json");
+    res.set_content(
+        nlohmann::json{{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Success"}}.dump(),
+        "application/json");
   }
 
+  // PATCH (caller holds mu): merge, JSON patch, and strategic merge where it equals a JSON merge
+  // patch (maps only; lists and $-directives are refused, see NeedsStrategicMerge). A stale
+  // metadata.resourceVersion in the patch is 409; a patch that changes nothing writes nothing:
+  // no new resourceVersion, no event (staging/src/k8s.io/apiserver/pkg/storage/etcd3/store.go,
+  // GuaranteedUpdate skips an unchanged object).
   void HandlePatch(const httplib::Request& req, httplib::Response& res) {
-    if (!Authorized(req, res)) return;
-    const std::string ct = req.get_header_value("Content-Type");
-    nlohmann::json patch = nlohmann::json::parse(req.body, nullptr, false);
-    if (patch.is_discarded()) {
-      Fail(res, 400, "BadRequest", "body is not JSON");
-      return;
-    }
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = objects.find(req.path);
-    if (it == objects.end()) {
-      Fail(res, 404, "NotFound", "\"" + req.path + "\" not found");
-      return;
-    }
-    if (patch.is_object() && patch.contains("metadata") && patch["metadata"].is_object() &&
-        patch["metadata"].contains("resourceVersion") &&
-        patch["metadata"]["resourceVersion"] != it->second["metadata"].value("resourceVersion", "")) {
-      Fail(res, 409, "Conflict",
-           "the object has been modified; please apply your changes to the latest version");
-      return;
-    }
-    nlohmann::json updated = it->second;
-    if (ct == "application/merge-patch+json" || ct == "application/strategic-merge-patch+json") {
-      // Strategic merge equals a JSON merge patch for maps (labels, annotations, data).
-      updated.merge_patch(patch);
-    } else if (ct == "application/json-patch+json") {
-      try {
-        updated = updated.patch(patch);
-      } catch (const nlohmann::json::exception& e) {
-        Fail(res, 422, "Invalid", e.what());
+    HandleWrite(req, res, [&](const nlohmann::json& patch) {
+      const std::string ct = req.get_header_value("Content-Type");
+      auto it = objects.find(req.path);
+      if (it == objects.end()) {
+        Fail(res, 404, "NotFound", "\"" + req.path + "\" not found");
         return;
       }
-    } else {
-      Fail(res, 415, "UnsupportedMediaType", "unsupported patch type " + ct);
-      return;
-    }
-    Record("MODIFIED", req.path, updated);
-    res.set_content(objects[req.path].dump(), "application/json");
+      if (patch.is_object() && patch.contains("metadata") && patch["metadata"].is_object() &&
+          patch["metadata"].contains("resourceVersion") &&
+          patch["metadata"]["resourceVersion"] !=
+              it->second["metadata"].value("resourceVersion", "")) {
+        Fail(res, 409, "Conflict",
+             "the object has been modified; please apply your changes to the latest version");
+        return;
+      }
+      nlohmann::json updated = it->second;
+      if (ct == "application/merge-patch+json") {
+        updated.merge_patch(patch);
+      } else if (ct == "application/strategic-merge-patch+json") {
+        if (NeedsStrategicMerge(patch)) {
+          Fail(res, 422, "Invalid",
+               "fake API server: this strategic merge patch holds a list or a $-directive, "
+               "which the stand-in does not implement; use a merge or JSON patch");
+          return;
+        }
+        updated.merge_patch(patch);
+      } else if (ct == "application/json-patch+json") {
+        try {
+          updated = updated.patch(patch);
+        } catch (const nlohmann::json::exception& e) {
+          Fail(res, 422, "Invalid", e.what());
+          return;
+        }
+      } else {
+        Fail(res, 415, "UnsupportedMediaType", "unsupported patch type " + ct);
+        return;
+      }
+      // An update cannot change the server's fields (rest/update.go, FillObjectMetaSystemFields
+      // is only called on create).
+      for (const char* k : {"resourceVersion", "uid", "creationTimestamp"}) {
+        if (it->second["metadata"].contains(k)) updated["metadata"][k] = it->second["metadata"][k];
+      }
+      if (updated != it->second) Record("MODIFIED", req.path, updated);
+      res.set_content(objects[req.path].dump(), "application/json");
+    });
+  }
+
+  // PUT <object path> (caller holds mu): replaces the object; 404 when absent, 400 when the
+  // body names another object, 409 when its metadata.resourceVersion is stale; an unchanged
+  // object writes nothing.
+  void HandlePut(const httplib::Request& req, httplib::Response& res) {
+    HandleWrite(req, res, [&](const nlohmann::json& body) {
+      auto it = objects.find(req.path);
+      if (it == objects.end()) {
+        Fail(res, 404, "NotFound", "\"" + req.path + "\" not found");
+        return;
+      }
+      if (!body.is_object() || !body.contains("metadata") || !body["metadata"].is_object()) {
+        Fail(res, 400, "BadRequest", "body is not an object with metadata");
+        return;
+      }
+      const std::string name = req.path.substr(req.path.rfind('/') + 1);
+      if (body["metadata"].value("name", "") != name) {
+        Fail(res, 400, "BadRequest", "the name of the object does not match the name on the URL");
+        return;
+      }
+      const std::string current = it->second["metadata"].value("resourceVersion", "");
+      const std::string given = body["metadata"].value("resourceVersion", "");
+      if (!given.empty() && given != current) {
+        Fail(res, 409, "Conflict",
+             "the object has been modified; please apply your changes to the latest version");
+        return;
+      }
+      nlohmann::json updated = body;
+      updated["metadata"]["resourceVersion"] = current;
+      for (const char* k : {"uid", "creationTimestamp"}) {
+        if (it->second["metadata"].contains(k)) updated["metadata"][k] = it->second["metadata"][k];
+      }
+      if (updated != it->second) Record("MODIFIED", req.path, updated);
+      res.set_content(objects[req.path].dump(), "application/json");
+    });
+  }
+
+  // DELETE <object path> (caller holds mu), with optional DeleteOptions: preconditions.uid and
+  // preconditions.resourceVersion (409 when they differ), gracePeriodSeconds. Pods are deleted
+  // gracefully as DeleteObject describes; the answer is the object's state.
+  void HandleDelete(const httplib::Request& req, httplib::Response& res) {
+    HandleWrite(req, res, [&](const nlohmann::json& options) {
+      auto it = objects.find(req.path);
+      const std::string name = req.path.substr(req.path.rfind('/') + 1);
+      if (it == objects.end()) {
+        Fail(res, 404, "NotFound", "\"" + name + "\" not found");
+        return;
+      }
+      const nlohmann::json pre = options.is_object()
+                                     ? options.value("preconditions", nlohmann::json::object())
+                                     : nlohmann::json::object();
+      for (const char* k : {"uid", "resourceVersion"}) {
+        if (pre.contains(k) && pre[k].is_string() &&
+            pre[k].get<std::string>() != it->second["metadata"].value(k, "")) {
+          Fail(res, 409, "Conflict",
+               std::string("Precondition failed: ") + k + " in precondition does not match");
+          return;
+        }
+      }
+      res.set_content(DeleteObject(req.path, options.is_object() ? options
+                                                                  : nlohmann::json::object())
+                          .dump(),
+                      "application/json");
+    });
   }
 
   void HandleWatch(const httplib::Request& req, httplib::Response& res,
                    const std::shared_ptr<State>& self) {
-    const std::string name = SelectedName(req);
-    const std::string object_path = req.path + "/" + name;
-    // Without a metadata.name field selector: a watch of the whole collection, filtered by the
-    // label (and field) selectors.
-    const std::string collection = name.empty() ? req.path : "";
+    // Every watch is a watch of a collection filtered by its field and label selectors; a
+    // metadata.name field selector is one field like the others.
+    const std::string collection = req.path;
     const std::string field_selector = req.get_param_value("fieldSelector");
     const std::string label_selector = req.get_param_value("labelSelector");
-    auto selected = [collection, object_path, field_selector, label_selector](
-                        const std::string& path, const nlohmann::json& obj) {
-      if (collection.empty()) return path == object_path;
+    auto selected = [collection, field_selector, label_selector](const std::string& path,
+                                                                 const nlohmann::json& obj) {
       return InCollection(collection, path) && Matches(obj, field_selector, label_selector);
     };
+    const std::string bookmarks = req.get_param_value("allowWatchBookmarks");
+    const bool want_bookmarks = bookmarks == "true" || bookmarks == "1";
+    const std::string timeout_text = req.get_param_value("timeoutSeconds");
+    std::optional<std::chrono::steady_clock::time_point> deadline;
+    if (!timeout_text.empty()) {
+      deadline = std::chrono::steady_clock::now() +
+                 std::chrono::seconds(std::strtoll(timeout_text.c_str(), nullptr, 10));
+    }
     const std::string rv_text = req.get_param_value("resourceVersion");
     uint64_t from = 0;
     bool initial_added = rv_text.empty() || rv_text == "0";
@@ -435,8 +830,8 @@ struct FakeApiServer::State {
     }
     struct Stream {
       uint64_t cursor;
-      uint64_t break_generation;
-      uint64_t close_generation;
+      uint64_t break_generation, close_generation, bookmark_generation, gone_generation,
+          error_generation;
       bool started = false;
       bool initial_added;
       bool gone;
@@ -447,27 +842,32 @@ struct FakeApiServer::State {
       stream->cursor = initial_added ? version : from;
       stream->break_generation = break_generation;
       stream->close_generation = close_generation;
+      stream->bookmark_generation = bookmark_generation;
+      stream->gone_generation = gone_generation;
+      stream->error_generation = error_generation;
       stream->initial_added = initial_added;
       stream->gone = !initial_added && from < expired_before;
     }
+    const std::string kind_hint = KindOf(collection);
     res.set_chunked_content_provider(
         "application/json",
-        [self, stream, name, object_path, collection, selected](size_t, httplib::DataSink& sink) {
+        [self, stream, selected, want_bookmarks, deadline, kind_hint](size_t,
+                                                                       httplib::DataSink& sink) {
+          auto error_event = [](const nlohmann::json& status) {
+            return nlohmann::json{{"type", "ERROR"}, {"object", status}}.dump() + "\n";
+          };
           std::unique_lock<std::mutex> lock(self->mu);
           if (!stream->started) {
             stream->started = true;
             if (stream->gone) {
               const std::string line =
-                  nlohmann::json{{"type", "ERROR"},
-                                 {"object", StatusBody(410, "Expired", "too old resource version")}}
-                      .dump() +
-                  "\n";
+                  error_event(StatusBody(410, "Expired", "too old resource version"));
               lock.unlock();
               sink.write(line.data(), line.size());
               sink.done();
               return true;
             }
-            if (stream->initial_added && !collection.empty()) {
+            if (stream->initial_added) {
               std::string out;
               for (const auto& [path, obj] : self->objects) {
                 if (selected(path, obj)) {
@@ -478,22 +878,21 @@ struct FakeApiServer::State {
               if (out.empty()) return true;
               return sink.write(out.data(), out.size());
             }
-            if (stream->initial_added) {
-              auto it = self->objects.find(object_path);
-              if (it != self->objects.end()) {
-                const std::string line =
-                    nlohmann::json{{"type", "ADDED"}, {"object", it->second}}.dump() + "\n";
-                lock.unlock();
-                return sink.write(line.data(), line.size());
-              }
-            }
           }
-          self->cv.wait_for(lock, std::chrono::milliseconds(100), [&] {
+          auto wait_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+          if (deadline && *deadline < wait_until) wait_until = *deadline;
+          self->cv.wait_until(lock, wait_until, [&] {
             return self->stopping || self->break_generation != stream->break_generation ||
                    self->close_generation != stream->close_generation ||
+                   self->gone_generation != stream->gone_generation ||
+                   self->error_generation != stream->error_generation ||
+                   (want_bookmarks && self->bookmark_generation != stream->bookmark_generation) ||
                    (!self->history.empty() && self->history.back().version > stream->cursor);
           });
-          if (self->stopping || self->close_generation != stream->close_generation) {
+          if (self->stopping || self->close_generation != stream->close_generation ||
+              (deadline && std::chrono::steady_clock::now() >= *deadline)) {
+            // timeoutSeconds: the server ends the stream cleanly
+            // (staging/src/k8s.io/apiserver/pkg/endpoints/handlers/watch.go, serveWatch).
             lock.unlock();
             sink.done();
             return true;
@@ -509,8 +908,36 @@ struct FakeApiServer::State {
           for (const Event& e : self->history) {
             if (e.version <= stream->cursor) continue;
             stream->cursor = e.version;
-            if (!selected(e.path, e.object)) continue;
-            out += nlohmann::json{{"type", e.type}, {"object", e.object}}.dump() + "\n";
+            if (auto ev = Converted(e, selected)) out += ev->dump() + "\n";
+          }
+          // An ERROR event ends the stream: the server sends it and closes the watch
+          // (staging/src/k8s.io/apiserver/pkg/storage/cacher/cache_watcher.go).
+          std::optional<nlohmann::json> error;
+          if (self->gone_generation != stream->gone_generation) {
+            error = StatusBody(410, "Expired", "The resourceVersion for the provided watch is "
+                                               "too old.");
+          } else if (self->error_generation != stream->error_generation) {
+            error = self->watch_error;
+          }
+          if (error) {
+            out += error_event(*error);
+            lock.unlock();
+            sink.write(out.data(), out.size());
+            sink.done();
+            return true;
+          }
+          if (want_bookmarks && self->bookmark_generation != stream->bookmark_generation) {
+            // A BOOKMARK carries only the kind and the resourceVersion the stream has reached
+            // (staging/src/k8s.io/apimachinery/pkg/watch/watch.go, Bookmark).
+            stream->bookmark_generation = self->bookmark_generation;
+            out += nlohmann::json{{"type", "BOOKMARK"},
+                                  {"object",
+                                   {{"kind", kind_hint},
+                                    {"apiVersion", "v1"},
+                                    {"metadata",
+                                     {{"resourceVersion", std::to_string(stream->cursor)}}}}}}
+                       .dump() +
+                   "\n";
           }
           lock.unlock();
           if (!out.empty()) return sink.write(out.data(), out.size());
@@ -521,6 +948,45 @@ struct FakeApiServer::State {
           --self->open_watches;
           self->cv.notify_all();
         });
+  }
+
+  // The event a selector-filtered watch sends for `e`, or nullopt. A MODIFIED whose object
+  // starts matching is an ADDED, one that stops matching is a DELETED of the last matching state
+  // at the event's resourceVersion (cache_watcher.go, convertToWatchEvent).
+  template <typename Selected>
+  static std::optional<nlohmann::json> Converted(const Event& e, const Selected& selected) {
+    const bool now = e.type != "DELETED" && selected(e.path, e.object);
+    const bool before = e.type == "DELETED" ? selected(e.path, e.object)
+                        : e.prev            ? selected(e.path, *e.prev)
+                                            : false;
+    std::string type;
+    nlohmann::json object = e.object;
+    if (now && before) {
+      type = "MODIFIED";
+    } else if (now) {
+      type = "ADDED";
+    } else if (before) {
+      type = "DELETED";
+      if (e.type != "DELETED") {
+        object = *e.prev;
+        object["metadata"]["resourceVersion"] = std::to_string(e.version);
+      }
+    } else {
+      return std::nullopt;
+    }
+    return nlohmann::json{{"type", type}, {"object", object}};
+  }
+
+  // "Pod" for /api/v1/pods, "ConfigMap" for …/configmaps: the kind a BOOKMARK names.
+  static std::string KindOf(const std::string& collection) {
+    static const std::map<std::string, std::string> kinds = {
+        {"pods", "Pod"},         {"nodes", "Node"},     {"configmaps", "ConfigMap"},
+        {"leases", "Lease"},     {"statefulsets", "StatefulSet"},
+        {"resourceslices", "ResourceSlice"}, {"resourceclaims", "ResourceClaim"}};
+    const std::vector<std::string> seg = Segments(collection);
+    if (seg.empty()) return "";
+    auto it = kinds.find(seg.back());
+    return it == kinds.end() ? "" : it->second;
   }
 };
 
@@ -549,10 +1015,18 @@ Result<std::unique_ptr<FakeApiServer>> FakeApiServer::Start(const TestPki& pki, 
   state->server->Patch(".*", [weak](const httplib::Request& req, httplib::Response& res) {
     if (auto s = weak.lock()) s->HandlePatch(req, res);
   });
+  state->server->Put(".*", [weak](const httplib::Request& req, httplib::Response& res) {
+    if (auto s = weak.lock()) s->HandlePut(req, res);
+  });
+  state->server->Delete(".*", [weak](const httplib::Request& req, httplib::Response& res) {
+    if (auto s = weak.lock()) s->HandleDelete(req, res);
+  });
+
   state->port = state->server->bind_to_any_port("127.0.0.1");
   if (state->port <= 0) return Status(ErrorCode::kInternal, "fake API server: bind failed");
   httplib::SSLServer* srv = state->server.get();
   state->thread = std::thread([srv] { srv->listen_after_bind(); });
+  state->reaper = std::thread([raw = state.get()] { raw->ReapDeletions(); });
   // stop() is a no-op until the accept loop runs: wait for it so the destructor cannot hang.
   for (int i = 0; i < 2000 && !srv->is_running(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -571,6 +1045,7 @@ FakeApiServer::~FakeApiServer() {
   state_->cv.notify_all();
   state_->server->stop();
   if (state_->thread.joinable()) state_->thread.join();
+  if (state_->reaper.joinable()) state_->reaper.join();
 }
 
 std::string FakeApiServer::url() const {
@@ -608,6 +1083,36 @@ std::optional<nlohmann::json> FakeApiServer::Object(const std::string& object_pa
 uint64_t FakeApiServer::current_version() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->version;
+}
+
+void FakeApiServer::InjectWriteFault(WriteFault fault) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->faults.push_back(std::move(fault));
+}
+
+void FakeApiServer::BeforeEachWrite(std::function<void(const RecordedRequest&)> hook) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->before_write = std::move(hook);
+}
+
+void FakeApiServer::SendBookmarks() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  ++state_->bookmark_generation;
+  state_->cv.notify_all();
+}
+
+void FakeApiServer::ExpireWatches() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  ++state_->gone_generation;
+  state_->cv.notify_all();
+}
+
+void FakeApiServer::SendWatchError(int code, const std::string& reason,
+                                   const std::string& message) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->watch_error = StatusBody(code, reason, message);
+  ++state_->error_generation;
+  state_->cv.notify_all();
 }
 
 void FakeApiServer::BreakWatches() {

@@ -1,30 +1,36 @@
 // FakeApiServer: a Kubernetes API server stand-in for tests, over HTTPS on 127.0.0.1 (port 0).
 //
 // It stores objects by path ("/api/v1/nodes/n1"), starting from recorded API responses
-// (testdata/*.json), and serves what gpulet's client uses:
-//   GET    <object path>                         → the object, or a 404 Status
-//   PATCH  <object path>                         → merge / strategic-merge (as a JSON merge
-//                                                  patch) / json-patch; bumps resourceVersion
-//   GET    <collection>?watch=1&fieldSelector=metadata.name=X[&resourceVersion=R]
-//          → a chunked stream of JSON lines {"type","object"}: without R an ADDED for the current
-//            object, with R every recorded change newer than R, then changes as they happen. R
-//            older than ExpireVersionsBefore() gets an ERROR event with a 410 Status (as a real
-//            server answers a compacted version), or HTTP 410 when SetGoneAsHttpStatus(true).
-//   GET    <collection> (no watch)               → a List of the stored objects directly under it
-//          (/api/v1/pods also spans every namespace), filtered by fieldSelector (a=b, a!=b on
-//          dotted fields such as spec.nodeName, status.phase) and labelSelector (a=b, a!=b, a)
-//   POST   <collection>                          → creates the object named by metadata.name
-//                                                  (409 AlreadyExists when present)
-//   POST   .../pods/NAME/eviction                → Eviction: 404 without the pod; 429 when a
-//          PodDisruptionBudget of its namespace (/apis/policy/v1/namespaces/NS/
-//          poddisruptionbudgets/*) selects it by spec.selector.matchLabels and has
-//          status.disruptionsAllowed < 1; otherwise the pod is deleted (and the PDB's allowance
-//          decremented)
-//   PATCH  with metadata.resourceVersion in a merge patch → 409 Conflict when it is stale
-//   POST   .../pods/NAME/binding                 → sets the pod's spec.nodeName to target.name;
-//          404 without the pod, 409 when already bound or metadata.uid differs
-//   GET    <collection>?watch=1[&labelSelector=..][&resourceVersion=R] (no metadata.name field
-//          selector) → the same stream for every object of the collection the selectors match
+// (testdata/*.json), and behaves as kube-apiserver does where gpulet's code depends on it; each rule
+// names the upstream file it follows in fake_apiserver.cc. In short:
+//   GET    <object path> → the object, or a 404 Status
+//   GET    <collection> (no watch) → a List filtered by fieldSelector (a=b, a!=b on dotted fields)
+//          and labelSelector (a=b, a!=b, a); /api/v1/pods spans every namespace
+//   GET    <collection>?watch=1[&fieldSelector][&labelSelector][&resourceVersion=R]
+//          [&allowWatchBookmarks=true][&timeoutSeconds=N] → a chunked stream of JSON lines. Without
+//          R (or R=0) an ADDED per matching object first; with R every change after R. A MODIFIED
+//          whose object starts matching the selectors arrives as ADDED, one that stops matching as
+//          DELETED. R older than ExpireVersionsBefore() gets an ERROR 410 event (HTTP 410 with
+//          SetGoneAsHttpStatus); ExpireWatches() sends 410 in the middle of open streams and
+//          SendWatchError() any other ERROR event, each ending the stream; SendBookmarks() sends a
+//          BOOKMARK to streams that asked; timeoutSeconds ends a stream cleanly.
+//   POST   <collection> → creates (409 AlreadyExists); uid and creationTimestamp are assigned
+//   PATCH  <object path> → merge / json-patch; strategic merge only where it equals a merge patch
+//          (a list or $-directive is refused, 422); a stale metadata.resourceVersion in the patch
+//          is 409; a patch that changes nothing bumps no version and sends no event
+//   PUT    <object path> → replace (404, 409 on a stale resourceVersion)
+//   DELETE <object path> → with DeleteOptions preconditions (409); a pod bound to a node and not
+//          finished goes Terminating (deletionTimestamp) and is removed after
+//          min(grace period, Options::pod_termination), as its kubelet would
+//   POST   .../pods/NAME/binding → 404 without the pod; 409 when metadata.uid differs, the pod is
+//          being deleted, has schedulingGates or is bound; sets spec.nodeName and PodScheduled=True
+//   POST   .../pods/NAME/eviction → a pod not Running (Succeeded, Failed, Pending) or terminating
+//          is deleted regardless of budgets; otherwise every PodDisruptionBudget of the namespace
+//          whose selector (matchLabels, matchExpressions) matches: more than one → a Failure
+//          Status (code 500) in a 201 answer, none allowed → 429, else decremented and the pod
+//          deleted as DELETE does
+//   InjectWriteFault() makes the next matching writes fail: 5xx, 429 with Retry-After, a
+//   timeout, or a success whose answer is lost.
 // Every request must carry `Authorization: Bearer <token>` (401 otherwise); with
 // require_client_cert the TLS handshake also demands a certificate signed by the test CA.
 // Tests change objects with Put/Delete and cut open watch streams mid-line with BreakWatches.
@@ -32,6 +38,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -60,11 +67,31 @@ struct RecordedRequest {
   std::string content_type;
 };
 
+// A fault the next matching writes meet (FakeApiServer::InjectWriteFault).
+struct WriteFault {
+  enum class Kind {
+    kServerError,      // HTTP `code` (500, 503, …) with a Status; nothing is written
+    kTooManyRequests,  // 429 with Retry-After: retry_after_seconds; nothing is written
+    kTimeout,          // held for `delay`, then 504 Timeout; nothing is written
+    kLostAnswer,       // the write happens, then the connection is cut before the answer
+  };
+  std::string method;       // "POST", "PATCH", "PUT", "DELETE"; empty: every write
+  std::string path_prefix;  // the request path starts with it; empty: every path
+  Kind kind = Kind::kServerError;
+  int code = 500;
+  int retry_after_seconds = 1;
+  std::chrono::milliseconds delay{0};
+  int times = 1;  // how many matching writes meet it
+};
+
 class FakeApiServer {
  public:
   struct Options {
     std::string token = "test-token";
     bool require_client_cert = false;
+    // How long a gracefully deleted pod stays Terminating at most (its grace period is the
+    // other bound): the time its kubelet takes to stop it.
+    std::chrono::milliseconds pod_termination{500};
   };
 
   static Result<std::unique_ptr<FakeApiServer>> Start(const TestPki& pki, Options options);
@@ -83,6 +110,16 @@ class FakeApiServer {
   std::optional<nlohmann::json> Object(const std::string& object_path) const;
   uint64_t current_version() const;
 
+  void InjectWriteFault(WriteFault fault);
+  // Called before each write is applied, without the server's lock: it may change objects with
+  // Put/Delete, as another controller's write racing this one would.
+  void BeforeEachWrite(std::function<void(const RecordedRequest&)> hook);
+  // A BOOKMARK to every open watch that asked for them (allowWatchBookmarks=true).
+  void SendBookmarks();
+  // An ERROR event with a 410 Status in the middle of every open watch, which then ends.
+  void ExpireWatches();
+  // An ERROR event with this Status in every open watch, which then ends.
+  void SendWatchError(int code, const std::string& reason, const std::string& message);
   // Cuts every open watch stream in the middle of a line, without the closing chunk.
   void BreakWatches();
   // Ends every open watch stream cleanly (the closing chunk), as a server does at timeoutSeconds.
