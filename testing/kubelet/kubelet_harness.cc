@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 #include <sstream>
 
 namespace gpulet::testing {
@@ -155,6 +156,8 @@ struct KubeletHarness::Resource {
   std::shared_ptr<v1beta1::DevicePlugin::Stub> stub;
   std::shared_ptr<grpc::ClientContext> stream_context;
   std::thread stream_thread;
+  // Generations whose stream the harness itself cancelled: their end disconnects nothing.
+  std::set<uint64_t> cancelled_by_harness;
 };
 
 class KubeletHarness::RegistrationService final : public v1beta1::Registration::Service {
@@ -262,7 +265,13 @@ void KubeletHarness::StopStreams(bool forget_registrations) {
   std::vector<std::thread> threads;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    for (RetiredStream& old : retired_streams_) {
+      if (old.context) contexts.push_back(std::move(old.context));
+      if (old.thread.joinable()) threads.push_back(std::move(old.thread));
+    }
+    retired_streams_.clear();
     for (auto& [name, r] : resources_) {
+      r->cancelled_by_harness.insert(r->generation);
       ++r->generation;
       if (r->stream_context) contexts.push_back(std::move(r->stream_context));
       if (r->stream_thread.joinable()) threads.push_back(std::move(r->stream_thread));
@@ -383,6 +392,13 @@ grpc::Status KubeletHarness::HandleRegister(const v1beta1::RegisterRequest& requ
     }
     old_context = std::move(r->stream_context);
     old_thread = std::move(r->stream_thread);
+    if (options_.client_key == HarnessOptions::ClientKey::kResourceName) {
+      // The kubelet registers the new client beside the old one and leaves the old stream to end
+      // on its own (handler.go, connectClient → registerClient).
+      retired_streams_.push_back({std::move(old_context), std::move(old_thread)});
+    } else {
+      r->cancelled_by_harness.insert(r->generation);
+    }
     const uint64_t generation = ++r->generation;
     r->stub = stub;
     r->state.endpoint = endpoint;
@@ -435,7 +451,35 @@ void KubeletHarness::StreamLoop(std::string name, uint64_t generation,
 
   std::unique_lock<std::mutex> lock(mu_);
   Resource& r = *resources_.at(name);
-  if (stopping_ || r.generation != generation) return;
+  if (r.cancelled_by_harness.erase(generation) > 0) return;
+  if (options_.disconnect_delay.count() > 0) {
+    cv_.wait_for(lock, options_.disconnect_delay, [&] { return stopping_; });
+  }
+  if (stopping_) return;
+  if (r.generation != generation) {
+    // An older stream ended after the resource registered again.
+    if (options_.client_key == HarnessOptions::ClientKey::kSocketPath || !r.state.registered) {
+      return;
+    }
+    // runClient → getClient(name) → disconnectClient: the CURRENT client goes (handler.go).
+    const uint64_t current = r.generation++;
+    r.cancelled_by_harness.insert(current);
+    std::shared_ptr<grpc::ClientContext> current_context = r.stream_context;
+    retired_streams_.push_back({std::move(r.stream_context), std::move(r.stream_thread)});
+    r.state.registered = false;
+    r.state.streaming = false;
+    r.state.stream_ended = true;
+    ++r.state.disconnects;
+    r.state.last_error = "client disconnected: an older ListAndWatch stream of " + name +
+                         " ended after it registered again (clients keyed by resource name)";
+    for (auto& d : r.state.devices) d.health = kUnhealthy;
+    PushEvent(HarnessEvent::Kind::kStreamEnded, name, "error=\"" + r.state.last_error + "\"",
+              r.state.devices);
+    cv_.notify_all();
+    lock.unlock();
+    if (current_context) current_context->TryCancel();
+    return;
+  }
   r.state.streaming = false;
   r.state.stream_ended = true;
   r.state.last_error = GrpcError("ListAndWatch stream", status);
@@ -533,6 +577,11 @@ Result<std::shared_ptr<v1beta1::DevicePlugin::Stub>> KubeletHarness::StubFor(
     const std::string& resource) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = resources_.find(resource);
+  if (it != resources_.end() && it->second->state.stream_ended) {
+    // The kubelet refuses calls on an endpoint whose stream ended (endpoint.go, errEndpointStopped).
+    return Status(ErrorCode::kUnavailable,
+                  "endpoint " + it->second->state.endpoint + " of " + resource + " has been stopped");
+  }
   if (it == resources_.end() || !it->second->state.registered || !it->second->stub) {
     return Status(ErrorCode::kNotFound, "resource " + resource + " is not registered");
   }

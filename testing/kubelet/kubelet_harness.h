@@ -9,8 +9,11 @@
 //   `dial_timeout` (the harness never hangs).
 // - After a successful Register it opens ONE ListAndWatch stream per resource and treats every
 //   message as the complete device list. When the stream ends, every device of the resource is
-//   marked Unhealthy; after `removal_grace` (the kubelet's 5 minutes) the resource's devices are
-//   removed. Re-registering a resource replaces its endpoint and stream.
+//   marked Unhealthy and the endpoint is stopped: Allocate and GetPreferredAllocation are refused
+//   (errEndpointStopped); after `removal_grace` (the kubelet's 5 minutes) the resource's devices
+//   are removed. Re-registering a resource replaces its endpoint; what happens to the old stream
+//   depends on HarnessOptions::client_key (by default, as kubelets that key clients by resource
+//   name: the old stream's later end disconnects the new client).
 // - Restart() simulates a kubelet restart: stop serving, drop every stream, delete every socket
 //   file in <dir> (and nothing else), recreate kubelet.sock and serve again.
 // - A pod-resources v1 PodResourcesLister is served on a second socket; List returns what the test
@@ -61,6 +64,20 @@ struct HarnessOptions {
   std::chrono::milliseconds removal_grace{std::chrono::minutes(5)};
   // Deadline for the calls the harness makes on behalf of tests (Allocate, …).
   std::chrono::milliseconds rpc_timeout{10000};
+  // Which client an ended ListAndWatch stream disconnects once its resource has registered again
+  // (pkg/kubelet/cm/devicemanager/plugin/v1beta1/handler.go, runClient):
+  enum class ClientKey {
+    // runClient looks the client up by resource name (getClient(name)): an OLDER stream that
+    // ends after a re-registration disconnects the NEW client: its stream is cancelled, its
+    // devices turn Unhealthy and Allocate is refused. A new Register does not end the old stream.
+    kResourceName,
+    // Only the client whose stream ended is disconnected; a new Register ends the old stream.
+    kSocketPath,
+  };
+  ClientKey client_key = ClientKey::kResourceName;
+  // How long after a stream ends its end is handled (the kubelet's goroutine getting to it):
+  // lets a test put an old stream's end after the plugin's next Register.
+  std::chrono::milliseconds disconnect_delay{0};
 };
 
 struct HarnessDevice {
@@ -78,6 +95,9 @@ struct ResourceState {
   bool streaming = false;     // its ListAndWatch stream is open
   bool stream_ended = false;  // the stream ended while registered (devices marked Unhealthy)
   bool removed = false;       // removal_grace passed after the stream ended
+  // Disconnects of this resource's current client caused by the end of an older stream
+  // (ClientKey::kResourceName).
+  int disconnects = 0;
   int registrations = 0;      // successful Registers, across restarts
   int rejected = 0;           // failed Registers, across restarts
   uint64_t updates = 0;       // ListAndWatch messages received on the current stream
@@ -189,6 +209,13 @@ class KubeletHarness {
   std::deque<HarnessEvent> events_;
   uint64_t next_seq_ = 1;
   std::vector<PodAssignment> pod_assignments_;
+  // Streams no longer tracked by a resource (replaced or disconnected): cancelled and joined by
+  // StopStreams.
+  struct RetiredStream {
+    std::shared_ptr<grpc::ClientContext> context;
+    std::thread thread;
+  };
+  std::vector<RetiredStream> retired_streams_;
 
   // Server objects are created by Start/Restart and destroyed by Stop/Restart only; serve_mu_
   // serialises those.

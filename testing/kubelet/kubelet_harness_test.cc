@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "support/wait_until.h"
+
 namespace gpulet::testing {
 namespace {
 
@@ -212,6 +214,13 @@ std::vector<v1beta1::Device> TwoGpus() {
   return Eventually(h, [n](const ResourceState& s) { return s.HealthyCount() == n; });
 }
 
+::testing::AssertionResult WaitUntilCancelled(FakePlugin& plugin) {
+  if (WaitUntil([&] { return plugin.streams_cancelled() >= 1; }, kWait)) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << "the plugin's stream was never cancelled";
+}
+
 // Serves `plugin` with `devices` and registers it for nvidia.com/gpu.
 ::testing::AssertionResult ServeAndRegister(FakePlugin& plugin, KubeletHarness& h,
                                             std::vector<v1beta1::Device> devices) {
@@ -374,9 +383,13 @@ TEST(KubeletHarness, PluginDeathMarksDevicesUnhealthy) {
   h.Stop();  // ends the grace wait promptly
 }
 
+// Kubelets that key clients by socket path: a new Register ends the old stream, whose end then
+// touches nothing.
 TEST(KubeletHarness, ReRegistrationReplacesEndpointAndStream) {
   TempDir dir;
-  KubeletHarness h;
+  HarnessOptions options;
+  options.client_key = HarnessOptions::ClientKey::kSocketPath;
+  KubeletHarness h(options);
   ASSERT_TRUE(h.Start(dir.path).ok());
   FakePlugin a(dir.path, "a.sock");
   ASSERT_TRUE(ServeAndRegister(a, h, TwoGpus()));
@@ -397,6 +410,61 @@ TEST(KubeletHarness, ReRegistrationReplacesEndpointAndStream) {
   auto alloc = h.Allocate(kGpu, {"GPU-c"});
   ASSERT_TRUE(alloc.ok()) << alloc.status().message();
   EXPECT_EQ(alloc->envs().at("NVIDIA_VISIBLE_DEVICES"), "GPU-c");
+}
+
+// issue 26 item 1: kubelets that key clients by resource name (handler.go, runClient →
+// getClient(name)) leave the old stream open on a new Register; when it ends later, the NEW
+// client is disconnected: its stream cancelled, devices Unhealthy, Allocate refused. The old
+// harness cancelled the old stream itself, so a plugin that re-registered before ending its old
+// stream could not see this.
+TEST(KubeletHarness, ByResourceNameAnOldStreamEndingDisconnectsTheNewClient) {
+  TempDir dir;
+  KubeletHarness h;  // ClientKey::kResourceName is the default
+  ASSERT_TRUE(h.Start(dir.path).ok());
+  FakePlugin a(dir.path, "a.sock");
+  ASSERT_TRUE(ServeAndRegister(a, h, TwoGpus()));
+  ASSERT_TRUE(Eventually(h, [](const ResourceState& s) { return s.devices.size() == 2; }));
+  FakePlugin b(dir.path, "b.sock");
+  ASSERT_TRUE(ServeAndRegister(b, h, {MakeDevice("GPU-c", true, 0)}));
+  ASSERT_TRUE(Eventually(h, [](const ResourceState& s) {
+    return s.endpoint == "b.sock" && s.devices.size() == 1 && s.HealthyCount() == 1;
+  }));
+  EXPECT_EQ(a.streams_cancelled(), 0);  // the new Register left the old stream open
+  ASSERT_TRUE(h.Allocate(kGpu, {"GPU-c"}).ok());
+
+  a.EndStreams();
+  ASSERT_TRUE(Eventually(h, [](const ResourceState& s) {
+    return s.disconnects == 1 && !s.registered && s.HealthyCount() == 0;
+  }));
+  Result<v1beta1::ContainerAllocateResponse> refused = h.Allocate(kGpu, {"GPU-c"});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("has been stopped"), std::string::npos)
+      << refused.status().message();
+  // b's stream was cancelled by the kubelet; b must register again to be served.
+  ASSERT_TRUE(WaitUntilCancelled(b));
+  ASSERT_TRUE(b.Register(h.kubelet_socket(), kGpu).ok());
+  ASSERT_TRUE(Eventually(h, [](const ResourceState& s) {
+    return s.registered && s.streaming && s.HealthyCount() == 1;
+  }));
+  EXPECT_TRUE(h.Allocate(kGpu, {"GPU-c"}).ok());
+  EXPECT_EQ(h.RegistrationCount(kGpu), 3);
+}
+
+// issue 26 item 2: once a stream ended, the kubelet refuses Allocate and GetPreferredAllocation on
+// that endpoint (errEndpointStopped); the old harness still served them.
+TEST(KubeletHarness, CallsOnAStoppedEndpointAreRefused) {
+  TempDir dir;
+  KubeletHarness h;
+  ASSERT_TRUE(h.Start(dir.path).ok());
+  FakePlugin plugin(dir.path, "nvidia-gpu.sock");
+  ASSERT_TRUE(ServeAndRegister(plugin, h, TwoGpus()));
+  ASSERT_TRUE(HealthyCountIs(h, 2));
+  ASSERT_TRUE(h.Allocate(kGpu, {"GPU-a"}).ok());
+  plugin.EndStreams();
+  ASSERT_TRUE(Eventually(h, [](const ResourceState& s) { return s.stream_ended; }));
+  EXPECT_FALSE(h.Allocate(kGpu, {"GPU-a"}).ok());
+  EXPECT_FALSE(h.GetPreferredAllocation(kGpu, {"GPU-a", "GPU-b"}, {}, 1).ok());
+  h.Stop();
 }
 
 TEST(KubeletHarness, RestartDeletesSocketsOnlyAndServesAgain) {
