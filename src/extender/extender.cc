@@ -1,7 +1,5 @@
 #include "extender/extender.h"
 
-#include "extender/request.h"
-
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -11,11 +9,12 @@
 #include <string_view>
 #include <tuple>
 
+#include "extender/request.h"
+
 namespace gpulet::extender {
 namespace {
 
 using nlohmann::json;
-
 
 Answer BadRequest(const std::string& message) {
   return {400, "application/json", json{{"Error", message}}.dump()};
@@ -376,9 +375,10 @@ Answer Extender::Bind(const std::string& body) {
   for (const auto& [field, value, max] :
        {std::tuple{"PodNamespace", &ns, size_t{63}}, std::tuple{"PodName", &name, size_t{253}},
         std::tuple{"Node", &node, size_t{253}}}) {
-    const bool ok = value->size() <= max && std::all_of(value->begin(), value->end(), [](char c) {
-      return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.';
-    });
+    const bool ok =
+        value->size() <= max && std::all_of(value->begin(), value->end(), [](char c) {
+          return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.';
+        });
     if (!ok || *value == "." || *value == "..") {
       ++bad_requests_;
       return BadRequest(std::string("bind: ExtenderBindingArgs.") + field +

@@ -53,7 +53,9 @@ class Reader {
   // nlohmann's SAX interface.
   bool null() { return Scalar(Value::kNull, {}); }
   bool boolean(bool) { return Scalar(Value::kOther, "a boolean"); }
-  bool number_integer(json::number_integer_t v) { return Scalar(Value::kNumber, std::to_string(v)); }
+  bool number_integer(json::number_integer_t v) {
+    return Scalar(Value::kNumber, std::to_string(v));
+  }
   bool number_unsigned(json::number_unsigned_t v) {
     return Scalar(Value::kNumber, std::to_string(v));
   }
@@ -87,8 +89,19 @@ class Reader {
 
  private:
   enum class Frame {
-    kArgs, kPod, kMeta, kSpec, kContainers, kContainer, kResources, kQuantities,
-    kNodeNames, kNodes, kNodeItems, kNodeItem, kNodeItemMeta
+    kArgs,
+    kPod,
+    kMeta,
+    kSpec,
+    kContainers,
+    kContainer,
+    kResources,
+    kQuantities,
+    kNodeNames,
+    kNodes,
+    kNodeItems,
+    kNodeItem,
+    kNodeItemMeta
   };
   enum class Value { kNull, kNumber, kString, kOther };
 
@@ -305,17 +318,17 @@ Result<PodRequest> BuildRequest(PodFields& f, const MemoryResourceTest& is_memor
       if (!inserted && !q.from_limits) it->second = &q;
     }
     for (const auto& [name, q] : asked) {
-      const std::string field = "resources." + std::string(q->from_limits ? "limits" : "requests") +
-                                "[\"" + name + "\"]";
+      const std::string field =
+          "resources." + std::string(q->from_limits ? "limits" : "requests") + "[\"" + name + "\"]";
       if (!q->bad.empty()) {
         return Status(ErrorCode::kInvalidInput,
                       where + ": " + field + ": must be a quantity, got " + q->bad);
       }
       auto units = k8s::ParseWholeQuantity(q->text, kMaxUnits);
       if (!units.ok()) {
-        return Status(ErrorCode::kInvalidInput, where + ": " + field +
-                                                    ": must be a whole number of units: " +
-                                                    units.status().message());
+        return Status(ErrorCode::kInvalidInput,
+                      where + ": " + field +
+                          ": must be a whole number of units: " + units.status().message());
       }
       if (*units == 0) continue;
       if (!r.resource.empty() && r.resource != name) {
@@ -394,9 +407,8 @@ Result<ExtenderArgsFields> ReadExtenderArgs(std::string_view body,
   Reader r(Reader::Root::kArgs, is_memory);
   const bool ok = json::sax_parse(body.begin(), body.end(), &r);
   if (!ok) {
-    return Status(ErrorCode::kInvalidInput, "ExtenderArgs: " + (r.error_.empty()
-                                                                    ? std::string("not JSON")
-                                                                    : r.error_));
+    return Status(ErrorCode::kInvalidInput,
+                  "ExtenderArgs: " + (r.error_.empty() ? std::string("not JSON") : r.error_));
   }
   if (!r.root_object) return Status(ErrorCode::kInvalidInput, "ExtenderArgs: must be an object");
   ExtenderArgsFields a;
@@ -409,8 +421,8 @@ Result<ExtenderArgsFields> ReadExtenderArgs(std::string_view body,
   if (!r.names_given && r.nodes_given) {
     for (size_t i = 0; i < r.node_items.size(); ++i) {
       if (r.node_items[i].empty()) {
-        return Status(ErrorCode::kInvalidInput,
-                      "ExtenderArgs.Nodes.items[" + std::to_string(i) + "].metadata.name: required");
+        return Status(ErrorCode::kInvalidInput, "ExtenderArgs.Nodes.items[" + std::to_string(i) +
+                                                    "].metadata.name: required");
       }
     }
   }

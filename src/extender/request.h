@@ -16,12 +16,12 @@ namespace gpulet::extender {
 // ExtenderArgs {Pod, Nodes, NodeNames}, field names matched as Go's encoding/json does
 // (case-insensitively; the last of repeated keys counts).
 struct ExtenderArgsFields {
-  bool has_pod = false;   // Pod was an object
-  PodRequest pod;         // when has_pod and pod_error is empty
-  std::string pod_error;  // the pod's own spec is wrong (names the container and field)
+  bool has_pod = false;      // Pod was an object
+  PodRequest pod;            // when has_pod and pod_error is empty
+  std::string pod_error;     // the pod's own spec is wrong (names the container and field)
   bool names_given = false;  // NodeNames was a list (else null or absent)
   std::vector<std::string> names;
-  bool nodes_given = false;         // Nodes was an object (full-node mode)
+  bool nodes_given = false;             // Nodes was an object (full-node mode)
   std::vector<std::string> node_items;  // Nodes.items[].metadata.name
 };
 

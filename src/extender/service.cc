@@ -16,7 +16,8 @@ std::string PathSegment(std::string_view name) {
   out.reserve(name.size());
   for (char ch : name) {
     const unsigned char c = static_cast<unsigned char>(ch);
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '~' || (c == '.' && name != "." && name != "..")) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '~' ||
+        (c == '.' && name != "." && name != "..")) {
       out += ch;
     } else {
       out += '%';

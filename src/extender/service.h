@@ -29,8 +29,8 @@ namespace gpulet::extender {
 
 struct ServiceOptions {
   std::string address = "127.0.0.1:8888";
-  std::string web_config_file;  // TLS certificate (and optional basic auth)
-  int threads = 8;              // workers for the verbs (bind blocks on the API server)
+  std::string web_config_file;            // TLS certificate (and optional basic auth)
+  int threads = 8;                        // workers for the verbs (bind blocks on the API server)
   size_t max_body_bytes = kMaxBodyBytes;  // extender.h: a 5,000-node NodeNames request
   // Bodies held at once (HttpOptions::max_body_bytes_in_flight): one per worker at the largest.
   size_t max_body_bytes_in_flight = 8 * kMaxBodyBytes;

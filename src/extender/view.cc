@@ -383,8 +383,8 @@ std::vector<ClusterView::HeldPod> ClusterView::Reservations() const {
     for (const Reservation& r : list) {
       if (r.expires <= now) continue;
       const size_t slash = r.pod_key.find('/');
-      out.push_back({r.uid, r.pod_key.substr(0, slash), r.pod_key.substr(slash + 1), node,
-                     now - r.made});
+      out.push_back(
+          {r.uid, r.pod_key.substr(0, slash), r.pod_key.substr(slash + 1), node, now - r.made});
     }
   }
   return out;
@@ -849,9 +849,9 @@ void ClusterView::Unreserve(const std::string& uid, const std::string& node) {
   auto it = reservations_.find(node);
   if (it == reservations_.end()) return;
   auto& list = it->second;
-  list.erase(std::remove_if(list.begin(), list.end(),
-                            [&](const Reservation& r) { return r.uid == uid; }),
-             list.end());
+  list.erase(
+      std::remove_if(list.begin(), list.end(), [&](const Reservation& r) { return r.uid == uid; }),
+      list.end());
   if (list.empty()) {
     reservations_.erase(it);
     SyncReservedLocked(node);

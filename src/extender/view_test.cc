@@ -672,5 +672,165 @@ TEST(RememberedLists, ARepeatedListIsResolvedOnceAndTheCacheIsBounded) {
   EXPECT_EQ(plain.remembered_lists(), 0u);
 }
 
+// Issue 23: the API server writes requests in canonical form ("2k" for 2,000); every form of the
+// quantity grammar must be read, and what is not a whole count refused with the field.
+TEST(ParsePodRequest, QuantitiesInEveryCanonicalForm) {
+  for (const auto& [text, units] : std::vector<std::pair<std::string, int64_t>>{
+           {"2k", 2000}, {"2Ki", 2048}, {"1e3", 1000}, {"2000m", 2}, {"1.5k", 1500}}) {
+    json pod = MemoryPod("q", {0});
+    pod["spec"]["containers"][0]["resources"] = {{"requests", {{kResource, text}}}};
+    auto r = ParsePodRequest(pod);
+    ASSERT_TRUE(r.ok()) << text << ": " << r.status().message();
+    EXPECT_EQ(r->total(), units) << text;
+  }
+  FakeClock clock;
+  ClusterView view(clock, {});
+  Publish(view, "n1", {{4096, 2048}}, "1");
+  json pod = MemoryPod("q", {0});
+  pod["spec"]["containers"][0]["resources"] = {{"limits", {{kResource, "2Ki"}}}};
+  EXPECT_TRUE(view.Evaluate(*ParsePodRequest(pod), "n1").fits);
+  pod["spec"]["containers"][0]["resources"] = {{"limits", {{kResource, "3k"}}}};
+  EXPECT_FALSE(view.Evaluate(*ParsePodRequest(pod), "n1").fits);
+  pod["spec"]["containers"][0]["resources"] = {{"limits", {{kResource, "1500m"}}}};
+  EXPECT_THAT(ParsePodRequest(pod).status().message(),
+              HasSubstr("resources.limits[\"gpulet.io/gpu-memory-1gi\"]: must be a whole number "
+                        "of units: \"1500m\": not a whole number"));
+  pod["spec"]["containers"][0]["resources"] = {{"limits", {{kResource, "2K"}}}};
+  EXPECT_THAT(ParsePodRequest(pod).status().message(), HasSubstr("unknown suffix"));
+}
+
+// Issue 23: a pool renamed in the node agent's config (`rename: example.com/vram`) publishes that
+// name in its objects; the extender must judge pods asking for it per GPU too.
+TEST(Filter, RenamedPoolIsJudgedPerGpu) {
+  FakeClock clock;
+  ClusterView view(clock, {});
+  json m = MemoryJson("n1", {{80, 40}, {80, 40}});
+  m["resource"] = "example.com/vram";
+  view.UpsertObject(MemoryConfigMap("n1", m.dump(), "1"));
+  Extender ext = OfflineExtender(view);
+  json pod = MemoryPod("big", {50}, "default", "example.com/vram");
+  json f = json::parse(ext.Filter(CacheModeArgs(pod, {"n1"})).body);
+  EXPECT_TRUE(f["NodeNames"].empty()) << f;
+  const std::string reason =
+      f["FailedAndUnresolvableNodes"].value("n1", "") + f["FailedNodes"].value("n1", "");
+  EXPECT_THAT(reason, HasSubstr("needs 50 units of example.com/vram on one GPU"));
+  // A name the operator lists is recognised before any object publishes it.
+  ClusterView listed(clock, {.memory_resources = {"example.com/hbm"}});
+  EXPECT_TRUE(listed.IsMemoryResource("example.com/hbm"));
+  EXPECT_FALSE(listed.IsMemoryResource("example.com/vram"));
+  EXPECT_TRUE(view.IsMemoryResource("example.com/vram"));
+}
+
+// Issue 23: init containers as the kubelet's device manager allocates them. A sidecar
+// (restartPolicy: Always) keeps its units beside the app's; an ordinary init container's units
+// are reused first by the next container, which then stays on that GPU.
+TEST(Filter, InitContainersAndSidecarsAsTheKubeletAllocates) {
+  FakeClock clock;
+  ClusterView view(clock, {});
+  auto with_init = [](std::vector<int64_t> app, int64_t init, bool sidecar) {
+    json pod = MemoryPod("p", app);
+    json c = {{"name", "init"}, {"resources", {{"limits", {{kResource, std::to_string(init)}}}}}};
+    if (sidecar) c["restartPolicy"] = "Always";
+    pod["spec"]["initContainers"] = json::array({c});
+    auto r = ParsePodRequest(pod);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return *r;
+  };
+  // Sidecar 30 + app 30 on one GPU with 50 free and another with 20: the app finds no GPU.
+  Publish(view, "n1", {{80, 50}, {80, 20}}, "1");
+  PodRequest sidecar = with_init({30}, 30, true);
+  EXPECT_EQ(sidecar.total(), 60);
+  NodeVerdict v = view.Evaluate(sidecar, "n1");
+  EXPECT_FALSE(v.fits);
+  EXPECT_THAT(v.reason, HasSubstr("container \"c0\" needs 30 units"));
+  // The same as an ordinary init container: the app reuses its units.
+  PodRequest init = with_init({30}, 30, false);
+  EXPECT_EQ(init.total(), 30);
+  v = view.Evaluate(init, "n1");
+  EXPECT_TRUE(v.fits) << v.reason;
+  ASSERT_EQ(v.assignments.size(), 1u);  // the app's units come from the init container's
+  EXPECT_EQ(v.assignments[0].units, 30);
+  // Init 20 goes to the tightest GPU (25 free); the app (40) reuses those 20 and must find the
+  // other 20 on the same GPU, which has 5: no fit (counting the app alone, GPU 1 would do).
+  Publish(view, "n2", {{80, 25}, {80, 60}}, "1");
+  v = view.Evaluate(with_init({40}, 20, false), "n2");
+  EXPECT_FALSE(v.fits);
+  EXPECT_THAT(v.reason, HasSubstr("it reuses 20 units an init container released on GPU 0"));
+  // An init container larger than the app: the pod holds the init container's units.
+  Publish(view, "n3", {{80, 70}}, "1");
+  PodRequest big_init = with_init({10}, 70, false);
+  EXPECT_EQ(big_init.total(), 70);
+  ASSERT_TRUE(view.Evaluate(big_init, "n3").fits);
+  auto held = view.Reserve(big_init, "n3");
+  ASSERT_TRUE(held.ok()) << held.status().message();
+  EXPECT_EQ(view.stats().reserved_units, 70);
+}
+
+// Issue 23: reservations are the pod's (UID), not its name's: a StatefulSet pod recreated under
+// the same name is another pod, and an object listing the earlier one is no evidence for it.
+TEST(Reserve, KeyedByUidAndEndedOnEvidence) {
+  FakeClock clock;
+  ClusterView view(clock, {});
+  const json earlier = json::array(
+      {{{"namespace", "default"}, {"name", "a"}, {"gpu", GpuUuid("n1", 0)}, {"units", 20}}});
+  Publish(view, "n1", {{80, 60}}, "1", earlier);  // the earlier pod a still listed
+  PodRequest a = Request("a", {40});
+  a.uid = "uid-new";
+  bool already = true;
+  ASSERT_TRUE(view.Reserve(a, "n1", &already).ok());
+  EXPECT_FALSE(already);
+  // A republication still listing (the earlier) a does not end the new pod's reservation.
+  Publish(view, "n1", {{80, 60}}, "2", earlier);
+  EXPECT_EQ(view.stats().reservations, 1u);
+  // Another pod with the same name but yet another UID is not "already" reserved.
+  PodRequest again = Request("a", {10});
+  again.uid = "uid-third";
+  ASSERT_TRUE(view.Reserve(again, "n1", &already).ok());
+  EXPECT_FALSE(already);
+  EXPECT_EQ(view.stats().reserved_units, 50);
+  // The earlier pod leaves, then the new one is listed: that is evidence.
+  Publish(view, "n1", {{80, 30}}, "3");
+  EXPECT_EQ(view.stats().reservations, 2u);
+  Publish(
+      view, "n1", {{80, 20}}, "4",
+      json::array(
+          {{{"namespace", "default"}, {"name", "a"}, {"gpu", GpuUuid("n1", 0)}, {"units", 40}}}));
+  EXPECT_EQ(view.stats().reservations, 0u);
+  // The API server says the pod is gone: EndReservation.
+  PodRequest b = Request("b", {10});
+  ASSERT_TRUE(view.Reserve(b, "n1").ok());
+  ASSERT_EQ(view.Reservations().size(), 1u);
+  EXPECT_EQ(view.Reservations()[0].uid, "uid-default-b");
+  view.EndReservation("uid-default-b");
+  EXPECT_EQ(view.stats().reservations, 0u);
+  // No UID, no reservation.
+  PodRequest anonymous = Request("c", {10});
+  anonymous.uid.clear();
+  EXPECT_EQ(view.Reserve(anonymous, "n1").status().code(), ErrorCode::kInvalidInput);
+}
+
+// Issue 23: a node where evicting every pod it lists still leaves no GPU with the units is
+// unresolvable (the scheduler then preempts nobody there); elsewhere the reason says what
+// preemption could free, and where.
+TEST(Filter, SaysWhatPreemptionCouldFree) {
+  FakeClock clock;
+  ClusterView view(clock, {});
+  const json pods =
+      json::array({{{"namespace", "t"}, {"name", "x"}, {"gpu", GpuUuid("n1", 0)}, {"units", 60}},
+                   {{"namespace", "t"}, {"name", "y"}, {"gpu", GpuUuid("n1", 1)}, {"units", 10}}});
+  Publish(view, "n1", {{80, 20}, {80, 30}}, "1", pods);
+  FilterOutcome f = view.Filter(Request("p", {70}), {"n1"});
+  ASSERT_EQ(f.failed.count("n1"), 1u);
+  EXPECT_THAT(f.failed["n1"], HasSubstr("preemption could free 80 units on GPU 0"));
+  // 90 units: no GPU has that many even empty.
+  f = view.Filter(Request("p", {90}), {"n1"});
+  ASSERT_EQ(f.unresolvable.count("n1"), 1u);
+  EXPECT_THAT(f.unresolvable["n1"], HasSubstr("preemption cannot help"));
+  // Units held but not listed (another allocation in flight) are nobody's to evict.
+  Publish(view, "n2", {{80, 20}, {80, 30}}, "1");
+  f = view.Filter(Request("p", {40}), {"n2"});
+  EXPECT_THAT(f.unresolvable["n2"], HasSubstr("frees at most 30 units on one GPU"));
+}
+
 }  // namespace
 }  // namespace gpulet::extender
