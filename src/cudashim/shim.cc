@@ -207,6 +207,16 @@ struct Charge {
   int gpu = -1;
   uint64_t bytes = 0;
   CUmemoryPool pool = nullptr;  // allocations from a stream-ordered pool
+  uint64_t dying = 0;           // a block of a pool destroyed while it was out (DyingPool)
+};
+
+// A pool destroyed with blocks still out: the driver releases it when the last is freed (Stream
+// Ordered Memory Allocator, cuMemPoolDestroy), so what it held beyond those blocks stays charged
+// until then.
+struct DyingPool {
+  int gpu = -1;
+  uint64_t remainder = 0;
+  size_t blocks = 0;
 };
 
 struct PoolState {
@@ -260,6 +270,8 @@ struct State {
   int primary_refs[kMaxDevices] = {};
   uint64_t primary_charge[kMaxDevices] = {};
   std::atomic<bool> pools_cache{false};  // some pool holds freed blocks: reconcile at syncs
+  std::unordered_map<uint64_t, DyingPool> dying_pools;
+  uint64_t next_dying = 1;
   // VMM
   std::unordered_map<uint64_t, Physical> physical;
   std::unordered_map<CUmemGenericAllocationHandle, HandleRef> vmm_handles;
@@ -343,6 +355,7 @@ void AfterFork() {
   s.mappings.clear();
   s.graph_need.clear();
   s.capture_need.clear();
+  s.dying_pools.clear();
   std::fill(std::begin(s.graph_charge), std::end(s.graph_charge), 0);
   s.captures.store(0);
   s.pointers.clear();
@@ -570,7 +583,17 @@ CUresult AllocateFromPool(CUdeviceptr* dptr, uint64_t bytes, CUmemoryPool pool, 
 void Freed(State& s, const Charge& c) {
   std::lock_guard lock(s.mu);
   if (c.pool == nullptr) {
-    Uncharge(s, c.gpu, c.bytes);
+    auto d = c.dying == 0 ? s.dying_pools.end() : s.dying_pools.find(c.dying);
+    if (d == s.dying_pools.end()) {
+      Uncharge(s, c.gpu, c.bytes);
+      return;
+    }
+    // A block of a destroyed pool: its memory stays with the pool until the last block is freed.
+    d->second.remainder += c.bytes;
+    if (--d->second.blocks == 0) {
+      Uncharge(s, d->second.gpu, d->second.remainder);
+      s.dying_pools.erase(d);
+    }
     return;
   }
   auto p = s.pools.find(c.pool);
@@ -838,6 +861,14 @@ void DropContextMemoryLocked(State& s, int slot) {
     if (it->second.gpu == slot) {
       bytes += it->second.charged;
       it = s.pools.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = s.dying_pools.begin(); it != s.dying_pools.end();) {
+    if (it->second.gpu == slot) {
+      bytes += it->second.remainder;
+      it = s.dying_pools.erase(it);
     } else {
       ++it;
     }
@@ -1609,7 +1640,18 @@ GPULET_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
     for (const auto& b : blocks) s.pointers.emplace(b);
     return rc;
   }
-  Uncharge(s, ps.gpu, ps.charged);
+  if (blocks.empty()) {
+    Uncharge(s, ps.gpu, ps.charged);
+    return rc;
+  }
+  // Blocks are still out: each stays charged as it is, the rest of the pool until the last goes.
+  const uint64_t id = s.next_dying++;
+  uint64_t out = 0;
+  for (auto& [ptr, c] : blocks) {
+    out += c.bytes;
+    RecordLocked(s, s.pointers, ptr, Charge{c.gpu, c.bytes, nullptr, id});
+  }
+  s.dying_pools[id] = DyingPool{ps.gpu, ps.charged > out ? ps.charged - out : 0, blocks.size()};
   return rc;
 }
 

@@ -62,6 +62,7 @@ struct CUmemPoolHandle_st {
   uint64_t reserved = 0;  // taken from the device
   uint64_t used = 0;      // handed out
   uint64_t threshold = 0;
+  bool destroyed = false;  // destroyed with allocations outstanding
 };
 struct CUstream_st {
   CUctx_st* ctx = nullptr;
@@ -207,6 +208,7 @@ struct Driver {
   std::map<void*, Allocation> objects;                      // arrays, modules, libraries
   std::map<void*, uint64_t> deferred;  // deferred-mapping arrays: their size, nothing taken
   std::map<CUmemPoolHandle_st*, std::unique_ptr<CUmemPoolHandle_st>> pools;
+  std::map<CUmemPoolHandle_st*, std::unique_ptr<CUmemPoolHandle_st>> dying_pools;
   std::map<CUstream_st*, std::unique_ptr<CUstream_st>> streams;
   std::map<CUevent_st*, std::unique_ptr<CUevent_st>> events;
   // VMM
@@ -319,8 +321,12 @@ struct Driver {
   CUresult Free(CUdeviceptr dptr) {
     auto it = pointers.find(dptr);
     if (it != pointers.end()) {
-      if (it->second.pool != nullptr) {
-        it->second.pool->used -= it->second.bytes;  // [SOMA] kept by the pool until released
+      if (CUmemPoolHandle_st* pool = it->second.pool; pool != nullptr) {
+        pool->used -= it->second.bytes;            // [SOMA] kept by the pool until released
+        if (pool->destroyed && pool->used == 0) {  // its last allocation: the pool goes now
+          Give(pool->dev, pool->reserved);
+          dying_pools.erase(pool);
+        }
       } else {
         Give(it->second.dev, it->second.bytes);
       }
@@ -1024,6 +1030,11 @@ CUresult AllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream stream, CUmemor
   CUctx_st* ctx = d.StreamContext(stream, Current());
   if (ctx == nullptr || !d.Known(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
   if (dptr == nullptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (pool != nullptr && d.pools.count(pool) == 0) {
+    bool is_default = false;
+    for (auto& dv : d.devices) is_default = is_default || dv.default_pool.get() == pool;
+    if (!is_default) return CUDA_ERROR_INVALID_VALUE;  // destroyed or never made
+  }
   if (CUgraph_st* g = d.Capturing(stream)) {
     const int dev = pool != nullptr ? pool->dev : ctx->dev;
     *dptr = d.AddAllocNode(g, dev, bytesize);
@@ -1077,23 +1088,20 @@ SIM_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* pr
 }
 
 namespace {
-// [SOMA] cuMemPoolDestroy: the pool's memory goes back to the device (allocations still out
-// are freed with it, as the model's reading of "destroyed after outstanding allocations").
+// [SOMA] cuMemPoolDestroy: with allocations outstanding it returns at once and the pool's
+// resources are released when the last of them is freed; otherwise its memory goes back now.
 CUresult PoolDestroyLocked(CUmemoryPool pool) {
   SIM_LOCK();
   auto it = d.pools.find(pool);
   if (it == d.pools.end()) return CUDA_ERROR_INVALID_VALUE;
-  for (auto p = d.pointers.begin(); p != d.pointers.end();) {
-    if (p->second.pool == pool) {
-      d.addresses.Give(p->first, p->second.bytes);
-      p = d.pointers.erase(p);
-    } else {
-      ++p;
-    }
-  }
-  d.Give(pool->dev, pool->reserved);
   for (auto& dv : d.devices) {
     if (dv.current_pool == pool) dv.current_pool = dv.default_pool.get();
+  }
+  if (pool->used > 0) {
+    pool->destroyed = true;
+    d.dying_pools.emplace(pool, std::move(it->second));
+  } else {
+    d.Give(pool->dev, pool->reserved);
   }
   d.pools.erase(it);
   return CUDA_SUCCESS;

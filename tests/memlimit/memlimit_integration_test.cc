@@ -456,6 +456,11 @@ TEST_F(MemLimitTest, AnUnknownVariantIsPassedThroughUntouched) {
   EXPECT_EQ(Model({"procaddr"}, 256 * kMiB), "ok procaddr");
 }
 
+// A pool destroyed with blocks out keeps its memory until the last block is freed.
+TEST_F(MemLimitTest, APoolDestroyedWithBlocksOutStaysChargedUntilTheLastIsFreed) {
+  EXPECT_EQ(Model({"pool-destroyed"}, 256 * kMiB), "ok pool-destroyed");
+}
+
 // Item 6: eight threads retaining the primary context at once charge it once.
 TEST_F(MemLimitTest, ConcurrentPrimaryRetainsChargeOnce) {
   EXPECT_EQ(Model({"retain-race"}, 256 * kMiB), "ok retain-race");

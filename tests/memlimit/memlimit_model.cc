@@ -6,7 +6,8 @@
 //   memlimit_model DIR SCENARIO       DIR: the accounting region's directory (GPULET_CUDA_DIR)
 //   memlimit_model DIR diff SEED STEPS
 // Scenarios (one per escape of issue 24): reuse-race, vmm-mapped, vmm-retain, vmm-import, graph,
-// graph-node, neighbour-module, neighbour-context, stream-device, arrays, procaddr, retain-race.
+// neighbour-module, neighbour-context, stream-device, arrays, procaddr, retain-race,
+// pool-destroyed.
 // Prints "ok …" and exits 0, or "FAIL …" (with the seed and step for diff) and exits 1.
 #include <dlfcn.h>
 #include <sys/wait.h>
@@ -342,6 +343,25 @@ void ProcAddr(uint64_t) {
   std::printf("ok procaddr\n");
 }
 
+// A pool destroyed with blocks out is released when the last block is freed (cuMemPoolDestroy).
+void PoolDestroyedWithBlocksOut(uint64_t limit) {
+  Init();
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  CUmemoryPool pool = nullptr;
+  Ok(cuMemPoolCreate(&pool, &props), "cuMemPoolCreate");
+  CUdeviceptr p[3] = {};
+  for (CUdeviceptr& x : p) Ok(cuMemAllocFromPoolAsync(&x, 8 * kMiB, pool, nullptr), "alloc");
+  Ok(cuMemPoolDestroy(pool), "cuMemPoolDestroy");
+  Check("pool destroyed, three blocks out", limit);
+  for (CUdeviceptr x : p) {
+    Ok(cuMemFreeAsync(x, nullptr), "cuMemFreeAsync");
+    Check("a block of the destroyed pool freed", limit);
+  }
+  std::printf("ok pool-destroyed\n");
+}
+
 // Issue 24 item 6: eight threads retaining the primary context at once charge it once; twenty
 // rounds, the context released in between, so a window between the driver's retain and the
 // library's count is hit.
@@ -392,7 +412,9 @@ void Differential(uint64_t limit, uint64_t seed, int64_t steps) {
   Ok(cuDeviceGetDefaultMemPool(&pool, 0), "cuDeviceGetDefaultMemPool");
   Region region;
   if (!region.Open(g_dir).empty()) Fail("cannot open the region");
-  std::vector<CUdeviceptr> ptrs, async_ptrs, graph_live;
+  std::vector<CUdeviceptr> ptrs, async_ptrs, graph_live, pool_ptrs;
+  CUmemoryPool own_pool = nullptr;
+  const bool trace = std::getenv("MODEL_TRACE") != nullptr;  // each step's operation, on stderr
   std::vector<Vmm> vmm;
   std::vector<CUarray> arrays;
   std::vector<CUmodule> modules;
@@ -407,7 +429,39 @@ void Differential(uint64_t limit, uint64_t seed, int64_t steps) {
     return x;
   };
   for (g_step = 0; g_step < steps; ++g_step) {
-    const uint64_t op = pick(100);
+    const uint64_t op = pick(110);
+    if (trace) std::fprintf(stderr, "step %" PRId64 " op %" PRIu64 "\n", g_step, op);
+    if (op >= 100) {
+      if (op < 102) {
+        // a second context, made and destroyed (the primary stays current)
+        CUcontext c = nullptr;
+        if (cuCtxCreate_v2(&c, 0, 0) == CUDA_SUCCESS) {
+          Ok(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+          Check("context made", limit);
+          Ok(cuCtxDestroy_v2(c), "cuCtxDestroy_v2");
+          Ok(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+        }
+      } else if (op < 106) {
+        if (own_pool == nullptr) {
+          CUmemPoolProps props{};
+          props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+          props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+          Ok(cuMemPoolCreate(&own_pool, &props), "cuMemPoolCreate");
+        }
+        CUdeviceptr p = 0;
+        if (cuMemAllocFromPoolAsync(&p, size(), own_pool, st) == CUDA_SUCCESS)
+          pool_ptrs.push_back(p);
+      } else if (op < 108) {
+        if (!pool_ptrs.empty())
+          Ok(cuMemFreeAsync(remove_at(pool_ptrs, pick(pool_ptrs.size())), st), "pool free");
+      } else if (own_pool != nullptr) {
+        // Blocks still out keep the pool's memory until the last is freed (cuMemPoolDestroy).
+        Ok(cuMemPoolDestroy(own_pool), "cuMemPoolDestroy");
+        own_pool = nullptr;
+      }
+      Check("differential", limit, 0, 0, slack);
+      continue;
+    }
     if (op < 14) {
       CUdeviceptr p = 0;
       if (cuMemAlloc_v2(&p, size()) == CUDA_SUCCESS) ptrs.push_back(p);
@@ -587,6 +641,8 @@ int main(int argc, char** argv) {
     ProcAddr(limit);
   else if (what == "retain-race")
     RetainRace(limit);
+  else if (what == "pool-destroyed")
+    PoolDestroyedWithBlocksOut(limit);
   else if (what == "diff" && argc == 5)
     Differential(limit, std::strtoull(argv[3], nullptr, 10), std::strtoll(argv[4], nullptr, 10));
   else
