@@ -7,6 +7,7 @@
 #include <set>
 
 #include "process.h"
+#include "support/require.h"
 
 namespace gpulet::testing {
 namespace {
@@ -48,13 +49,14 @@ class ExporterProcess : public ::testing::Test {
   }
   // Starts the exporter and waits until /health answers 200.
   void StartExporter(const std::string& fixture, std::vector<std::string> extra = {}) {
-    port_ = FreePort();
     std::vector<std::string> argv = Global(fixture);
-    for (const char* a : {"exporter", "--hostname", "node-a", "-c", "200", "-a"}) argv.push_back(a);
-    argv.push_back("127.0.0.1:" + std::to_string(port_));
+    for (const char* a : {"exporter", "--hostname", "node-a", "-c", "200", "-a", "127.0.0.1:0"}) {
+      argv.push_back(a);
+    }
     argv.insert(argv.end(), extra.begin(), extra.end());
     ASSERT_TRUE(exporter_.Start(argv, dir_ + "/exporter.log"));
-    ASSERT_TRUE(WaitHealthy(exporter_, port_)) << exporter_.log();
+    port_ = WaitServing(exporter_);
+    ASSERT_NE(port_, 0) << exporter_.log();
   }
   std::string Metrics() { return HttpGet(port_, "/metrics"); }
 
@@ -132,7 +134,7 @@ TEST_F(ExporterProcess, ExpositionStructureOnDgxH100) {
 
 TEST_F(ExporterProcess, UpstreamCountersFileLoadsUnchanged) {
   const std::string csv = SourceDir() + "/../shared/upstream/dcgm-exporter/default-counters.csv";
-  if (!std::filesystem::exists(csv)) GTEST_SKIP() << "no " << csv;
+  GPULET_REQUIRE_SHARED(csv);
   StartExporter("dgx-h100", {"-f", csv});
   const std::string text = Metrics();
   for (const char* f :

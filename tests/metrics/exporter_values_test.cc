@@ -81,13 +81,12 @@ TEST_P(ExporterValues, MatchTheFixtureAndTheTelemetrySet) {
                           "--memory-used 12345";
   ASSERT_EQ(std::system((set + " >/dev/null").c_str()), 0) << set;
 
-  const int port = FreePort();
-  std::vector<std::string> argv = {
-      Gpulet(),      "--simulate", GetParam(),   "--sim-state",
-      dir_ + "/sim", "exporter",   "--hostname", "node-v",
-      "-c",          "200",        "-a",         "127.0.0.1:" + std::to_string(port)};
+  std::vector<std::string> argv = {Gpulet(),      "--simulate", GetParam(),   "--sim-state",
+                                   dir_ + "/sim", "exporter",   "--hostname", "node-v",
+                                   "-c",          "200",        "-a",         "127.0.0.1:0"};
   ASSERT_TRUE(exporter_.Start(argv, dir_ + "/exporter.log"));
-  ASSERT_TRUE(WaitHealthy(exporter_, port)) << exporter_.log();
+  const int port = WaitServing(exporter_);
+  ASSERT_NE(port, 0) << exporter_.log();
   std::map<std::string, std::map<int, Sample>> m;
   ASSERT_TRUE(WaitFor([&] {
     m = Parse(HttpGet(port, "/metrics"));

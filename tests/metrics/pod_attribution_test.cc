@@ -1,6 +1,7 @@
 // `gpulet exporter --kubernetes` against the kubelet harness's pod-resources v1 service: whole,
 // time-sliced, MPS and MIG allocations get pod labels; the kubelet going away and coming back.
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
 
 #include "kubelet/kubelet_harness.h"
@@ -41,14 +42,19 @@ class PodAttribution : public ::testing::Test {
     socket_ = kubelet_.pod_resources_socket();
   }
   void StartExporter(const std::string& fixture, std::vector<std::string> extra = {}) {
-    port_ = FreePort();
-    std::vector<std::string> argv = {Gpulet(), "--simulate", fixture, "--sim-state", dir_ + "/sim",
-                                     "exporter", "--hostname", "node-a", "-c", "200",
-                                     "-a", "127.0.0.1:" + std::to_string(port_), "--kubernetes",
-                                     "--pod-resources-socket", socket_, "--pod-refresh-interval", "200"};
+    std::vector<std::string> argv = {Gpulet(),       "--simulate",
+                                     fixture,        "--sim-state",
+                                     dir_ + "/sim",  "exporter",
+                                     "--hostname",   "node-a",
+                                     "-c",           "200",
+                                     "-a",           "127.0.0.1:0",
+                                     "--kubernetes", "--pod-resources-socket",
+                                     socket_,        "--pod-refresh-interval",
+                                     "200"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     ASSERT_TRUE(exporter_.Start(argv, dir_ + "/exporter.log"));
-    ASSERT_TRUE(WaitHealthy(exporter_, port_)) << exporter_.log();
+    port_ = WaitServing(exporter_);
+    ASSERT_NE(port_, 0) << exporter_.log();
   }
   bool Has(const std::string& needle) {
     return WaitFor([&] { return HttpGet(port_, "/metrics").find(needle) != std::string::npos; });
@@ -78,13 +84,15 @@ TEST_F(PodAttribution, WholeTimeSlicedAndMpsPodsGetLabels) {
     ASSERT_NE(at, std::string::npos) << pod;
   }
   size_t count = 0;
-  for (size_t p = text.find(gpu0_prefix); p != std::string::npos; p = text.find(gpu0_prefix, p + 1)) ++count;
+  for (size_t p = text.find(gpu0_prefix); p != std::string::npos; p = text.find(gpu0_prefix, p + 1))
+    ++count;
   EXPECT_EQ(count, 2u);
   EXPECT_NE(text.find("pod=\"whole\""), std::string::npos);
   EXPECT_NE(text.find("DCGM_FI_DEV_GPU_TEMP{gpu=\"5\""), std::string::npos);
   EXPECT_NE(text.find("pod=\"mps-c\",vgpu=\"3\"} "), std::string::npos);
   // GPUs nobody holds carry no pod labels.
-  EXPECT_NE(text.find("device=\"nvidia7\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"node-a\",DCGM_FI_DRIVER_VERSION="),
+  EXPECT_NE(text.find("device=\"nvidia7\",modelName=\"NVIDIA H100 80GB "
+                      "HBM3\",Hostname=\"node-a\",DCGM_FI_DRIVER_VERSION="),
             std::string::npos);
 }
 
@@ -101,7 +109,8 @@ TEST_F(PodAttribution, MigDevicesMapToTheirGpuInstance) {
     }
     if (gpu >= 0) break;
   }
-  ASSERT_GE(gpu, 0) << "gpulet info on dgx-a100 lists no MIG devices (the fixture has two MIG GPUs)";
+  ASSERT_GE(gpu, 0)
+      << "gpulet info on dgx-a100 lists no MIG devices (the fixture has two MIG GPUs)";
   kubelet_.SetPodResources({Pod("inf", "mig-pod", "nvidia.com/mig-" + profile, {mig_uuid})});
   ServeKubelet();
   StartExporter("dgx-a100");
@@ -119,7 +128,8 @@ TEST_F(PodAttribution, KubeletGoneKeepsServingAndReconnects) {
 
   kubelet_.Stop();  // both sockets removed
   ASSERT_FALSE(std::filesystem::exists(socket_));
-  ASSERT_TRUE(WaitFor([&] { return exporter_.log().find("pod_resources_unavailable") != std::string::npos; }));
+  ASSERT_TRUE(WaitFor(
+      [&] { return exporter_.log().find("pod_resources_unavailable") != std::string::npos; }));
   int status = 0;
   const std::string during = HttpGet(port_, "/metrics", &status);
   EXPECT_EQ(status, 200);
@@ -146,7 +156,8 @@ TEST_F(PodAttribution, OneSeriesPerGpuByDefault) {
   const std::string text = HttpGet(port_, "/metrics");
   const std::string gpu0_prefix = "DCGM_FI_DEV_GPU_TEMP{gpu=\"0\",UUID=\"" + gpu0 + "\"";
   size_t count = 0;
-  for (size_t p = text.find(gpu0_prefix); p != std::string::npos; p = text.find(gpu0_prefix, p + 1)) ++count;
+  for (size_t p = text.find(gpu0_prefix); p != std::string::npos; p = text.find(gpu0_prefix, p + 1))
+    ++count;
   EXPECT_EQ(count, 1u);
 }
 

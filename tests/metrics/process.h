@@ -1,5 +1,9 @@
 // Helpers for tests that run gpulet (and Prometheus) as child processes: spawn with output to a
-// log file, stop by pid, pick a free loopback port, fetch over HTTP, wait with a deadline.
+// log file, stop by pid, find the port a child listens on, fetch over HTTP, wait with a deadline.
+//
+// Ports: a child binds 127.0.0.1:0 and the test asks the kernel which port it got
+// (ListeningPort). Choosing a free port in the test, closing it and handing it to the child
+// races with every other process on the machine that binds between the two.
 #pragma once
 
 #include <arpa/inet.h>
@@ -13,13 +17,16 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
 #include "support/wait_until.h"
 
 extern char** environ;
@@ -39,20 +46,6 @@ inline std::string ReadFile(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-// A port the kernel just handed out on 127.0.0.1 (closed again, so a child can bind it).
-inline int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
 }
 
 // Polls `ready` every 50 ms until it returns true or `deadline` passes.
@@ -133,14 +126,64 @@ inline std::string HttpGet(int port, const std::string& path, int* status = null
   return r ? r->body : std::string();
 }
 
-// Waits until the child answers 200 on /health (false when it exits or the deadline passes).
-inline bool WaitHealthy(Child& child, int port) {
+// The TCP port process `pid` listens on, from the kernel: a socket in LISTEN state in
+// /proc/<pid>/net/tcp or tcp6 whose inode is one of the process's descriptors. 0 while it
+// listens on none; the lowest port when it listens on several.
+inline int ListeningPort(pid_t pid) {
+  const std::string proc = "/proc/" + std::to_string(pid);
+  std::set<std::string> inodes;  // "socket:[12345]" → "12345"
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(proc + "/fd", ec)) {
+    std::error_code link_ec;
+    const std::string target = std::filesystem::read_symlink(e.path(), link_ec).string();
+    if (!link_ec && target.rfind("socket:[", 0) == 0 && target.back() == ']') {
+      inodes.insert(target.substr(8, target.size() - 9));
+    }
+  }
+  int port = 0;
+  for (const char* table : {"/net/tcp", "/net/tcp6"}) {
+    std::ifstream in(proc + table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+      std::istringstream f(line);
+      std::string sl, local, remote, state, skip, inode;
+      f >> sl >> local >> remote >> state >> skip >> skip >> skip >> skip >> skip >> inode;
+      if (state != "0A" || !inodes.count(inode)) continue;  // 0A: TCP_LISTEN
+      const int p = static_cast<int>(std::stoul(local.substr(local.rfind(':') + 1), nullptr, 16));
+      if (port == 0 || p < port) port = p;
+    }
+  }
+  return port;
+}
+
+// Waits until the child listens; its port, or 0 when it exited or the deadline passed first.
+inline int WaitListening(Child& child,
+                         std::chrono::milliseconds deadline = std::chrono::seconds(30)) {
+  int port = 0;
+  WaitFor(
+      [&] {
+        if (!child.running()) return true;
+        port = ListeningPort(child.pid());
+        return port != 0;
+      },
+      deadline);
+  return child.running() ? port : 0;
+}
+
+// Waits until the child listens and answers 200 on /health; its port, or 0 when it exited or the
+// deadline passed first.
+inline int WaitServing(Child& child) {
+  const int port = WaitListening(child);
   int status = 0;
-  WaitFor([&] {
-    HttpGet(port, "/health", &status);
-    return status == 200 || !child.running();
-  });
-  return status == 200;
+  if (port != 0) {
+    WaitFor([&] {
+      HttpGet(port, "/health", &status);
+      return status == 200 || !child.running();
+    });
+  }
+  return status == 200 ? port : 0;
 }
 
 // Runs a command through the shell; returns its exit code, output appended to *out.

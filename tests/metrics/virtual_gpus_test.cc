@@ -95,7 +95,6 @@ class VirtualGpus : public ::testing::Test {
   void Start(std::vector<std::string> extra) {
     Status s = kubelet_.Start(dir_ + "/kubelet");
     ASSERT_TRUE(s.ok()) << s.message();
-    port_ = FreePort();
     std::vector<std::string> argv = {Gpulet(),
                                      "--simulate",
                                      "dgx-h100",
@@ -107,7 +106,7 @@ class VirtualGpus : public ::testing::Test {
                                      "-c",
                                      "200",
                                      "-a",
-                                     "127.0.0.1:" + std::to_string(port_),
+                                     "127.0.0.1:0",
                                      "--kubernetes",
                                      "--pod-resources-socket",
                                      kubelet_.pod_resources_socket(),
@@ -119,7 +118,8 @@ class VirtualGpus : public ::testing::Test {
                                      dir_ + "/kubeconfig"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     ASSERT_TRUE(exporter_.Start(argv, dir_ + "/exporter.log"));
-    ASSERT_TRUE(WaitHealthy(exporter_, port_)) << exporter_.log();
+    port_ = WaitServing(exporter_);
+    ASSERT_NE(port_, 0) << exporter_.log();
   }
   bool Has(const std::string& needle) {
     return WaitFor([&] { return HttpGet(port_, "/metrics").find(needle) != std::string::npos; });
