@@ -177,9 +177,48 @@ class KubeletHarness::PodResourcesService final : public v1::PodResourcesLister:
   explicit PodResourcesService(KubeletHarness* harness) : harness_(harness) {}
   grpc::Status List(grpc::ServerContext*, const v1::ListPodResourcesRequest*,
                     v1::ListPodResourcesResponse* response) override {
+    if (!harness_->TakePodResourcesToken()) return RateLimited();
     *response = harness_->PodResourcesResponse();
     return grpc::Status::OK;
   }
+  // pkg/kubelet/apis/podresources/server_v1.go, Get: the pod from the same source as List; an
+  // unknown pod is an error.
+  grpc::Status Get(grpc::ServerContext*, const v1::GetPodResourcesRequest* request,
+                   v1::GetPodResourcesResponse* response) override {
+    if (!harness_->TakePodResourcesToken()) return RateLimited();
+    const v1::ListPodResourcesResponse all = harness_->PodResourcesResponse();
+    for (const v1::PodResources& p : all.pod_resources()) {
+      if (p.name() == request->pod_name() && p.namespace_() == request->pod_namespace()) {
+        *response->mutable_pod_resources() = p;
+        return grpc::Status::OK;
+      }
+    }
+    return grpc::Status(grpc::StatusCode::UNKNOWN, "pod " + request->pod_name() +
+                                                       " in namespace " +
+                                                       request->pod_namespace() + " not found");
+  }
+  // GetAllocatableResources: every device of every registered resource, healthy or not.
+  grpc::Status GetAllocatableResources(grpc::ServerContext*,
+                                       const v1::AllocatableResourcesRequest*,
+                                       v1::AllocatableResourcesResponse* response) override {
+    if (!harness_->TakePodResourcesToken()) return RateLimited();
+    for (const std::string& name : harness_->Resources()) {
+      for (const HarnessDevice& d : harness_->Devices(name)) {
+        v1::ContainerDevices* out = response->add_devices();
+        out->set_resource_name(name);
+        out->add_device_ids(d.id);
+        for (int64_t numa : d.numa_nodes) out->mutable_topology()->add_nodes()->set_id(numa);
+      }
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  static grpc::Status RateLimited() {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "rejected by rate limit");
+  }
+
+ public:
 
  private:
   KubeletHarness* harness_;
@@ -316,6 +355,10 @@ Status KubeletHarness::Restart() {
   }
   StopServing();
   StopStreams(/*forget_registrations=*/true);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    partial_lists_left_ = partial_lists_after_restart_;
+  }
   // The kubelet deletes every socket in the directory on start, and nothing else.
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir_, ec)) {
@@ -645,11 +688,53 @@ void KubeletHarness::SetPodResources(std::vector<PodAssignment> assignments) {
   pod_assignments_ = std::move(assignments);
 }
 
-// Groups assignments by pod, then container, in the order first seen.
-v1::ListPodResourcesResponse KubeletHarness::PodResourcesResponse() const {
+void KubeletHarness::SetPodResourcesAfterRestart(std::vector<PodAssignment> partial, int lists) {
   std::lock_guard<std::mutex> lock(mu_);
+  partial_after_restart_ = std::move(partial);
+  partial_lists_after_restart_ = lists;
+}
+
+int KubeletHarness::pod_resources_calls() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pod_resources_calls_;
+}
+
+int KubeletHarness::pod_resources_rate_limited() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pod_resources_rate_limited_;
+}
+
+bool KubeletHarness::TakePodResourcesToken() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++pod_resources_calls_;
+  if (options_.pod_resources_qps <= 0) return true;
+  const Clock::time_point now = Clock::now();
+  if (tokens_at_ == Clock::time_point{}) {
+    tokens_ = options_.pod_resources_burst;
+  } else {
+    const double elapsed = std::chrono::duration<double>(now - tokens_at_).count();
+    tokens_ = std::min<double>(options_.pod_resources_burst,
+                               tokens_ + elapsed * options_.pod_resources_qps);
+  }
+  tokens_at_ = now;
+  if (tokens_ < 1) {
+    ++pod_resources_rate_limited_;
+    return false;
+  }
+  tokens_ -= 1;
+  return true;
+}
+
+// Groups assignments by pod, then container, in the order first seen.
+v1::ListPodResourcesResponse KubeletHarness::PodResourcesResponse() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::vector<PodAssignment>* source = &pod_assignments_;
+  if (partial_lists_left_ > 0) {
+    --partial_lists_left_;
+    source = &partial_after_restart_;
+  }
   v1::ListPodResourcesResponse response;
-  for (const auto& a : pod_assignments_) {
+  for (const auto& a : *source) {
     v1::PodResources* pod = nullptr;
     for (auto& p : *response.mutable_pod_resources()) {
       if (p.name() == a.pod && p.namespace_() == a.namespace_name) pod = &p;
@@ -667,6 +752,7 @@ v1::ListPodResourcesResponse KubeletHarness::PodResourcesResponse() const {
       container = pod->add_containers();
       container->set_name(a.container);
     }
+    if (a.resource.empty()) continue;  // a container without devices
     auto* devices = container->add_devices();
     devices->set_resource_name(a.resource);
     for (const auto& id : a.device_ids) devices->add_device_ids(id);

@@ -75,6 +75,11 @@ struct HarnessOptions {
     kSocketPath,
   };
   ClientKey client_key = ClientKey::kResourceName;
+  // The pod-resources server's rate limit, a token bucket over every call: past it a call gets
+  // RESOURCE_EXHAUSTED "rejected by rate limit" (pkg/kubelet/apis/podresources/grpc/
+  // ratelimit.go, DefaultQPS 100, DefaultBurstTokens 10). qps <= 0 turns it off.
+  double pod_resources_qps = 100;
+  int pod_resources_burst = 10;
   // How long after a stream ends its end is handled (the kubelet's goroutine getting to it):
   // lets a test put an old stream's end after the plugin's next Register.
   std::chrono::milliseconds disconnect_delay{0};
@@ -122,7 +127,10 @@ const char* HarnessEventKindName(HarnessEvent::Kind kind);  // "registered", "de
 // devices=GPU-a:Healthy:numa=0,GPU-b:Unhealthy:numa=1".
 std::string FormatEvent(const HarnessEvent& event);
 
-// One container's devices in the pod-resources List answer.
+// One container's devices in the pod-resources List answer. An empty `resource` lists the
+// container with no devices (the kubelet lists every container of every pod it knows, devices or
+// not); a terminated pod stays listed until the kubelet forgets it, so the same device ID may
+// appear under a dead and a live container.
 struct PodAssignment {
   std::string namespace_name;
   std::string pod;
@@ -175,6 +183,13 @@ class KubeletHarness {
   Status PreStartContainer(const std::string& resource, const std::vector<std::string>& ids);
 
   void SetPodResources(std::vector<PodAssignment> assignments);
+  // After the next Restart(), the first `lists` List (and Get) calls answer `partial` instead of
+  // the full set: a kubelet that has not re-admitted every running pod yet answers an empty or
+  // partial list (its pod manager fills up as pods are re-admitted).
+  void SetPodResourcesAfterRestart(std::vector<PodAssignment> partial, int lists);
+  // Pod-resources calls answered so far, and refused by the rate limit.
+  int pod_resources_calls() const;
+  int pod_resources_rate_limited() const;
 
   // Returns the first event with seq > `after`, waiting up to `timeout`; nullopt on timeout, or
   // at once after Stop() when there is none. The newest 100000 events are kept.
@@ -195,7 +210,10 @@ class KubeletHarness {
   void PushEvent(HarnessEvent::Kind kind, const std::string& resource, std::string detail,
                  std::vector<HarnessDevice> devices = {});  // mu_ held
   Result<std::shared_ptr<v1beta1::DevicePlugin::Stub>> StubFor(const std::string& resource) const;
-  v1::ListPodResourcesResponse PodResourcesResponse() const;
+  // The answer of List (mu_ not held); counts a List against a partial answer after restart.
+  v1::ListPodResourcesResponse PodResourcesResponse();
+  // One token of the rate limit: false when the call must be refused (mu_ not held).
+  bool TakePodResourcesToken();
 
   const HarnessOptions options_;
   std::string dir_;
@@ -209,6 +227,13 @@ class KubeletHarness {
   std::deque<HarnessEvent> events_;
   uint64_t next_seq_ = 1;
   std::vector<PodAssignment> pod_assignments_;
+  std::vector<PodAssignment> partial_after_restart_;
+  int partial_lists_after_restart_ = 0;  // set by SetPodResourcesAfterRestart
+  int partial_lists_left_ = 0;           // armed by Restart()
+  double tokens_ = 0;
+  Clock::time_point tokens_at_{};
+  int pod_resources_calls_ = 0;
+  int pod_resources_rate_limited_ = 0;
   // Streams no longer tracked by a resource (replaced or disconnected): cancelled and joined by
   // StopStreams.
   struct RetiredStream {

@@ -557,6 +557,94 @@ TEST(KubeletHarness, PodResourcesListReturnsAssignments) {
   EXPECT_EQ(resp.pod_resources(1).containers(0).devices(0).device_ids(0), "MIG-x");
 }
 
+// issue 26 item 4: pod-resources v1 as the kubelet serves it: Get and GetAllocatableResources
+// beside List, containers without devices listed, an empty or partial list right after a kubelet
+// restart, and the rate limit (RESOURCE_EXHAUSTED past the burst).
+TEST(KubeletHarness, PodResourcesGetAllocatableRestartAndRateLimit) {
+  TempDir dir;
+  HarnessOptions options;
+  options.pod_resources_qps = 0.5;  // one token every 2 s after the burst: refusals are certain
+  options.pod_resources_burst = 6;
+  KubeletHarness h(options);
+  ASSERT_TRUE(h.Start(dir.path).ok());
+  FakePlugin plugin(dir.path, "nvidia-gpu.sock");
+  ASSERT_TRUE(ServeAndRegister(plugin, h, TwoGpus()));
+  ASSERT_TRUE(HealthyCountIs(h, 2));
+  h.SetPodResources({{"default", "train-0", "main", kGpu, {"GPU-a"}},
+                     {"default", "train-0", "logger", "", {}},
+                     {"default", "done-0", "main", kGpu, {"GPU-b"}},     // terminated, still listed
+                     {"default", "train-1", "main", kGpu, {"GPU-b"}}});  // same ID, live
+  h.SetPodResourcesAfterRestart({}, 1);
+  auto stub = [&] {
+    return v1::PodResourcesLister::NewStub(grpc::CreateChannel(
+        "unix:" + h.pod_resources_socket(), grpc::InsecureChannelCredentials()));
+  };
+  auto context = [](grpc::ClientContext& ctx) {
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  };
+  {  // 1: List
+    v1::ListPodResourcesResponse resp;
+    grpc::ClientContext ctx;
+    context(ctx);
+    ASSERT_TRUE(stub()->List(&ctx, v1::ListPodResourcesRequest(), &resp).ok());
+    ASSERT_EQ(resp.pod_resources_size(), 3);
+    ASSERT_EQ(resp.pod_resources(0).containers_size(), 2);
+    EXPECT_EQ(resp.pod_resources(0).containers(1).name(), "logger");
+    EXPECT_EQ(resp.pod_resources(0).containers(1).devices_size(), 0);
+  }
+  {  // 2, 3: Get, known and unknown
+    v1::GetPodResourcesRequest req;
+    req.set_pod_name("train-1");
+    req.set_pod_namespace("default");
+    v1::GetPodResourcesResponse resp;
+    grpc::ClientContext ctx;
+    context(ctx);
+    ASSERT_TRUE(stub()->Get(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.pod_resources().containers(0).devices(0).device_ids(0), "GPU-b");
+    req.set_pod_name("nope");
+    grpc::ClientContext ctx2;
+    context(ctx2);
+    EXPECT_FALSE(stub()->Get(&ctx2, req, &resp).ok());
+  }
+  {  // 4: GetAllocatableResources
+    v1::AllocatableResourcesResponse resp;
+    grpc::ClientContext ctx;
+    context(ctx);
+    ASSERT_TRUE(
+        stub()->GetAllocatableResources(&ctx, v1::AllocatableResourcesRequest(), &resp).ok());
+    ASSERT_EQ(resp.devices_size(), 2);
+    EXPECT_EQ(resp.devices(0).resource_name(), kGpu);
+    EXPECT_EQ(resp.devices(1).topology().nodes(0).id(), 1);
+  }
+  ASSERT_TRUE(h.Restart().ok());
+  {  // 5: the first List after the restart is empty, 6: the next is whole again
+    v1::ListPodResourcesResponse resp;
+    grpc::ClientContext ctx;
+    context(ctx);
+    ASSERT_TRUE(stub()->List(&ctx, v1::ListPodResourcesRequest(), &resp).ok());
+    EXPECT_EQ(resp.pod_resources_size(), 0);
+    grpc::ClientContext ctx2;
+    context(ctx2);
+    ASSERT_TRUE(stub()->List(&ctx2, v1::ListPodResourcesRequest(), &resp).ok());
+    EXPECT_EQ(resp.pod_resources_size(), 3);
+  }
+  // Past the burst of 6: refused.
+  int refused = 0;
+  for (int i = 0; i < 4; ++i) {
+    v1::ListPodResourcesResponse resp;
+    grpc::ClientContext ctx;
+    context(ctx);
+    grpc::Status st = stub()->List(&ctx, v1::ListPodResourcesRequest(), &resp);
+    if (!st.ok()) {
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+      ++refused;
+    }
+  }
+  EXPECT_GE(refused, 1);
+  EXPECT_EQ(h.pod_resources_rate_limited(), refused);
+  h.Stop();
+}
+
 TEST(KubeletHarness, WaitForTimesOutWithState) {
   TempDir dir;
   KubeletHarness h;
