@@ -23,6 +23,7 @@ def main() -> int:
     print("| pod list | " + " | ".join(NAMES) + " | seeds |")
     print("|---|" + "---:|" * len(NAMES) + "---:|")
     fgd_wins, fb_wins, best_count = 0, 0, {}
+    sums, lists = {}, 0
     for v in LISTS:
         path = os.path.join(d, v + ".csv")
         if not os.path.exists(path):
@@ -36,6 +37,9 @@ def main() -> int:
                     seeds = int(row["n"])
         if not at:
             continue
+        lists += 1
+        for p, value in at.items():
+            sums[p] = sums.get(p, 0.0) + value
         best = max(at.values())
         cells = []
         for p in ORDER:
@@ -52,6 +56,12 @@ def main() -> int:
             elif at["fgd-bestfit"] > at["fgd"]:
                 fb_wins += 1
         print(f"| {v} | " + " | ".join(cells) + f" | {seeds} |")
+    if lists:
+        means = {p: sums[p] / lists for p in ORDER if p in sums}
+        top = max(means.values())
+        print(f"| mean of the {lists} lists | " + " | ".join(
+            (f"**{means[p]:.2f} %**" if means[p] == top else f"{means[p]:.2f} %") if p in means
+            else "—" for p in ORDER) + " | |")
     print()
     print(f"FGD above fgd-bestfit on {fgd_wins} pod lists, below on {fb_wins}; the best policy per "
           "list: " + ", ".join(f"{NAMES[ORDER.index(p)]} {n}" for p, n in
