@@ -18,7 +18,7 @@ trap 'rm -f "$out" "$out".*' EXIT
   done
 } | tee "$out"
 {
-  echo "## Placement replay (issue 16)"
+  echo "## Placement replay, literal protocol (issue 16)"
   echo
   echo "One \`gpulet replay\` run (openb default trace, 1,213 GPU nodes, arrivals up to 130 % of"
   echo "the 6,212 GPUs, every pod scored on every node) per policy, single thread, ${RUNS:-5} runs"
