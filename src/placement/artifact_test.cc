@@ -15,6 +15,7 @@
 
 #include "placement/test_clusters.h"
 #include "placement/trace.h"
+#include "support/require.h"
 
 namespace gpulet::placement {
 namespace {
@@ -302,12 +303,11 @@ std::map<std::pair<std::string, int>, double> ArtifactMeans(const std::string& p
 // and holds the reproduction to 0.5).
 TEST(ArtifactReproduction, DefaultTraceTwoSeeds) {
   const char* env = std::getenv("GPULET_TRACE_DIR");
-  const std::string shared = std::string(GPULET_SOURCE_DIR) + "/../shared";
+  const std::string shared = gpulet::testing::SharedDir();
   const std::string dir = env ? env : shared + "/traces/alibaba-openb";
   const std::string means_path = shared + "/upstream/fgd-artifact/default-alloc_ratio_summary.csv";
-  if (!std::filesystem::exists(dir + "/openb_pod_list_default.csv") ||
-      !std::filesystem::exists(means_path))
-    GTEST_SKIP() << "the openb trace or the artifact's means are not in this workspace";
+  GPULET_REQUIRE_SHARED(dir + "/openb_pod_list_default.csv");
+  GPULET_REQUIRE_SHARED(means_path);
   const std::map<std::pair<std::string, int>, double> art = ArtifactMeans(means_path);
   Result<Cluster> cluster = LoadNodes(GpuNodeListPath(dir));
   ASSERT_TRUE(cluster.ok());
