@@ -42,6 +42,10 @@ void Manager::Stop() {
 
 void Manager::RequestReload() {
   reload_requested_ = true;
+  Wake();
+}
+
+void Manager::Wake() {
   uint64_t one = 1;
   [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof(one));
 }
@@ -100,6 +104,7 @@ void Manager::Apply(ServingSetup setup) {
     std::string path = SocketPath(r);
     e.server =
         std::make_unique<ResourceServer>(std::move(r), inventory_, setup.allocate, health_, path);
+    e.server->OnStreamLost([this] { Wake(); });
     Status s = e.server->Start();
     if (!s.ok()) spdlog::error("event=serve_failed resource={} error=\"{}\"", name, s.message());
     next[name] = std::move(e);
@@ -126,6 +131,20 @@ void Manager::Reconcile() {
       }
       e.registered = false;
     }
+    if (const uint64_t lost = e.server->streams_lost(); lost != e.lost_seen) {
+      e.lost_seen = lost;
+      if (e.registered && e.server->open_streams() == 0) {
+        // Lost soon after registering: back off (doubling up to max_backoff); otherwise at once.
+        const bool soon = now - e.registered_at < std::chrono::seconds(10);
+        e.lost_backoff = soon ? std::min(std::max(e.lost_backoff * 2, std::chrono::milliseconds(100)),
+                                         options_.max_backoff)
+                              : std::chrono::milliseconds(0);
+        e.registered = false;
+        e.next_attempt = now + e.lost_backoff;
+        spdlog::warn("event=stream_lost resource={} action=register retry_ms={}", name,
+                     e.lost_backoff.count());
+      }
+    }
     if (kubelet.empty()) {
       if (e.registered) spdlog::info("event=kubelet_gone resource={}", name);
       e.registered = false;
@@ -139,6 +158,7 @@ void Manager::Reconcile() {
     if (s.ok()) {
       e.registered = true;
       e.registered_with = kubelet;
+      e.registered_at = clock_.Now();
       e.backoff = std::chrono::milliseconds(0);
       spdlog::info("event=registered resource={} endpoint={} took_ms={}", name,
                    fs::path(e.server->socket_path()).filename().string(), took.count());

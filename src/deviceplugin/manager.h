@@ -8,6 +8,11 @@
 // - a server is (re-)registered whenever kubelet.sock is a different file than the one it last
 //   registered with (identity = inode + ctime), so a recreated kubelet.sock always triggers
 //   registration; failures are retried with backoff, and a missing kubelet is simply waited for.
+// - a server whose ListAndWatch stream the kubelet ended, with no stream open since, is
+//   registered again: kubelets that key their clients by resource name drop the NEW endpoint
+//   when an older stream of the same resource ends after the re-registration
+//   (pkg/kubelet/cm/devicemanager/plugin/v1beta1/handler.go, runClient → getClient(name)).
+//   Repeated losses within 10 s of a registration back off.
 // - on reload, the loader builds a new setup; only resources whose plan or options changed are
 //   restarted, the others keep their server and the kubelet's stream. A failed reload keeps the
 //   current setup and logs why. A setup may carry a new inventory (re-discovery after a MIG
@@ -72,12 +77,16 @@ class Manager {
   void RequestReload();
 
  private:
+  void Wake();  // async-signal-safe
   struct Entry {
     std::unique_ptr<ResourceServer> server;
     bool registered = false;
     std::string registered_with;  // kubelet.sock identity at registration
     Clock::TimePoint next_attempt{};
     std::chrono::milliseconds backoff{0};
+    uint64_t lost_seen = 0;           // server->streams_lost() when last looked at
+    Clock::TimePoint registered_at{};
+    std::chrono::milliseconds lost_backoff{0};  // between re-registrations after lost streams
   };
 
   void Apply(ServingSetup setup);

@@ -107,16 +107,29 @@ grpc::Status ResourceServer::ListAndWatch(
     grpc::ServerContext* ctx, const v1beta1::Empty*,
     grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) {
   ++open_streams_;
+  // On the way out: the stream count first, then (when the kubelet, not Stop(), ended it) the
+  // lost count and the manager's wake-up, so the manager never sees a loss with the stream open.
+  bool client_gone = false;
   struct Closer {
-    std::atomic<int>& n;
-    ~Closer() { --n; }
-  } closer{open_streams_};
+    ResourceServer& self;
+    const bool& client_gone;
+    ~Closer() {
+      --self.open_streams_;
+      if (client_gone && !self.stopping_.load()) {
+        ++self.streams_lost_;
+        if (self.on_stream_lost_) self.on_stream_lost_();
+      }
+    }
+  } closer{*this, client_gone};
   gpu::HealthSnapshot snap = health_.Current();
   v1beta1::ListAndWatchResponse list = DeviceList(resource_, snap);
   std::string sent = list.SerializeAsString();
   spdlog::info("event=list_and_watch_open resource={} devices={}", resource_.name,
                list.devices_size());
-  if (!writer->Write(list)) return grpc::Status::OK;
+  if (!writer->Write(list)) {
+    client_gone = !stopping_.load();
+    return grpc::Status::OK;
+  }
   uint64_t seen = snap.version;
   auto done = [&] { return stopping_.load() || ctx->IsCancelled(); };
   while (!done()) {
@@ -134,8 +147,9 @@ grpc::Status ResourceServer::ListAndWatch(
                  list.devices_size(), unhealthy);
     if (!writer->Write(list)) break;
   }
+  client_gone = !stopping_.load();
   spdlog::info("event=list_and_watch_closed resource={} reason={}", resource_.name,
-               stopping_ ? "shutdown" : "client_gone");
+               client_gone ? "client_gone" : "shutdown");
   return grpc::Status::OK;
 }
 

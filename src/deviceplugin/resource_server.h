@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -54,6 +55,12 @@ class ResourceServer final : public v1beta1::DevicePlugin::Service {
   const AllocateOptions& options() const { return options_; }
   const std::string& socket_path() const { return socket_path_; }
   int open_streams() const { return open_streams_.load(); }
+  // ListAndWatch streams the kubelet ended while this server was serving (not Stop()): a kubelet
+  // that restarted, or one that dropped this endpoint when an older stream of the same resource
+  // ended (it keys its clients by resource name). The manager registers again on a change.
+  uint64_t streams_lost() const { return streams_lost_.load(); }
+  // Called (from a gRPC thread) after a stream was lost; set before Start().
+  void OnStreamLost(std::function<void()> callback) { on_stream_lost_ = std::move(callback); }
 
   grpc::Status GetDevicePluginOptions(grpc::ServerContext* ctx, const v1beta1::Empty* req,
                                       v1beta1::DevicePluginOptions* resp) override;
@@ -78,6 +85,8 @@ class ResourceServer final : public v1beta1::DevicePlugin::Service {
   ino_t socket_inode_ = 0;
   std::atomic<bool> stopping_{false};
   std::atomic<int> open_streams_{0};
+  std::atomic<uint64_t> streams_lost_{0};
+  std::function<void()> on_stream_lost_;
   std::atomic<uint64_t> allocations_{0};
   const uint64_t instance_tag_;  // makes CDI annotation keys unique across restarts
 };

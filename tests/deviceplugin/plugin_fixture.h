@@ -44,6 +44,9 @@ class PluginFixture : public ::testing::Test {
   void StartHarness() {
     HarnessOptions o;
     o.dial_timeout = 10s;
+    StartHarness(o);
+  }
+  void StartHarness(const HarnessOptions& o) {
     harness_ = std::make_unique<KubeletHarness>(o);
     Status s = harness_->Start(plugin_dir_);
     ASSERT_TRUE(s.ok()) << s.message();
