@@ -1,5 +1,7 @@
 #include "broker/k8s_side.h"
 
+#include <spdlog/spdlog.h>
+
 #include <cstdio>
 #include <ctime>
 
@@ -171,33 +173,49 @@ KubeView KubeSide::Observe() const {
   return v;
 }
 
-Status KubeSide::Admit(const std::string& name) const {
+// Rewrites the node's taint list from a read of it. spec.taints is a list, so a merge patch
+// replaces it whole: the patch carries the read's resourceVersion, so a taint another controller
+// added in between (a NoExecute from the node lifecycle controller, say) makes it fail with 409
+// instead of being lost, and the read and rewrite are tried again.
+Status KubeSide::RewriteTaints(const std::string& name, bool add_ours, bool unschedulable,
+                               const json& pool_label) const {
   const std::string path = "/api/v1/nodes/" + name;
-  Result<json> node = client_.Get(path);
-  if (!node.ok()) return node.status();
-  json taints = json::array();
-  for (const json& t : (*node)["spec"].value("taints", json::array())) {
-    if (t.value("key", "") != config_.taint_key) taints.push_back(t);
+  constexpr int kAttempts = 5;
+  Status last;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    k8s::ApiResult<json> node = client_.Get(path);
+    if (!node.ok()) return node.status();
+    json taints = json::array();
+    const json spec = (*node).value("spec", json::object());
+    for (const json& t : spec.value("taints", json::array())) {
+      if (t.value("key", "") != config_.taint_key) taints.push_back(t);
+    }
+    if (add_ours) {
+      taints.push_back({{"key", config_.taint_key},
+                        {"value", config_.taint_value},
+                        {"effect", config_.taint_effect}});
+    }
+    const std::string rv = (*node)["metadata"].value("resourceVersion", "");
+    json patch = {{"spec", {{"unschedulable", unschedulable}, {"taints", taints}}},
+                  {"metadata",
+                   {{"resourceVersion", rv},
+                    {"labels", {{config_.pool_label_key, pool_label}}}}}};
+    k8s::ApiResult<json> r = client_.Patch(path, patch, k8s::PatchType::kMerge);
+    if (r.ok()) return {};
+    if (r.http_status() != 409) return r.status();
+    last = r.status();
+    spdlog::info("event=broker_taint_conflict node={} attempt={}", name, attempt + 1);
   }
-  json patch = {{"spec", {{"unschedulable", false}, {"taints", taints}}},
-                {"metadata", {{"labels", {{config_.pool_label_key, config_.pool_label_value}}}}}};
-  return client_.Patch(path, patch, k8s::PatchType::kMerge).status();
+  return last;
+}
+
+Status KubeSide::Admit(const std::string& name) const {
+  return RewriteTaints(name, /*add_ours=*/false, /*unschedulable=*/false,
+                       config_.pool_label_value);
 }
 
 Status KubeSide::StartReturn(const std::string& name) const {
-  const std::string path = "/api/v1/nodes/" + name;
-  Result<json> node = client_.Get(path);
-  if (!node.ok()) return node.status();
-  json taints = json::array();
-  for (const json& t : (*node)["spec"].value("taints", json::array())) {
-    if (t.value("key", "") != config_.taint_key) taints.push_back(t);
-  }
-  taints.push_back({{"key", config_.taint_key},
-                    {"value", config_.taint_value},
-                    {"effect", config_.taint_effect}});
-  json patch = {{"spec", {{"unschedulable", true}, {"taints", taints}}},
-                {"metadata", {{"labels", {{config_.pool_label_key, nullptr}}}}}};
-  return client_.Patch(path, patch, k8s::PatchType::kMerge).status();
+  return RewriteTaints(name, /*add_ours=*/true, /*unschedulable=*/true, nullptr);
 }
 
 Result<EvictionResult> KubeSide::Evict(const std::vector<std::string>& pods) const {
@@ -214,6 +232,13 @@ Result<EvictionResult> KubeSide::Evict(const std::vector<std::string>& pods) con
     if (r.ok() || r.http_status() == 404) {
       ++out.evicted;
     } else if (r.http_status() == 429) {
+      ++out.blocked;
+    } else if (r.http_status() == 500 &&
+               r.status().message().find("more than one PodDisruptionBudget") !=
+                   std::string::npos) {
+      // A pod under two budgets can never be evicted (the eviction subresource refuses it, a
+      // Failure Status in a 201). It blocks like a budget with no room, and says why.
+      spdlog::warn("event=broker_evict_refused pod={} error=\"{}\"", p, r.status().message());
       ++out.blocked;
     } else {
       return r.status();

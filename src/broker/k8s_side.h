@@ -49,6 +49,9 @@ class KubeSide {
   const k8s::Client& client() const { return client_; }
 
  private:
+  Status RewriteTaints(const std::string& node, bool add_ours, bool unschedulable,
+                       const nlohmann::json& pool_label) const;
+
   const k8s::Client& client_;
   const BrokerConfig& config_;
 };

@@ -48,6 +48,7 @@ Result<bool> LeaseElector::TryAcquireOrRenew() {
       return created.status();
     }
     held_until_ = sent + std::chrono::milliseconds(config_.lease_duration);
+    holding_ = true;
     ++terms_;
     spdlog::info("event=broker_lease_acquired identity={} lease={}/{} term={} how=created",
                  identity_, config_.lease_namespace, config_.lease_name, terms_);
@@ -64,6 +65,11 @@ Result<bool> LeaseElector::TryAcquireOrRenew() {
   }
   const bool ours = holder == identity_;
   if (!ours) held_until_ = sent;  // someone else wrote it: whatever we held is gone
+  // A term starts when we take the lease from someone else, or find it ours without having known
+  // (our create or takeover landed but its answer was lost): another replica may have acted
+  // before, so the caller must read shared state again either way.
+  const bool new_term = !ours || !holding_;
+  if (!ours) holding_ = false;
   if (!ours && !holder.empty()) {
     const int64_t held_s = s.value("leaseDurationSeconds", duration_s);
     if (sent < observed_at_ + std::chrono::seconds(held_s)) return false;
@@ -79,12 +85,13 @@ Result<bool> LeaseElector::TryAcquireOrRenew() {
     return r.status();
   }
   held_until_ = sent + std::chrono::milliseconds(config_.lease_duration);
-  if (!ours) {
+  if (new_term) {
     ++terms_;
     spdlog::info("event=broker_lease_acquired identity={} lease={}/{} term={} previous={}",
                  identity_, config_.lease_namespace, config_.lease_name, terms_,
                  holder.empty() ? "-" : holder);
   }
+  holding_ = true;
   return true;
 }
 

@@ -47,6 +47,7 @@ class LeaseElector {
   Clock::TimePoint observed_at_;  // when (our clock) that record was first seen
   Clock::TimePoint held_until_;   // ours until then (our clock); past when not held
   uint64_t terms_ = 0;
+  bool holding_ = false;  // our last successful write made us the holder (and nobody since)
 };
 
 }  // namespace gpulet::broker

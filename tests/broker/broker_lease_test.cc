@@ -89,6 +89,48 @@ TEST_F(BrokerApi, RenewTimeFromAnotherHostsClockIsNotComparedWithOurs) {
   EXPECT_TRUE(*b.TryAcquireOrRenew());  // unchanged for 30 s on b's clock
 }
 
+// issue 26 item 7: write faults on the Lease. A renewal that meets 5xx, 429 or a timeout is an
+// error and extends nothing: the holder stops acting when its own lease runs out. A create or a
+// renewal that landed but whose answer was lost is found ours on the next round, and a lost
+// create still starts a term (the caller re-reads shared state).
+TEST_F(BrokerApi, LeaseWritesThatFailOrLoseTheirAnswer) {
+  using testing::WriteFault;
+  const std::string leases = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases";
+  FakeClock clock;
+  LeaseElector a(*client_, config_, "broker-a", clock);
+  api_->InjectWriteFault({.method = "POST", .kind = WriteFault::Kind::kLostAnswer});
+  Result<bool> first = a.TryAcquireOrRenew();
+  EXPECT_FALSE(first.ok());  // created, but we could not know
+  ASSERT_TRUE(api_->Object(leases + "/gpulet-broker").has_value());
+  EXPECT_FALSE(a.HeldFor(std::chrono::seconds(0)));
+  Result<bool> second = a.TryAcquireOrRenew();
+  ASSERT_TRUE(second.ok()) << second.status().message();
+  EXPECT_TRUE(*second);
+  EXPECT_EQ(a.terms(), 1u);
+  EXPECT_TRUE(a.HeldFor(std::chrono::seconds(29)));
+
+  for (WriteFault fault : {WriteFault{.method = "PATCH", .code = 503},
+                           WriteFault{.method = "PATCH",
+                                      .kind = WriteFault::Kind::kTooManyRequests},
+                           WriteFault{.method = "PATCH", .kind = WriteFault::Kind::kTimeout,
+                                      .delay = std::chrono::milliseconds(100)}}) {
+    clock.Advance(std::chrono::seconds(10));
+    api_->InjectWriteFault(fault);
+    Result<bool> renewed = a.TryAcquireOrRenew();
+    EXPECT_FALSE(renewed.ok());
+  }
+  // 30 s after the last renewal that landed, the failed ones extended nothing.
+  EXPECT_FALSE(a.HeldFor(std::chrono::seconds(0)));
+  // A renewal whose answer is lost landed: the next round renews it, still the same term.
+  api_->InjectWriteFault({.method = "PATCH", .kind = WriteFault::Kind::kLostAnswer});
+  EXPECT_FALSE(a.TryAcquireOrRenew().ok());
+  Result<bool> again = a.TryAcquireOrRenew();
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_TRUE(*again);
+  EXPECT_EQ(a.terms(), 1u);
+  EXPECT_EQ((*api_->Object(leases + "/gpulet-broker"))["spec"]["holderIdentity"], "broker-a");
+}
+
 TEST_F(BrokerApi, StaleLeaseUpdateIsAConflict) {
   LeaseElector a(*client_, config_, "broker-a", RealClock());
   ASSERT_TRUE(*a.TryAcquireOrRenew());
@@ -175,6 +217,50 @@ TEST_F(BrokerApi, ObserveCountsDemandAndPodsPerNode) {
   KubeView down = side.Observe();
   EXPECT_FALSE(down.ok);
   EXPECT_FALSE(down.error.empty());
+}
+
+// issue 26 item 9: a taint another controller adds between the broker's read of the node and its
+// rewrite of spec.taints survives (the rewrite carries the read's resourceVersion, meets 409 and
+// reads again). Without the precondition the merge patch replaced the whole list and lost it.
+TEST_F(BrokerApi, TaintRewriteKeepsATaintAddedInBetween) {
+  api_->Put("/api/v1/nodes/gpua", Node("gpua"));
+  KubeSide side(*client_, config_);
+  const json not_ready = {{"key", "node.kubernetes.io/not-ready"}, {"effect", "NoExecute"}};
+  int raced = 0;
+  api_->BeforeEachWrite([&](const testing::RecordedRequest& r) {
+    if (r.method != "PATCH" || r.path != "/api/v1/nodes/gpua" || raced++ > 0) return;
+    json node = *api_->Object("/api/v1/nodes/gpua");
+    node["spec"]["taints"].push_back(not_ready);
+    api_->Put("/api/v1/nodes/gpua", node);
+  });
+  ASSERT_TRUE(side.StartReturn("gpua").ok());
+  json after = *api_->Object("/api/v1/nodes/gpua");
+  EXPECT_THAT(after["spec"]["taints"], ::testing::Contains(not_ready));
+  EXPECT_TRUE(after["spec"]["unschedulable"].get<bool>());
+
+  raced = 0;
+  ASSERT_TRUE(side.Admit("gpua").ok());
+  after = *api_->Object("/api/v1/nodes/gpua");
+  EXPECT_THAT(after["spec"]["taints"], ::testing::Contains(not_ready));
+  for (const json& t : after["spec"]["taints"]) EXPECT_NE(t.value("key", ""), "gpulet.io/pool");
+  EXPECT_FALSE(after["spec"]["unschedulable"].get<bool>());
+  EXPECT_EQ(raced, 2);  // the hook ran for the raced PATCH and the retried one
+}
+
+// issue 26 item 8: a pod under two PodDisruptionBudgets is refused by the eviction subresource
+// with a Failure Status inside a 201. It is blocked, not counted as evicted, and stays.
+TEST_F(BrokerApi, APodUnderTwoBudgetsIsBlockedNotEvicted) {
+  api_->Put("/api/v1/namespaces/inference/pods/serve", RunningPod("inference", "serve", "gpua"));
+  api_->Put("/apis/policy/v1/namespaces/inference/poddisruptionbudgets/a",
+            Pdb("inference", "a", "serve", 5));
+  api_->Put("/apis/policy/v1/namespaces/inference/poddisruptionbudgets/b",
+            Pdb("inference", "b", "serve", 5));
+  KubeSide side(*client_, config_);
+  Result<EvictionResult> r = side.Evict({"inference/serve"});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->evicted, 0);
+  EXPECT_EQ(r->blocked, 1);
+  EXPECT_TRUE(api_->Object("/api/v1/namespaces/inference/pods/serve").has_value());
 }
 
 // Dry run: the decisions are made and counted, nothing is drained and no journal is written.
