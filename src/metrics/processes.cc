@@ -1,10 +1,12 @@
 #include "metrics/processes.h"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
-
-#include "common/files.h"
+#include <cerrno>
+#include <charconv>
 
 namespace gpulet::metrics {
 namespace {
@@ -30,7 +32,66 @@ std::string PodUidInPath(std::string_view path) {
   return "";
 }
 
+// /proc/<pid>/stat is one line of a few hundred bytes; a cgroup file lists one line per hierarchy.
+constexpr size_t kStatMaxBytes = 4096;
+constexpr size_t kCgroupMaxBytes = 1u << 20;
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// At most `max_bytes` of the file `name` in the directory `dir`; nullopt when it cannot be opened
+// or read, or is longer.
+std::optional<std::string> ReadAt(const Fd& dir, const char* name, size_t max_bytes) {
+  const Fd fd(::openat(dir.get(), name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  if (fd.get() < 0) return std::nullopt;
+  std::string out;
+  char buf[4096];
+  while (true) {
+    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return std::nullopt;
+    if (n == 0) return out;
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() > max_bytes) return std::nullopt;
+  }
+}
+
 }  // namespace
+
+std::optional<unsigned long long> ProcessStartTime(std::string_view text) {
+  const size_t paren = text.rfind(')');
+  if (paren == std::string_view::npos) return std::nullopt;
+  // After "pid (comm)" come fields 3 (state) onwards, separated by single spaces.
+  std::string_view rest = text.substr(paren + 1);
+  constexpr int kStartTimeField = 22;
+  int field = 2;
+  size_t at = 0;
+  while (at < rest.size()) {
+    while (at < rest.size() && rest[at] == ' ') ++at;
+    size_t end = at;
+    while (end < rest.size() && rest[end] != ' ' && rest[end] != '\n') ++end;
+    if (end == at) break;
+    if (++field == kStartTimeField) {
+      unsigned long long v = 0;
+      auto [ptr, ec] = std::from_chars(rest.data() + at, rest.data() + end, v);
+      if (ec != std::errc() || ptr != rest.data() + end) return std::nullopt;
+      return v;
+    }
+    at = end;
+  }
+  return std::nullopt;
+}
 
 std::string PodUidFromCgroup(std::string_view text) {
   // Lines are "hierarchy-ID:controller-list:cgroup-path"; v2's is "0::/path".
@@ -55,15 +116,30 @@ ProcessReader::ProcessReader(const gpu::NvmlFunctions& fn, std::string proc_root
 
 std::string ProcessReader::PodUid(uint32_t pid) {
   uid_age_[pid] = 0;
+  // One directory for both reads: on /proc, an open /proc/<pid> keeps naming the process it was
+  // opened for (reads fail once that process is gone), never a later holder of the pid.
+  const Fd dir(::open((proc_root_ + "/" + std::to_string(pid)).c_str(),
+                      O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+  const std::optional<std::string> stat =
+      dir.get() >= 0 ? ReadAt(dir, "stat", kStatMaxBytes) : std::nullopt;
+  const std::optional<unsigned long long> parsed = stat ? ProcessStartTime(*stat) : std::nullopt;
+  const bool have_start = parsed.has_value();
+  const unsigned long long start = parsed.value_or(0);
   auto it = uid_cache_.find(pid);
-  if (it != uid_cache_.end()) return it->second;
-  Result<std::string> text =
-      ReadFileBounded(proc_root_ + "/" + std::to_string(pid) + "/cgroup", 1u << 20);
+  if (it != uid_cache_.end() && have_start && it->second.start_time == start) {
+    return it->second.uid;
+  }
+  const std::optional<std::string> text =
+      dir.get() >= 0 ? ReadAt(dir, "cgroup", kCgroupMaxBytes) : std::nullopt;
   // A process that exited or that we may not read is in no pod we can name (not cached: it may
-  // be readable next time).
-  if (!text.ok()) return "";
+  // be readable next time); nor is one whose start time we could not read (nothing would tell a
+  // later process with its pid apart).
+  if (!text || !have_start) {
+    if (it != uid_cache_.end()) uid_cache_.erase(it);
+    return text ? PodUidFromCgroup(*text) : "";
+  }
   std::string uid = PodUidFromCgroup(*text);
-  uid_cache_[pid] = uid;
+  uid_cache_[pid] = CachedPod{start, uid};
   return uid;
 }
 

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,8 +30,18 @@ namespace gpulet::metrics {
 // (systemd, underscores for dashes). Fewer than 32 characters is not a UID.
 std::string PodUidFromCgroup(std::string_view cgroup_file);
 
+// The start time of a process (field 22 of /proc/<pid>/stat, clock ticks since boot), or nullopt
+// when the text is not a stat line. The command name (field 2) may hold spaces and parentheses:
+// the fields are counted from its last ')'.
+std::optional<unsigned long long> ProcessStartTime(std::string_view stat_file);
+
 // Reads the processes of a GPU through NVML and resolves each one's pod UID under `proc_root`
 // ("/proc" on a host; hostPID is needed in a pod, as for dcgm-exporter).
+//
+// Pids are reused: a pid's pod is cached together with the process's start time, and a pid whose
+// start time changed (another process now) is read again. Both files are read through one open
+// /proc/<pid> directory, so they describe the same process (a stale directory of an exited
+// process reads nothing). A process whose start time cannot be read is not cached.
 class ProcessReader {
  public:
   ProcessReader(const gpu::NvmlFunctions& fn, std::string proc_root);
@@ -49,8 +60,12 @@ class ProcessReader {
   const gpu::NvmlFunctions& fn_;
   std::string proc_root_;
   std::map<unsigned, unsigned long long> last_seen_us_;  // newest utilisation sample per GPU
-  std::map<uint32_t, std::string> uid_cache_;  // pid → pod UID, for the processes seen lately
-  std::map<uint32_t, int> uid_age_;            // collections since the pid was last listed
+  struct CachedPod {
+    unsigned long long start_time = 0;  // identifies the process holding the pid
+    std::string uid;
+  };
+  std::map<uint32_t, CachedPod> uid_cache_;  // pid → pod UID, for the processes seen lately
+  std::map<uint32_t, int> uid_age_;          // collections since the pid was last listed
 };
 
 // Per pod UID: the sum of its processes' values on one entity (GPU_UTIL: SM %, FB_USED: MiB).

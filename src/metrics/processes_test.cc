@@ -65,6 +65,32 @@ TEST(PodUidFromCgroup, NotInAPod) {
   EXPECT_EQ(PodUidFromCgroup("garbage without colons\n"), "");
 }
 
+// A /proc/<pid>/stat line: fields 3..52, field 22 (start time) as given, the others their number.
+std::string StatLine(unsigned pid, unsigned long long start, const std::string& comm = "python3") {
+  std::string s = std::to_string(pid) + " (" + comm + ") S";
+  for (int field = 4; field <= 52; ++field) {
+    s += " " + (field == 22 ? std::to_string(start) : std::to_string(field));
+  }
+  return s + "\n";
+}
+
+TEST(ProcessStartTime, Field22CountedFromTheLastParenthesis) {
+  EXPECT_EQ(ProcessStartTime(StatLine(100, 123456789)), 123456789ull);
+  // A command name may hold spaces and parentheses (a tenant names its own process).
+  EXPECT_EQ(ProcessStartTime(StatLine(7, 42, "a) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 (b")),
+            42ull);
+  EXPECT_EQ(ProcessStartTime(StatLine(7, 42, "x y")), 42ull);
+}
+
+TEST(ProcessStartTime, NotAStatLine) {
+  EXPECT_EQ(ProcessStartTime(""), std::nullopt);
+  EXPECT_EQ(ProcessStartTime("100 (python3) S 1 2 3"), std::nullopt);  // too few fields
+  EXPECT_EQ(ProcessStartTime("no parenthesis 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20"),
+            std::nullopt);
+  EXPECT_EQ(ProcessStartTime("1 (x) S 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 -1 23\n"),
+            std::nullopt);  // a start time that is not a number
+}
+
 TEST(SumByPod, AddsProcessesOfOnePodAndSkipsUnknownOnes) {
   constexpr uint64_t kMiB = 1024 * 1024;
   std::vector<ProcessUse> procs = {
@@ -266,6 +292,17 @@ class ProcessReaderTest : public ::testing::Test {
     std::filesystem::create_directories(root_ / std::to_string(pid));
     std::ofstream(root_ / std::to_string(pid) / "cgroup") << text;
   }
+  void Stat(unsigned pid, unsigned long long start) {
+    std::filesystem::create_directories(root_ / std::to_string(pid));
+    std::ofstream(root_ / std::to_string(pid) / "stat") << StatLine(pid, start);
+  }
+  std::string UidOf(ProcessReader& reader) {
+    std::map<EntityKey, std::vector<ProcessUse>> out;
+    EXPECT_TRUE(reader.Read(gpu_, Dev(), &out));
+    reader.EndCollection();
+    const auto& procs = out[EntityKey{0, -1}];
+    return procs.size() == 1 ? procs[0].pod_uid : "<" + std::to_string(procs.size()) + " procs>";
+  }
   nvmlDevice_t Dev() { return reinterpret_cast<nvmlDevice_t>(&gpu_); }
 
   std::filesystem::path root_;
@@ -308,6 +345,42 @@ TEST_F(ProcessReaderTest, ResolvesPodsAndTakesTheNewestSamplePerPid) {
   const auto& again = out[EntityKey{0, -1}];
   EXPECT_EQ(again[0].sm_util, 60u);
   EXPECT_EQ(again[1].sm_util, 0u);  // nothing new from pid 200
+}
+
+// A pid the GPU keeps listing, reused by a process of another pod between two collections (the
+// first process exited, the kernel handed its pid out again): the new process's pod, not the
+// cached one.
+TEST_F(ProcessReaderTest, AReusedPidIsAttributedToItsNewPod) {
+  constexpr const char* kOther = "9e8d7c6b-5a49-4382-9100-a1b2c3d4e5f6";
+  Cgroup(100, std::string("0::/kubepods/burstable/pod") + kUid + "/c1\n");
+  Stat(100, 5000);
+  fake::procs = {{100, 1ull << 20, 0xFFFFFFFFu, 0xFFFFFFFFu}};
+  ProcessReader reader(fn_, root_.string());
+  EXPECT_EQ(UidOf(reader), kUid);
+  // The same process (same start time) is served from the cache: its cgroup is not read again.
+  Cgroup(100, "0::/unreadable-if-read-again\n");
+  EXPECT_EQ(UidOf(reader), kUid);
+  // pid 100 is now another process, in another pod.
+  Cgroup(100, std::string("0::/kubepods/besteffort/pod") + kOther + "/c2\n");
+  Stat(100, 7000);
+  EXPECT_EQ(UidOf(reader), kOther);
+  EXPECT_EQ(UidOf(reader), kOther);
+  // ... and then a process in no pod.
+  Cgroup(100, "0::/system.slice/sshd.service\n");
+  Stat(100, 9000);
+  EXPECT_EQ(UidOf(reader), "");
+}
+
+// Without a readable start time nothing would tell a later holder of the pid apart: read every
+// time, never cached.
+TEST_F(ProcessReaderTest, APidWithoutAStartTimeIsReadEveryTime) {
+  constexpr const char* kOther = "9e8d7c6b-5a49-4382-9100-a1b2c3d4e5f6";
+  Cgroup(100, std::string("0::/kubepods/pod") + kUid + "/c\n");
+  fake::procs = {{100, 1ull << 20, 0xFFFFFFFFu, 0xFFFFFFFFu}};
+  ProcessReader reader(fn_, root_.string());
+  EXPECT_EQ(UidOf(reader), kUid);
+  Cgroup(100, std::string("0::/kubepods/pod") + kOther + "/c\n");
+  EXPECT_EQ(UidOf(reader), kOther);
 }
 
 TEST_F(ProcessReaderTest, MigProcessesGroupByGpuInstanceAndHaveNoUtilisation) {
