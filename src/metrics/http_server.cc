@@ -191,7 +191,8 @@ class MetricsServer::Loop {
   }
 
  private:
-  enum class Phase { kHandshake, kReading, kAuthWait, kPostWait, kWriting };
+  // kBodyWait: headers read, the body not yet: waiting for room in max_body_bytes_in_flight.
+  enum class Phase { kHandshake, kReading, kBodyWait, kAuthWait, kPostWait, kWriting };
   struct Conn {
     int fd = -1;
     uint64_t id = 0;
@@ -206,7 +207,8 @@ class MetricsServer::Loop {
     bool close_after = false;
     bool eof = false;  // the client shut down its side: answer what is buffered, then close
     int requests = 0;
-    Request pending;  // waiting for a password check
+    Request pending;        // waiting for a password check
+    size_t body_grant = 0;  // bytes of max_body_bytes_in_flight this connection's body holds
     Steady::time_point deadline;
     Steady::time_point last_active;
     uint32_t events = 0;
@@ -225,10 +227,12 @@ class MetricsServer::Loop {
     uint64_t conn_id;
     const std::function<HttpOptions::PostReply(const std::string&)>* handler;
     std::string body;
+    size_t grant = 0;  // held until the handler is done with the body
   };
   struct PostDone {
     uint64_t conn_id;
     HttpOptions::PostReply reply;
+    size_t grant = 0;
   };
 
   void Count(uint64_t HttpStats::*field, uint64_t n = 1) {
@@ -264,6 +268,7 @@ class MetricsServer::Loop {
   void Close(int fd) {
     auto it = conns_.find(fd);
     if (it == conns_.end()) return;
+    ReleaseBody(*it->second);
     by_id_.erase(it->second->id);
     Release(*it->second);
     conns_.erase(it);
@@ -296,6 +301,57 @@ class MetricsServer::Loop {
         Sweep(now);
         next_sweep = now + std::chrono::milliseconds(100);
       }
+      if (grants_changed_) GrantWaiting();
+    }
+  }
+
+  // Bodies in flight: a POST body is read only once its Content-Length fits in
+  // max_body_bytes_in_flight next to the bodies already held (one body is always let through);
+  // others wait in arrival order, reading nothing. A body is held from its headers until its
+  // handler returns (also when the client left meanwhile).
+  bool AcquireBody(Conn& c, size_t bytes) {
+    const size_t cap = options_.max_body_bytes_in_flight;
+    if (cap != 0 && bodies_in_flight_ > 0 &&
+        (bodies_in_flight_ + bytes > cap || !body_waiting_.empty())) {
+      return false;
+    }
+    bodies_in_flight_ += bytes;
+    c.body_grant = bytes;
+    return true;
+  }
+  void ReleaseGrant(size_t bytes) {
+    if (bytes == 0) return;
+    bodies_in_flight_ -= bytes;
+    grants_changed_ = true;
+  }
+  void ReleaseBody(Conn& c) {
+    ReleaseGrant(c.body_grant);
+    c.body_grant = 0;
+  }
+  void GrantWaiting() {
+    grants_changed_ = false;
+    std::vector<int> ready;
+    while (!body_waiting_.empty()) {
+      auto id = by_id_.find(body_waiting_.front().first);
+      if (id == by_id_.end() || conns_.at(id->second)->phase != Phase::kBodyWait) {
+        body_waiting_.pop_front();  // gone
+        continue;
+      }
+      const size_t bytes = body_waiting_.front().second;
+      const size_t cap = options_.max_body_bytes_in_flight;
+      if (bodies_in_flight_ > 0 && bodies_in_flight_ + bytes > cap) break;
+      body_waiting_.pop_front();
+      Conn& c = *conns_.at(id->second);
+      bodies_in_flight_ += bytes;
+      c.body_grant = bytes;
+      c.phase = Phase::kReading;
+      c.deadline = Steady::now() + options_.request_timeout;
+      SetInterest(c, EPOLLIN | EPOLLRDHUP);
+      ready.push_back(c.fd);
+    }
+    for (int fd : ready) {
+      auto it = conns_.find(fd);
+      if (it != conns_.end()) ReadRequest(*it->second);
     }
   }
 
@@ -313,7 +369,12 @@ class MetricsServer::Loop {
         return;  // EAGAIN, or an aborted connection
       }
       Count(&HttpStats::accepted);
-      if (conns_.size() >= options_.max_connections) EvictQuietest();
+      if (conns_.size() >= options_.max_connections && !EvictQuietest()) {
+        // Every connection has a request in flight: the newcomer waits its turn elsewhere.
+        Count(&HttpStats::refused);
+        ::close(fd);
+        continue;
+      }
       int yes = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof yes);
       auto c = std::make_unique<Conn>();
@@ -333,10 +394,13 @@ class MetricsServer::Loop {
     }
   }
 
-  // Closes the connection that has been quiet the longest; false when there is none.
+  // Closes the connection that has been quiet the longest, never one whose request is being
+  // worked on (a password check, a POST handler such as the extender's bind: its client is
+  // quiet because it waits for us); false when there is none.
   bool EvictQuietest() {
     Conn* victim = nullptr;
     for (auto& [fd, c] : conns_) {
+      if (c->phase == Phase::kAuthWait || c->phase == Phase::kPostWait) continue;
       if (!victim || c->last_active < victim->last_active) victim = c.get();
     }
     if (!victim) return false;
@@ -369,6 +433,7 @@ class MetricsServer::Loop {
         return WriteResponse(c);
       case Phase::kAuthWait:
       case Phase::kPostWait:
+      case Phase::kBodyWait:
         if (ev & (EPOLLHUP | EPOLLRDHUP)) Close(fd);
         return;
     }
@@ -392,8 +457,9 @@ class MetricsServer::Loop {
   int Receive(Conn& c) {
     char buf[16384];
     for (;;) {
-      const size_t cap = options_.max_header_bytes + 1 +
-                         (options_.post_routes.empty() ? 0 : options_.max_body_bytes);
+      // Headers, and a body only once it holds a grant (the header block's size is not known
+      // here: the grant bounds what is read beyond the header limit).
+      const size_t cap = options_.max_header_bytes + 1 + c.body_grant;
       const size_t room = cap - std::min(c.in.size(), cap);
       if (room == 0) return 0;
       const size_t want = std::min(room, sizeof buf);
@@ -424,13 +490,21 @@ class MetricsServer::Loop {
   }
 
   void ReadRequest(Conn& c) {
-    if (Receive(c) < 0) return Close(c.fd);
     const int fd = c.fd;
-    const bool eof = c.eof;
-    ProcessBuffered(c);
-    // Nothing (complete) to answer from a client that is gone. `c` may be closed by now.
-    auto it = conns_.find(fd);
-    if (eof && it != conns_.end() && it->second->phase == Phase::kReading) Close(fd);
+    for (;;) {
+      if (Receive(c) < 0) return Close(fd);
+      const bool eof = c.eof;
+      const size_t grant = c.body_grant;
+      ProcessBuffered(c);
+      // `c` may be closed by now.
+      auto it = conns_.find(fd);
+      if (it == conns_.end()) return;
+      // A body just granted: read it now (TLS may hold its bytes already, with the socket quiet).
+      if (!eof && it->second->phase == Phase::kReading && it->second->body_grant > grant) continue;
+      // Nothing (complete) to answer from a client that is gone.
+      if (eof && it->second->phase == Phase::kReading) Close(fd);
+      return;
+    }
   }
 
   // Answers the request at the front of `in` if it is complete.
@@ -448,9 +522,17 @@ class MetricsServer::Loop {
     const bool post_route = parsed && req.method == "POST" && options_.post_routes.count(req.path);
     if (post_route && req.has_body && !req.chunked &&
         req.content_length <= options_.max_body_bytes) {
+      if (c.body_grant == 0 && !AcquireBody(c, req.content_length)) {
+        body_waiting_.emplace_back(c.id, req.content_length);
+        c.phase = Phase::kBodyWait;
+        c.deadline = Steady::now() + options_.post_timeout;
+        return SetInterest(c, EPOLLRDHUP);
+      }
       if (c.in.size() < end + 4 + req.content_length) return;  // wait for the rest of the body
       req.body = c.in.substr(end + 4, req.content_length);
-      c.in.erase(0, end + 4 + req.content_length);
+      // A fresh buffer: the old one's capacity (the whole body) is not kept with the connection.
+      std::string rest = c.in.substr(end + 4 + req.content_length);
+      c.in.swap(rest);
     } else {
       c.in.erase(0, end + 4);
     }
@@ -541,8 +623,9 @@ class MetricsServer::Loop {
         return Respond(c, 503, "text/plain", "too many requests pending, retry\n", false,
                        "Retry-After: 1\r\n", &req);
       }
-      post_queue_.push_back({c.id, &handler, std::move(req.body)});
+      post_queue_.push_back({c.id, &handler, std::move(req.body), c.body_grant});
     }
+    c.body_grant = 0;  // now the job's
     post_cv_.notify_one();
     req.body.clear();
     c.pending = std::move(req);
@@ -567,9 +650,10 @@ class MetricsServer::Loop {
       } catch (const std::exception& e) {
         reply = {500, "text/plain", std::string("internal error: ") + e.what() + "\n"};
       }
+      std::string().swap(job.body);
       {
         std::lock_guard<std::mutex> l(post_mu_);
-        post_done_.push_back({job.conn_id, std::move(reply)});
+        post_done_.push_back({job.conn_id, std::move(reply), job.grant});
       }
       Wake();
     }
@@ -582,6 +666,7 @@ class MetricsServer::Loop {
       done.swap(post_done_);
     }
     for (PostDone& d : done) {
+      ReleaseGrant(d.grant);
       auto id = by_id_.find(d.conn_id);
       if (id == by_id_.end()) continue;  // the client left meanwhile
       Conn& c = *conns_.at(id->second);
@@ -636,6 +721,7 @@ class MetricsServer::Loop {
   void Respond(Conn& c, int status, std::string_view type, const std::string& text, bool close,
                const std::string& extra = "", const Request* req = nullptr,
                std::shared_ptr<const Rendered> keep = nullptr, const std::string* body = nullptr) {
+    ReleaseBody(c);  // a body not handed to a handler is done with
     ++c.requests;
     if (req && (req->http10 ? req->connection != "keep-alive" : req->connection == "close")) {
       close = true;
@@ -732,6 +818,9 @@ class MetricsServer::Loop {
   std::unordered_map<int, std::unique_ptr<Conn>> conns_;
   std::unordered_map<uint64_t, int> by_id_;
   uint64_t next_id_ = 0;
+  size_t bodies_in_flight_ = 0;  // granted bytes (max_body_bytes_in_flight)
+  std::deque<std::pair<uint64_t, size_t>> body_waiting_;  // connection id, Content-Length
+  bool grants_changed_ = false;
   std::unordered_map<std::string, bool> auth_cache_;  // SHA-256 of Authorization → verdict
   std::deque<std::string> auth_order_;                // oldest first, for eviction
   // Shared with the password workers.
@@ -784,7 +873,9 @@ Result<SSL_CTX*> MakeTlsContext(const WebConfig& web, const std::string& file) {
                     nullptr);  // SSL_CTX_set_min_proto_version
   }
   Ssl()->ctx_ctrl(ctx, SSL_CTRL_MODE,  // SSL_CTX_set_mode
-                  SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER, nullptr);
+                  SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
+                      SSL_MODE_RELEASE_BUFFERS,
+                  nullptr);
   return ctx;
 }
 

@@ -5,7 +5,9 @@
 // - One event thread (epoll) holds every connection, so an idle keep-alive client or a slow
 //   sender costs a file descriptor, never a worker: /health and /metrics stay answerable.
 // - At most `max_connections` are open; a new connection beyond that closes the one that has
-//   been quiet the longest (a flood of idle connections cannot lock scrapers out).
+//   been quiet the longest (a flood of idle connections cannot lock scrapers out), never one
+//   whose request is being worked on (a password check, a POST handler); when every connection
+//   is, the new one is closed instead.
 // - A request's headers must arrive within `request_timeout` (else the connection is closed) and
 //   fit in `max_header_bytes` (else 431 and close); a keep-alive connection is closed after
 //   `idle_timeout`; a response the client does not read within `write_timeout` is abandoned.
@@ -62,6 +64,10 @@ struct HttpOptions {
   };
   std::map<std::string, std::function<PostReply(const std::string& body)>> post_routes;
   size_t max_body_bytes = 16 << 20;
+  // POST bodies held at once (received, queued or being handled), in bytes; a body that does not
+  // fit waits, unread, until earlier ones are done (arrival order, within post_timeout). One
+  // body is always let through. 0: no bound beyond max_connections × max_body_bytes.
+  size_t max_body_bytes_in_flight = 0;
   size_t max_pending_posts = 1024;
   std::chrono::milliseconds post_timeout{30000};  // body complete → handler's answer written
 };
@@ -70,6 +76,7 @@ struct HttpOptions {
 struct HttpStats {
   uint64_t accepted = 0;
   uint64_t evicted = 0;    // closed to make room for a new connection
+  uint64_t refused = 0;    // new connections closed: every open one had a request in flight
   uint64_t timed_out = 0;  // request, idle or write timeout
   uint64_t too_large = 0;  // headers over max_header_bytes
   uint64_t responses = 0;
