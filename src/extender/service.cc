@@ -159,7 +159,6 @@ Status Service::Start() {
 void Service::CheckReservations() {
   while (!stop_.WaitFor(options_.reservation_check)) {
     for (const ClusterView::HeldPod& held : view_.Reservations()) {
-      if (held.age < options_.reservation_check) continue;  // the bind has barely returned
       auto r = client_.Get(PodPath(held.ns, held.name));
       std::string gone;
       if (!r.ok()) {

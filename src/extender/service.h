@@ -34,8 +34,9 @@ struct ServiceOptions {
   size_t max_body_bytes = kMaxBodyBytes;  // extender.h: a 5,000-node NodeNames request
   // Bodies held at once (HttpOptions::max_body_bytes_in_flight): one per worker at the largest.
   size_t max_body_bytes_in_flight = 8 * kMaxBodyBytes;
-  // How often the pods of reservations older than this are looked up: a reservation ends when
-  // its pod is gone, replaced (another UID), bound elsewhere or finished.
+  // How often the pods of reservations are looked up: a reservation ends when its pod is gone,
+  // replaced (another UID), bound to another node or finished (an unbound pod keeps it: its
+  // Binding may be on its way).
   std::chrono::milliseconds reservation_check{5000};
   ViewOptions view;  // view.ns: where the per-node objects live
   bool watch_nodes = true;

@@ -7,8 +7,10 @@
 #include <stdlib.h>
 
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <thread>
 
 #include "apiserver/fake_apiserver.h"
@@ -76,10 +78,11 @@ class ExtenderHttpTest : public ::testing::Test {
     return pod;
   }
 
-  void StartExtender() {
+  void StartExtender(std::chrono::milliseconds reservation_check = std::chrono::seconds(5)) {
     ServiceOptions o;
     o.address = "127.0.0.1:0";
     o.view.ns = kNs;
+    o.reservation_check = reservation_check;
     service_ = std::make_unique<Service>(*client_, clock_, o);
     Status s = service_->Start();
     ASSERT_TRUE(s.ok()) << s.message();
@@ -154,14 +157,15 @@ TEST_F(ExtenderHttpTest, FilterPrioritizeBindOnAHundredNodes) {
     const bool fits = i % 50 >= 30 || i % 10 == 3;
     EXPECT_EQ(passed.count(n), fits ? 1u : 0u) << n;
     if (!fits) {
-      ASSERT_TRUE(f["FailedNodes"].contains(n)) << n;
-      EXPECT_THAT(f["FailedNodes"][n].get<std::string>(),
+      // No pod the node lists holds units there: unresolvable (preemption cannot free them).
+      ASSERT_TRUE(f["FailedAndUnresolvableNodes"].contains(n)) << n;
+      EXPECT_THAT(f["FailedAndUnresolvableNodes"][n].get<std::string>(),
                   HasSubstr("needs 30 units of gpulet.io/gpu-memory-1gi on one GPU; the largest "
                             "free GPU has " +
                             std::to_string(i % 50) + " unit"));
     }
   }
-  EXPECT_TRUE(f["FailedAndUnresolvableNodes"].empty());
+  EXPECT_TRUE(f["FailedNodes"].empty());
 
   // Prioritize gets the nodes that passed, as the scheduler sends them.
   std::vector<std::string> candidates(passed.begin(), passed.end());
@@ -207,7 +211,7 @@ TEST_F(ExtenderHttpTest, NonCacheModeAnswersWithNodeObjects) {
   EXPECT_TRUE(f["NodeNames"].is_null());
   ASSERT_EQ(f["Nodes"]["items"].size(), 1u);
   EXPECT_EQ(f["Nodes"]["items"][0]["metadata"]["name"], "a");
-  EXPECT_TRUE(f["FailedNodes"].contains("b"));
+  EXPECT_TRUE(f["FailedAndUnresolvableNodes"].contains("b"));  // no listed pod to preempt
 }
 
 TEST_F(ExtenderHttpTest, TwoPodsBoundWithinOnePublicationPeriodDoNotOverCommit) {
@@ -227,7 +231,8 @@ TEST_F(ExtenderHttpTest, TwoPodsBoundWithinOnePublicationPeriodDoNotOverCommit) 
   // The retry of b is filtered out with the reservation counted.
   json again = Filter(b, {"n1"});
   EXPECT_TRUE(again["NodeNames"].empty());
-  EXPECT_THAT(again["FailedNodes"]["n1"].get<std::string>(), HasSubstr("largest free GPU has 10"));
+  EXPECT_THAT(again["FailedAndUnresolvableNodes"]["n1"].get<std::string>(),
+              HasSubstr("largest free GPU has 10"));
   // A newer publication that does not list a yet keeps the reservation.
   ASSERT_TRUE(Seen("n1", Publish("n1", {{80, 50}, {80, 0}})));
   EXPECT_TRUE(Filter(b, {"n1"})["NodeNames"].empty());
@@ -346,9 +351,9 @@ TEST_F(ExtenderHttpTest, BindWithoutFilterReadsThePodAndReportsApiErrors) {
   // Not seen by filter (another extender replica, or a restart): the pod is read from the API.
   EXPECT_EQ(Bind(pod, "n1")["Error"], "");
   EXPECT_EQ(NodeOf("p"), "n1");
-  // Bound again: the API's conflict comes back, and the first bind's reservation stays.
+  // Bound again: refused (the API server shows it bound), and the first bind's reservation stays.
   json again = Bind(pod, "n1");
-  EXPECT_THAT(again["Error"].get<std::string>(), HasSubstr("409"));
+  EXPECT_THAT(again["Error"].get<std::string>(), HasSubstr("already bound to node n1"));
   EXPECT_EQ(service_->view().stats().reservations, 1u);
   // A pod the API does not have.
   EXPECT_THAT(Bind(ghost, "n1")["Error"].get<std::string>(), HasSubstr("404"));
@@ -391,6 +396,137 @@ TEST_F(ExtenderHttpTest, HttpsWithACertificateOnAnyAddress) {
   ASSERT_TRUE(b);
   EXPECT_EQ(json::parse(b->body)["Error"], "");
   EXPECT_EQ(NodeOf("p"), "n1");
+}
+
+// Issue 23, item 1: the extender as deployed (deploy/extender/web-config.yaml, certificates from
+// deploy/extender/make-certs.sh) answers only a client with the scheduler's certificate.
+TEST_F(ExtenderHttpTest, MutualTlsAsDeployedAnswersOnlyTheSchedulersCertificate) {
+  AddNode("n1", {{80, 80}});
+  json pod = AddPod("p", {10});
+  const std::string certs = dir_ + "/certs";
+  const std::string script = std::string(GPULET_SOURCE_DIR) + "/deploy/extender/make-certs.sh";
+  ASSERT_EQ(std::system((script + " " + certs + " gpulet-system > /dev/null").c_str()), 0);
+  // The shipped web config, its mount path pointed at the issued files.
+  std::ifstream in(std::string(GPULET_SOURCE_DIR) + "/deploy/extender/web-config.yaml");
+  std::string web((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_THAT(web, HasSubstr("RequireAndVerifyClientCert"));
+  for (size_t at; (at = web.find("/etc/gpulet-extender/tls/")) != std::string::npos;) {
+    web.replace(at, std::strlen("/etc/gpulet-extender/tls/"), certs + "/extender/");
+  }
+  std::ofstream(dir_ + "/web.yml") << web;
+  // The scheduler's side: kube-scheduler-config.yaml presents the client certificate of Secret
+  // gpulet-extender-client, mounted at /etc/gpulet-extender-client.
+  std::ifstream sched_in(std::string(GPULET_SOURCE_DIR) +
+                         "/deploy/extender/kube-scheduler-config.yaml");
+  const std::string sched((std::istreambuf_iterator<char>(sched_in)),
+                          std::istreambuf_iterator<char>());
+  EXPECT_THAT(sched, HasSubstr("certFile: /etc/gpulet-extender-client/tls.crt"));
+  EXPECT_THAT(sched, HasSubstr("keyFile: /etc/gpulet-extender-client/tls.key"));
+  EXPECT_THAT(sched, HasSubstr("caFile: /etc/gpulet-extender-client/ca.crt"));
+
+  ServiceOptions o;
+  o.address = "127.0.0.1:0";
+  o.web_config_file = dir_ + "/web.yml";
+  o.view.ns = kNs;
+  Service s(*client_, clock_, o);
+  Status st = s.Start();
+  ASSERT_TRUE(st.ok()) << st.message();
+  const std::string host = "gpulet-extender.gpulet-system.svc";  // the certificate's name
+  auto client = [&](const std::string& cert, const std::string& key) {
+    auto c = cert.empty() ? std::make_unique<httplib::SSLClient>(host, s.port())
+                          : std::make_unique<httplib::SSLClient>(host, s.port(), cert, key);
+    c->set_hostname_addr_map({{host, "127.0.0.1"}});
+    c->set_ca_cert_path((certs + "/scheduler/ca.crt").c_str());
+    c->enable_server_certificate_verification(true);
+    c->set_connection_timeout(5, 0);
+    c->set_read_timeout(10, 0);
+    return c;
+  };
+  // No certificate: nothing, not even /healthz.
+  auto anonymous = client("", "");
+  EXPECT_FALSE(anonymous->Post("/filter", CacheModeArgs(pod, {"n1"}), "application/json"));
+  EXPECT_FALSE(anonymous->Post("/bind", BindingArgs(pod, "n1"), "application/json"));
+  EXPECT_FALSE(anonymous->Get("/healthz"));
+  // A certificate from another CA (the cluster's own client CA, say): nothing either.
+  auto stranger = client(pki_.client_cert, pki_.client_key);
+  EXPECT_FALSE(stranger->Post("/bind", BindingArgs(pod, "n1"), "application/json"));
+  EXPECT_EQ(NodeOf("p"), "");
+  // kube-scheduler's certificate: served.
+  auto scheduler = client(certs + "/scheduler/tls.crt", certs + "/scheduler/tls.key");
+  auto f = scheduler->Post("/filter", CacheModeArgs(pod, {"n1"}), "application/json");
+  ASSERT_TRUE(f) << httplib::to_string(f.error());
+  EXPECT_EQ(json::parse(f->body)["NodeNames"], json::array({"n1"}));
+  auto b = scheduler->Post("/bind", BindingArgs(pod, "n1"), "application/json");
+  ASSERT_TRUE(b) << httplib::to_string(b.error());
+  EXPECT_EQ(json::parse(b->body)["Error"], "");
+  EXPECT_EQ(NodeOf("p"), "n1");
+}
+
+// Issue 23, item 1: a bind names a pod; the pod itself (its UID, spec and state) is read from the
+// API server, never from a request, and names cannot change the API path.
+TEST_F(ExtenderHttpTest, ForgedBindsAreRefused) {
+  AddNode("n1", {{80, 50}});
+  json pod = AddPod("big", {70});  // fits nowhere: 50 free
+  api_->Put("/api/v1/namespaces/default/pods/cpu", MemoryPod("cpu", {0}));
+  StartExtender();
+  // A filter request describing "big" as a 1-unit pod under its real UID: bind still judges the
+  // pod the API server has (70 units) and refuses.
+  json forged = pod;
+  forged["spec"]["containers"][0]["resources"] = {{"limits", {{kResource, "1"}}}};
+  ASSERT_EQ(Filter(forged, {"n1"})["NodeNames"], json::array({"n1"}));
+  EXPECT_THAT(Bind(forged, "n1")["Error"].get<std::string>(),
+              HasSubstr("pod default/big no longer fits on node n1"));
+  EXPECT_EQ(NodeOf("big"), "");
+  // A UID that is not the pod's (a recreated pod, or a guess).
+  json other = AddPod("small", {10});
+  json wrong_uid = json::parse(BindingArgs(other, "n1"));
+  wrong_uid["PodUID"] = "0b7a6c43-forged";
+  auto [status, body] = Call("bind", wrong_uid.dump());
+  EXPECT_EQ(status, 200);
+  EXPECT_THAT(body, HasSubstr("has UID uid-default-small, the request names 0b7a6c43-forged"));
+  EXPECT_EQ(NodeOf("small"), "");
+  // No UID at all.
+  wrong_uid.erase("PodUID");
+  EXPECT_EQ(Call("bind", wrong_uid.dump()).first, 400);
+  // A pod that asks for no GPU memory is not the extender's to place.
+  EXPECT_THAT(Bind(MemoryPod("cpu", {0}), "n1")["Error"].get<std::string>(),
+              HasSubstr("asks for no GPU memory resource"));
+  EXPECT_EQ(NodeOf("cpu"), "");
+  // A node without an object (or that does not exist).
+  EXPECT_THAT(Bind(other, "nowhere")["Error"].get<std::string>(),
+              HasSubstr("no GPU memory object"));
+  // Names that would change the API path.
+  for (const std::string name : {"small/binding", "small?x=1", "..", "small%2Fbinding"}) {
+    json args = json::parse(BindingArgs(other, "n1"));
+    args["PodName"] = name;
+    EXPECT_EQ(Call("bind", args.dump()).first, 400) << name;
+    args["PodName"] = "small";
+    args["PodNamespace"] = "default/pods/small";
+    EXPECT_EQ(Call("bind", args.dump()).first, 400) << name;
+  }
+  EXPECT_EQ(NodeOf("small"), "");
+  EXPECT_EQ(PathSegment("a/b?c%d"), "a%2Fb%3Fc%25d");
+  EXPECT_EQ(PathSegment(".."), "%2E%2E");
+  // The real pod, with its UID: bound.
+  EXPECT_EQ(Bind(other, "n1")["Error"], "");
+  EXPECT_EQ(NodeOf("small"), "n1");
+  // Bound already: refused before any reservation.
+  EXPECT_THAT(Bind(other, "n1")["Error"].get<std::string>(), HasSubstr("already bound"));
+}
+
+// Issue 23, item 3: a reservation ends when the API server says its pod is gone, well before the
+// fixed timeout.
+TEST_F(ExtenderHttpTest, AReservationEndsWhenItsPodIsDeleted) {
+  AddNode("n1", {{80, 50}});
+  json a = AddPod("a", {40});
+  json b = AddPod("b", {40});
+  StartExtender(std::chrono::milliseconds(50));
+  ASSERT_EQ(Bind(a, "n1")["Error"], "");
+  EXPECT_TRUE(Filter(b, {"n1"})["NodeNames"].empty());
+  // a is deleted before its node ever listed it (it never started).
+  api_->Delete("/api/v1/namespaces/default/pods/a");
+  EXPECT_TRUE(WaitFor([&] { return service_->view().stats().reservations == 0; }));
+  EXPECT_EQ(Filter(b, {"n1"})["NodeNames"], json::array({"n1"}));
 }
 
 }  // namespace
