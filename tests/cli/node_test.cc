@@ -17,25 +17,11 @@ std::string MakeDir() {
   return mkdtemp(dir.data()) != nullptr ? dir : "";
 }
 
-// A port the kernel just handed out (bind port 0, read it back), so parallel tests never collide
-// on a port derived from the pid. The exporter binds it right after; the window is tiny, and the
-// kernel does not hand the same ephemeral port out again at once.
-int FreeLoopbackPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof addr;
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
+// `gpulet node` binds 127.0.0.1:0 and logs the port the kernel gave it; port() in the scripts reads
+// the latest "event=listening" line (the exporter binds again when it restarts). A port chosen
+// here and closed again could be taken by another process before the node binds it.
+constexpr const char* kPortFunction =
+    "port() { sed -n 's/.*event=listening .* port=\\([0-9]*\\).*/\\1/p' $D/node.log | tail -1; }; ";
 
 // Writes `script` to DIR/run.sh and runs it with bash (the scripts start and stop gpulet node).
 CommandResult RunScript(const std::string& dir, const std::string& script) {
@@ -50,17 +36,14 @@ CommandResult RunScript(const std::string& dir, const std::string& script) {
 TEST(NodeCommand, ServesTheKubeletAndMetricsFromOneProcess) {
   const std::string dir = MakeDir();
   ASSERT_FALSE(dir.empty());
-  const int port = FreeLoopbackPort();
-  ASSERT_GT(port, 0);
   const std::string script =
-      "set -u; D=" + dir + "; mkdir -p $D/dp; " + GpuletBinary() +
-      " --simulate dgx-h100 --sim-state $D/s node --device-plugin-path $D/dp -a 127.0.0.1:" +
-      std::to_string(port) + " -c 500 >$D/node.log 2>&1 & P=$!; " + std::string(GPULET_BUILD_DIR) +
+      "set -u; D=" + dir + "; mkdir -p $D/dp; " + kPortFunction + GpuletBinary() +
+      " --simulate dgx-h100 --sim-state $D/s node --device-plugin-path $D/dp -a 127.0.0.1:0" +
+      " -c 500 >$D/node.log 2>&1 & P=$!; " + std::string(GPULET_BUILD_DIR) +
       "/bin/gpulet-kubelet-harness --dir $D/dp --expect 8 --allocate 2 --timeout 30; H=$?; "
       "n=0; for i in $(seq 1 100); do "
-      "n=$(curl -s 127.0.0.1:" +
-      std::to_string(port) +
-      "/metrics | grep -c '^DCGM_FI_DEV_GPU_TEMP{'); [ \"$n\" = 8 ] && break; sleep 0.2; done; "
+      "n=$(curl -s 127.0.0.1:$(port)/metrics | grep -c '^DCGM_FI_DEV_GPU_TEMP{'); [ \"$n\" = 8 ] "
+      "&& break; sleep 0.2; done; "
       "echo series=$n; kill -TERM $P; wait $P; echo node_exit=$?; echo harness_exit=$H";
   CommandResult r = RunScript(dir, script);
   EXPECT_NE(r.output.find("result=ok resource=nvidia.com/gpu"), std::string::npos) << r.output;
@@ -74,20 +57,18 @@ TEST(NodeCommand, ServesTheKubeletAndMetricsFromOneProcess) {
 TEST(NodeCommand, ExporterFollowsAMigRelayoutWithoutRestart) {
   const std::string dir = MakeDir();
   ASSERT_FALSE(dir.empty());
-  const int port = FreeLoopbackPort();
-  ASSERT_GT(port, 0);
-  const std::string url = "127.0.0.1:" + std::to_string(port) + "/metrics";
+  const std::string url = "127.0.0.1:$(port)/metrics";
   const std::string gpu1 = "grep -c '^DCGM_FI_DEV_FB_USED{gpu=\"1\",'";
   // After the re-layout the series must carry the new profile: a stale exporter whose old MIG
   // handles partly still resolve would show two series too, but labelled 1g.5gb.
   const std::string gpu1_big =
       "grep -c '^DCGM_FI_DEV_FB_USED{gpu=\"1\",.*GPU_I_PROFILE=\"3g.20gb\"'";
   const std::string script =
-      "set -u; D=" + dir + "; mkdir -p $D/dp; " +
+      "set -u; D=" + dir + "; mkdir -p $D/dp; " + kPortFunction +
       "printf 'version: v1\\nmig-configs:\\n  two-big:\\n    - devices: [1]\\n"
       "      mig-enabled: true\\n      mig-devices: {\"3g.20gb\": 2}\\n' > $D/mig.yaml; " +
       GpuletBinary() + " --simulate dgx-a100 --sim-state $D/s node --device-plugin-path $D/dp" +
-      " --mig-strategy mixed --rescan-interval 300ms -a 127.0.0.1:" + std::to_string(port) +
+      " --mig-strategy mixed --rescan-interval 300ms -a 127.0.0.1:0" +
       " -c 200 >$D/node.log 2>&1 & P=$!; "
       "n=0; for i in $(seq 1 150); do n=$(curl -s " +
       url + " | " + gpu1 + "); [ \"$n\" = 7 ] && break; sleep 0.2; done; echo before=$n; " +
