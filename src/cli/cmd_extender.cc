@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "common/clock.h"
@@ -24,7 +26,8 @@ struct ExtenderFlags {
   std::string ns = "gpulet-system";
   std::string policy = "bestfit";
   std::string stale_after = "0";
-  std::string reservation_timeout = "60s";
+  std::string reservation_timeout = "10m";
+  std::vector<std::string> memory_resources;
   int threads = 8;
 };
 
@@ -47,6 +50,7 @@ int RunExtender(const ExtenderFlags& f) {
     return ReportError(Status(ErrorCode::kUsage, "--reservation-timeout: must be > 0"));
   }
   o.view.reservation_timeout = *timeout;
+  o.view.memory_resources = f.memory_resources;
   auto access = k8s::ResolveClusterAccess(f.kubeconfig);
   if (!access.ok()) return ReportError(access.status());
   k8s::Client client(*access);
@@ -121,9 +125,15 @@ void RegisterExtender(CLI::App& app, GlobalOptions& /*global*/, int& exit_code) 
       ->envname("GPULET_EXTENDER_STALE_AFTER")
       ->capture_default_str();
   cmd->add_option("--reservation-timeout", f->reservation_timeout,
-                  "How long units reserved at bind are held if the node never lists the pod")
+                  "Last resort: how long units reserved at bind are held if neither the node "
+                  "lists the pod nor the API server shows it gone")
       ->envname("GPULET_EXTENDER_RESERVATION_TIMEOUT")
       ->capture_default_str();
+  cmd->add_option("--memory-resource", f->memory_resources,
+                  "A renamed memory pool's resource (sharing.memory rename:), recognised before "
+                  "any node publishes it; repeatable")
+      ->envname("GPULET_EXTENDER_MEMORY_RESOURCES")
+      ->delimiter(',');
   cmd->add_option("--threads", f->threads, "Worker threads for the verbs")
       ->envname("GPULET_EXTENDER_THREADS")
       ->check(CLI::Range(1, 256))
