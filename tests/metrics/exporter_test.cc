@@ -55,13 +55,13 @@ class ExporterProcess : public ::testing::Test {
     }
     argv.insert(argv.end(), extra.begin(), extra.end());
     ASSERT_TRUE(exporter_.Start(argv, dir_ + "/exporter.log"));
-    port_ = WaitServing(exporter_);
-    ASSERT_NE(port_, 0) << exporter_.log();
+    ASSERT_NE(WaitServing(exporter_), 0) << exporter_.log();
   }
-  std::string Metrics() { return HttpGet(port_, "/metrics"); }
+  // Where the exporter listens now: it binds 127.0.0.1:0 again when it restarts (a new inventory).
+  int Port() { return ListeningPort(exporter_.pid()); }
+  std::string Metrics() { return HttpGet(Port(), "/metrics"); }
 
   std::string dir_;
-  int port_ = 0;
   Child exporter_;
 };
 
@@ -126,7 +126,7 @@ TEST_F(ExporterProcess, ExpositionStructureOnDgxH100) {
   EXPECT_NE(text.find("# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n"), std::string::npos);
   // OpenMetrics on request.
   int status = 0;
-  const std::string om = HttpGet(port_, "/metrics", &status,
+  const std::string om = HttpGet(Port(), "/metrics", &status,
                                  {{"Accept", "application/openmetrics-text; version=1.0.0"}});
   EXPECT_EQ(status, 200);
   EXPECT_EQ(om.substr(om.size() - 6), "# EOF\n");
@@ -238,7 +238,7 @@ TEST_F(ExporterProcess, CountersReloadOnChangeAndSighupWithoutGap) {
   bool gap = false;
   ASSERT_TRUE(WaitFor([&] {
     int status = 0;
-    const std::string t = HttpGet(port_, "/metrics", &status);
+    const std::string t = HttpGet(Port(), "/metrics", &status);
     if (status != 200 || t.find("DCGM_FI_DEV_GPU_TEMP{") == std::string::npos) gap = true;
     return t.find("DCGM_FI_DEV_POWER_USAGE{") != std::string::npos;
   })) << exporter_.log();
