@@ -683,6 +683,100 @@ Status KubeletHarness::PreStartContainer(const std::string& resource,
                "PreStartContainer", request, &response, options_.rpc_timeout);
 }
 
+Result<KubeletHarness::Admitted> KubeletHarness::Admit(const std::string& resource,
+                                                       const ContainerAdmission& container,
+                                                       int needed) {
+  const auto key = std::make_pair(container.pod_uid, container.container);
+  std::vector<std::string> allocated, available;
+  bool preferred_available = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto rit = resources_.find(resource);
+    if (rit == resources_.end() || !rit->second->state.registered) {
+      return Status(ErrorCode::kNotFound, "resource " + resource + " is not registered");
+    }
+    preferred_available = rit->second->state.options.get_preferred_allocation_available();
+    if (auto done = allocated_[resource].find(key); done != allocated_[resource].end()) {
+      Admitted again;  // a restarted container keeps its devices
+      again.ids = done->second;
+      return again;
+    }
+    std::set<std::string> in_use;
+    for (const auto& [who, ids] : allocated_[resource]) in_use.insert(ids.begin(), ids.end());
+    // Reused devices first (manager.go: "Allocates from reusableDevices list first").
+    std::vector<std::string>& reuse = reusable_[container.pod_uid][resource];
+    std::sort(reuse.begin(), reuse.end());
+    for (const std::string& id : reuse) {
+      if (static_cast<int>(allocated.size()) < needed) allocated.push_back(id);
+    }
+    for (const HarnessDevice& d : rit->second->state.devices) {
+      if (d.healthy() && !in_use.count(d.id)) available.push_back(d.id);
+    }
+    std::sort(available.begin(), available.end());
+    const int missing = needed - static_cast<int>(allocated.size());
+    if (static_cast<int>(available.size()) < missing) {
+      return Status(ErrorCode::kUnavailable,
+                    "Requested number of devices unavailable for " + resource + ". Requested: " +
+                        std::to_string(needed) + ", Available: " +
+                        std::to_string(available.size() + allocated.size()));
+    }
+  }
+  Admitted out;
+  if (static_cast<int>(allocated.size()) < needed && preferred_available) {
+    std::vector<std::string> offered = available;
+    offered.insert(offered.end(), allocated.begin(), allocated.end());
+    std::sort(offered.begin(), offered.end());
+    Result<std::vector<std::string>> preferred =
+        GetPreferredAllocation(resource, offered, allocated, needed);
+    out.preferred_called = true;
+    if (!preferred.ok()) {
+      return Status(ErrorCode::kUnavailable,
+                    "device plugin GetPreferredAllocation rpc failed with err: " +
+                        preferred.status().message());
+    }
+    // Only what is available (and not taken yet) counts: preferred ∩ available.
+    for (const std::string& id : *preferred) {
+      if (static_cast<int>(allocated.size()) >= needed) break;
+      if (std::binary_search(available.begin(), available.end(), id) &&
+          std::find(allocated.begin(), allocated.end(), id) == allocated.end()) {
+        allocated.push_back(id);
+      }
+    }
+  }
+  for (const std::string& id : available) {
+    if (static_cast<int>(allocated.size()) >= needed) break;
+    if (std::find(allocated.begin(), allocated.end(), id) == allocated.end()) {
+      allocated.push_back(id);
+    }
+  }
+  Result<v1beta1::ContainerAllocateResponse> response = Allocate(resource, allocated);
+  if (!response.ok()) return response.status();
+  out.ids = allocated;
+  out.response = std::move(*response);
+  std::lock_guard<std::mutex> lock(mu_);
+  allocated_[resource][key] = allocated;
+  std::vector<std::string>& reuse = reusable_[container.pod_uid][resource];
+  if (container.kind == ContainerAdmission::Kind::kInit) {
+    for (const std::string& id : allocated) {
+      if (std::find(reuse.begin(), reuse.end(), id) == reuse.end()) reuse.push_back(id);
+    }
+  } else {
+    // An app container or sidecar holds its devices: they are no longer offered for reuse.
+    std::erase_if(reuse, [&](const std::string& id) {
+      return std::find(allocated.begin(), allocated.end(), id) != allocated.end();
+    });
+  }
+  return out;
+}
+
+void KubeletHarness::ReleasePod(const std::string& pod_uid) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [resource, by_container] : allocated_) {
+    std::erase_if(by_container, [&](const auto& e) { return e.first.first == pod_uid; });
+  }
+  reusable_.erase(pod_uid);
+}
+
 void KubeletHarness::SetPodResources(std::vector<PodAssignment> assignments) {
   std::lock_guard<std::mutex> lock(mu_);
   pod_assignments_ = std::move(assignments);

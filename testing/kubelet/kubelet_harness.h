@@ -182,6 +182,29 @@ class KubeletHarness {
   Result<v1beta1::DevicePluginOptions> GetDevicePluginOptions(const std::string& resource);
   Status PreStartContainer(const std::string& resource, const std::vector<std::string>& ids);
 
+  // Admits one container asking for `needed` devices of `resource` the way the kubelet's device
+  // manager does (pkg/kubelet/cm/devicemanager/manager.go, devicesToAllocate, with no topology
+  // hint): devices of the pod's finished ordinary init containers are reused first and become
+  // mustInclude; available = healthy devices not allocated to any container; GetPreferredAllocation
+  // is called only when the plugin registered GetPreferredAllocationAvailable, with available ∪
+  // reused, and its answer is intersected with what may be used; an error from it fails admission;
+  // the rest is filled from available in ID order; then Allocate. The devices stay allocated to
+  // (pod_uid, container) until ReleasePod. An ordinary init container's devices are offered for
+  // reuse to the pod's later containers; a restartable one (sidecar) keeps them.
+  struct ContainerAdmission {
+    std::string pod_uid;
+    std::string container;
+    enum class Kind { kApp, kInit, kSidecar } kind = Kind::kApp;
+  };
+  struct Admitted {
+    std::vector<std::string> ids;
+    bool preferred_called = false;
+    v1beta1::ContainerAllocateResponse response;
+  };
+  Result<Admitted> Admit(const std::string& resource, const ContainerAdmission& container,
+                         int needed);
+  void ReleasePod(const std::string& pod_uid);
+
   void SetPodResources(std::vector<PodAssignment> assignments);
   // After the next Restart(), the first `lists` List (and Get) calls answer `partial` instead of
   // the full set: a kubelet that has not re-admitted every running pod yet answers an empty or
@@ -227,6 +250,11 @@ class KubeletHarness {
   std::deque<HarnessEvent> events_;
   uint64_t next_seq_ = 1;
   std::vector<PodAssignment> pod_assignments_;
+  // Admit's bookkeeping: resource → (pod uid, container) → device IDs; pod uid → resource →
+  // devices its ordinary init containers left for reuse.
+  std::map<std::string, std::map<std::pair<std::string, std::string>, std::vector<std::string>>>
+      allocated_;
+  std::map<std::string, std::map<std::string, std::vector<std::string>>> reusable_;
   std::vector<PodAssignment> partial_after_restart_;
   int partial_lists_after_restart_ = 0;  // set by SetPodResourcesAfterRestart
   int partial_lists_left_ = 0;           // armed by Restart()

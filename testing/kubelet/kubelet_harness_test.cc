@@ -77,7 +77,10 @@ class FakePlugin final : public v1beta1::DevicePlugin::Service {
     req.set_version(version);
     req.set_endpoint(endpoint_);
     req.set_resource_name(resource);
-    req.mutable_options()->set_get_preferred_allocation_available(true);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      req.mutable_options()->set_get_preferred_allocation_available(preferred_available_);
+    }
     v1beta1::Empty resp;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
@@ -121,7 +124,7 @@ class FakePlugin final : public v1beta1::DevicePlugin::Service {
       // a broken harness fails the test instead of hanging it.
       cv_.wait_for(lock, std::chrono::seconds(30), [&] { return register_returned_ || stopping_; });
     }
-    out->set_get_preferred_allocation_available(true);
+    out->set_get_preferred_allocation_available(preferred_available_);
     return grpc::Status::OK;
   }
 
@@ -149,11 +152,32 @@ class FakePlugin final : public v1beta1::DevicePlugin::Service {
     return grpc::Status::OK;
   }
 
+  // How GetPreferredAllocation misbehaves, and what it was last asked.
+  void SetPreferred(bool available, std::string answer_first = "", bool fail = false) {
+    std::lock_guard<std::mutex> lock(mu_);
+    preferred_available_ = available;
+    preferred_first_ = std::move(answer_first);
+    preferred_fail_ = fail;
+  }
+  int preferred_calls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return preferred_calls_;
+  }
+  v1beta1::ContainerPreferredAllocationRequest last_preferred() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_preferred_;
+  }
+
   grpc::Status GetPreferredAllocation(grpc::ServerContext*,
                                       const v1beta1::PreferredAllocationRequest* req,
                                       v1beta1::PreferredAllocationResponse* out) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++preferred_calls_;
+    if (req->container_requests_size() > 0) last_preferred_ = req->container_requests(0);
+    if (preferred_fail_) return grpc::Status(grpc::StatusCode::INTERNAL, "no good placement");
     for (const auto& c : req->container_requests()) {
       auto* r = out->add_container_responses();
+      if (!preferred_first_.empty()) r->add_deviceids(preferred_first_);
       for (const auto& id : c.must_include_deviceids()) r->add_deviceids(id);
       // Prefer from the end, so tests see the plugin's choice, not the first IDs.
       for (int i = c.available_deviceids_size() - 1;
@@ -196,6 +220,11 @@ class FakePlugin final : public v1beta1::DevicePlugin::Service {
   bool register_returned_ = false;
   int streams_opened_ = 0;
   int streams_cancelled_ = 0;
+  bool preferred_available_ = true;
+  std::string preferred_first_;
+  bool preferred_fail_ = false;
+  int preferred_calls_ = 0;
+  v1beta1::ContainerPreferredAllocationRequest last_preferred_;
 };
 
 std::vector<v1beta1::Device> TwoGpus() {
@@ -643,6 +672,91 @@ TEST(KubeletHarness, PodResourcesGetAllocatableRestartAndRateLimit) {
   EXPECT_GE(refused, 1);
   EXPECT_EQ(h.pod_resources_rate_limited(), refused);
   h.Stop();
+}
+
+std::vector<v1beta1::Device> FourGpus() {
+  return {MakeDevice("GPU-a", true, 0), MakeDevice("GPU-b", true, 0), MakeDevice("GPU-c", true, 1),
+          MakeDevice("GPU-d", true, 1)};
+}
+
+std::vector<std::string> Strings(const google::protobuf::RepeatedPtrField<std::string>& f) {
+  return std::vector<std::string>(f.begin(), f.end());
+}
+
+// issue 26 item 3: the kubelet offers only free devices (plus the reused ones), passes reused
+// init-container devices as mustInclude, uses only what the answer has in common with what it
+// offered, fails admission on an error, and does not call at all when the plugin did not ask.
+TEST(KubeletHarness, AdmissionCallsPreferredAllocationAsTheKubeletDoes) {
+  using Kind = KubeletHarness::ContainerAdmission::Kind;
+  TempDir dir;
+  KubeletHarness h;
+  ASSERT_TRUE(h.Start(dir.path).ok());
+  FakePlugin plugin(dir.path, "nvidia-gpu.sock");
+  ASSERT_TRUE(ServeAndRegister(plugin, h, FourGpus()));
+  ASSERT_TRUE(HealthyCountIs(h, 4));
+
+  auto one = h.Admit(kGpu, {"pod-1", "main"}, 1);
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  EXPECT_TRUE(one->preferred_called);
+  EXPECT_EQ(one->ids, (std::vector<std::string>{"GPU-d"}));  // the plugin prefers from the end
+  auto two = h.Admit(kGpu, {"pod-2", "main"}, 2);
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(Strings(plugin.last_preferred().available_deviceids()),
+            (std::vector<std::string>{"GPU-a", "GPU-b", "GPU-c"}));  // GPU-d is taken
+  EXPECT_EQ(two->ids, (std::vector<std::string>{"GPU-c", "GPU-b"}));
+
+  // An answer naming a device that was not offered is not used.
+  plugin.SetPreferred(true, "GPU-d");
+  auto three = h.Admit(kGpu, {"pod-3", "main"}, 1);
+  ASSERT_TRUE(three.ok());
+  EXPECT_EQ(three->ids, (std::vector<std::string>{"GPU-a"}));
+  // An error fails admission; nothing is allocated.
+  h.ReleasePod("pod-3");
+  plugin.SetPreferred(true, "", /*fail=*/true);
+  EXPECT_FALSE(h.Admit(kGpu, {"pod-4", "main"}, 1).ok());
+  plugin.SetPreferred(true);
+  auto four = h.Admit(kGpu, {"pod-4", "main"}, 1);
+  ASSERT_TRUE(four.ok());
+  EXPECT_EQ(four->ids, (std::vector<std::string>{"GPU-a"}));
+  EXPECT_FALSE(h.Admit(kGpu, {"pod-5", "main"}, 1).ok());  // none left
+
+  // An init container's devices are reused by the app container as mustInclude; a sidecar's
+  // are not.
+  h.ReleasePod("pod-1");
+  h.ReleasePod("pod-2");
+  h.ReleasePod("pod-4");
+  auto init = h.Admit(kGpu, {"pod-6", "init", Kind::kInit}, 1);
+  ASSERT_TRUE(init.ok());
+  EXPECT_EQ(init->ids, (std::vector<std::string>{"GPU-d"}));
+  auto app = h.Admit(kGpu, {"pod-6", "main"}, 2);
+  ASSERT_TRUE(app.ok());
+  EXPECT_EQ(Strings(plugin.last_preferred().must_include_deviceids()),
+            (std::vector<std::string>{"GPU-d"}));
+  EXPECT_EQ(Strings(plugin.last_preferred().available_deviceids()),
+            (std::vector<std::string>{"GPU-a", "GPU-b", "GPU-c", "GPU-d"}));
+  EXPECT_EQ(app->ids, (std::vector<std::string>{"GPU-d", "GPU-c"}));
+  auto sidecar = h.Admit(kGpu, {"pod-7", "proxy", Kind::kSidecar}, 1);
+  ASSERT_TRUE(sidecar.ok());
+  auto after = h.Admit(kGpu, {"pod-7", "main"}, 1);
+  ASSERT_TRUE(after.ok());
+  EXPECT_NE(after->ids, sidecar->ids);
+  EXPECT_TRUE(plugin.last_preferred().must_include_deviceids().empty());
+
+  // A plugin that did not set GetPreferredAllocationAvailable is never asked.
+  h.ReleasePod("pod-6");
+  h.ReleasePod("pod-7");
+  plugin.SetPreferred(false);
+  ASSERT_TRUE(plugin.Register(h.kubelet_socket(), kGpu).ok());
+  ASSERT_TRUE(Eventually(h, [](const ResourceState& s) {
+    return s.registered && s.streaming && s.HealthyCount() == 4 &&
+           !s.options.get_preferred_allocation_available();
+  }));
+  const int calls = plugin.preferred_calls();
+  auto plain = h.Admit(kGpu, {"pod-8", "main"}, 2);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_FALSE(plain->preferred_called);
+  EXPECT_EQ(plugin.preferred_calls(), calls);
+  EXPECT_EQ(plain->ids, (std::vector<std::string>{"GPU-a", "GPU-b"}));
 }
 
 TEST(KubeletHarness, WaitForTimesOutWithState) {

@@ -97,6 +97,31 @@ TEST_F(PluginFixture, ReRegistrationSurvivesAKubeletKeyingClientsBySocketPath) {
   ReRegistersAfterItsSocketVanishes(harness_.get(), plugin_dir_, /*by_resource_name=*/false);
 }
 
+// issue 26 item 3: admitted as the kubelet admits (free devices offered, an init container's
+// device reused as mustInclude, the answer intersected with the offer), gpulet's preferred
+// allocation keeps the reused device and completes it from the free ones.
+TEST_F(PluginFixture, PreferredAllocationAsTheKubeletCallsIt) {
+  using Kind = KubeletHarness::ContainerAdmission::Kind;
+  StartHarness();
+  StartPlugin();
+  WaitForDevices(8, 8);
+  auto other = harness_->Admit(kGpu, {"pod-a", "main"}, 3);
+  ASSERT_TRUE(other.ok()) << other.status().message();
+  EXPECT_TRUE(other->preferred_called);
+  auto init = harness_->Admit(kGpu, {"pod-b", "init", Kind::kInit}, 1);
+  ASSERT_TRUE(init.ok()) << init.status().message();
+  auto app = harness_->Admit(kGpu, {"pod-b", "main"}, 4);
+  ASSERT_TRUE(app.ok()) << app.status().message();
+  EXPECT_TRUE(app->preferred_called);
+  ASSERT_EQ(app->ids.size(), 4u);
+  EXPECT_NE(std::find(app->ids.begin(), app->ids.end(), init->ids[0]), app->ids.end());
+  for (const std::string& id : app->ids) {  // never one of pod-a's
+    EXPECT_EQ(std::find(other->ids.begin(), other->ids.end(), id), other->ids.end()) << id;
+  }
+  // One left free: a request for two fails admission, as the kubelet's would.
+  EXPECT_FALSE(harness_->Admit(kGpu, {"pod-c", "main"}, 2).ok());
+}
+
 TEST_F(PluginFixture, PluginKilledAndRestarted) {
   StartHarness();
   StartPlugin();
