@@ -130,6 +130,10 @@ TEST(Exposition, LostGpuIsMarkedAndOthersStay) {
 TEST(Exposition, EscapesLabelValuesAndHelp) {
   EXPECT_EQ(EscapeLabelValue("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
   EXPECT_EQ(EscapeLabelValue("plain"), "plain");
+  // Not UTF-8 (a tenant's job or pod name): Prometheus would refuse the whole scrape.
+  EXPECT_EQ(EscapeLabelValue("a\xff\"b"), "a\xEF\xBF\xBD\\\"b");
+  EXPECT_EQ(EscapeLabelValue("\xc3\x28"), "\xEF\xBF\xBD(");
+  EXPECT_EQ(EscapeLabelValue("caf\xc3\xa9"), "caf\xc3\xa9");
   EXPECT_EQ(EscapeHelp("x \"q\" \\ \n", Format::kText004), "x \"q\" \\\\ \\n");
   EXPECT_EQ(EscapeHelp("x \"q\"", Format::kOpenMetrics), "x \\\"q\\\"");
   Snapshot s = TwoGpus();
