@@ -124,17 +124,25 @@ TEST_F(SlurmCluster, ExporterLabelsSeriesWithTheJobHoldingTheGpu) {
   std::string job = cluster_.Submit("-w gpua --gres=gpu:h100:2", "sleep 120", &err);
   ASSERT_NE(job, "") << err;
   ASSERT_TRUE(cluster_.WaitJobState(job, "RUNNING")) << cluster_.JobState(job);
-  std::string port = RunCommand(
-                         "python3 -c 'import socket; s=socket.socket(); s.bind((\"127.0.0.1\",0)); "
-                         "print(s.getsockname()[1])'")
-                         .output;
-  port = port.substr(0, port.find('\n'));
+  // The exporter binds 127.0.0.1:0 and logs the port it got (a port chosen here and closed
+  // again could be taken before it binds).
   const std::string log = cluster_.dir() + "/exporter.log";
   CommandResult started =
-      cluster_.Sh(GpuletA() + " exporter -a 127.0.0.1:" + port +
+      cluster_.Sh(GpuletA() + " exporter -a 127.0.0.1:0" +
                   " --slurm-node gpua --slurm-refresh-interval 200 >" + log + " 2>&1 & echo $!");
   int pid = std::atoi(started.output.c_str());
   ASSERT_GT(pid, 0) << started.output;
+  std::smatch listening;
+  std::string log_text;
+  if (!WaitFor([&] {
+        log_text = ReadFile(log);
+        return std::regex_search(log_text, listening,
+                                 std::regex("event=listening [^\\n]* port=([0-9]+)"));
+      })) {
+    kill(pid, SIGTERM);
+    FAIL() << "the exporter did not say where it listens:\n" << log_text;
+  }
+  const std::string port = listening[1].str();
   const std::string get =
       "python3 -c 'import urllib.request,sys; "
       "sys.stdout.write(urllib.request.urlopen(\"http://127.0.0.1:" +
