@@ -9,8 +9,8 @@
 //     precomputed replies (the transport's share). Two node-list modes: the same list for every
 //     pod, and a list rotated by one node per pod (no list repeats, as kube-scheduler starts each
 //     pod's search where the last stopped).
-//  2. bind throughput: POST /bind from 16 concurrent clients, each bind reserving units and
-//     creating the Binding in the fake API server (HTTPS on loopback, one TLS connection per call
+//  2. bind throughput: POST /bind from 16 concurrent clients, each bind reading the pod (GET),
+//     reserving units and creating the Binding in the fake API server (HTTPS on loopback, one TLS connection per call
 //     as src/k8s/client makes them).
 #include <httplib.h>
 #include <spdlog/spdlog.h>
@@ -195,7 +195,8 @@ void Binds(int pods, int clients, const testing::TestPki& pki) {
     s.api->Put("/api/v1/namespaces/default/pods/pod-" + std::to_string(i), p);
     all.push_back(std::move(p));
   }
-  // The scheduler filters each pod first (so bind finds it in the extender's memory).
+  // The scheduler filters each pod first (bind still reads each pod from the API server: a
+  // filter request is never taken as the pod).
   {
     httplib::Client c("127.0.0.1", s.service->port());
     for (const json& p : all)
