@@ -444,9 +444,12 @@ void RegisterSlurmPod(CLI::App* slurm, GlobalOptions& global, int& exit_code) {
   pod->add_option("--type-override", f->opts.type_override,
                   "GPU type to use instead of the one derived from the product name")
       ->envname("GPULET_SLURM_TYPE");
-  pod->add_option("--cpus", f->cpus, "CPUs= (default: the CPUs of this container's cpuset)");
+  pod->add_option("--cpus", f->cpus,
+                  "CPUs= (default: the CPUs of this container's cpuset, at most ceil(CFS quota / "
+                  "period))");
   pod->add_option("--real-memory", f->real_memory,
-                  "RealMemory= in MiB (default: the cgroup memory limit, capped by MemTotal)");
+                  "RealMemory= in MiB (default: the cgroup v2 or v1 memory limit, capped by "
+                  "MemTotal)");
   pod->add_option("--cgroup-root", f->cgroup_root, "Where this container's cgroup is mounted")
       ->capture_default_str();
   pod->add_option("--slurmd", f->slurmd, "slurmd program")
