@@ -88,7 +88,7 @@ struct Body {
 
 // The body as kube-scheduler sends it: {"Pod": {...}, "Nodes": null, "NodeNames": ["..."]},
 // names plain ASCII. Reads the names without the general JSON parser (which costs more than
-// the filtering at 5,000 nodes) and parses only the Pod with it; everything else is checked
+// the filtering at 5,000 nodes) and leaves the Pod to the SAX reader; everything else is checked
 // with json::accept. Anything else (escapes, other shapes, keys in other cases, repeated keys)
 // returns nullopt, and the general parser (ParseBody) answers, so the answers are the same.
 std::optional<Body> ParseSchedulerBody(const std::string& text) {
@@ -228,6 +228,10 @@ struct Args {
 // the SAX reader; neither builds a DOM of the body.
 Status ReadArgs(const std::string& body, const MemoryResourceTest& is_memory, Args& a) {
   if (std::optional<Body> fast = ParseSchedulerBody(body)) {
+    if (fast->plain_names.size() > kMaxNodeNames) {
+      return Status(ErrorCode::kInvalidInput, "ExtenderArgs.NodeNames: more than " +
+                                                  std::to_string(kMaxNodeNames) + " nodes");
+    }
     a.list.names = std::move(fast->plain_names);
     a.list.text = fast->names_text;
     a.pod = ParsePodRequestText(fast->pod_text, is_memory);

@@ -105,6 +105,9 @@ class Reader {
   };
   enum class Value { kNull, kNumber, kString, kOther };
 
+  bool TooMany(const char* field) {
+    return Fail(std::string(field) + ": more than " + std::to_string(kMaxNodeNames) + " nodes");
+  }
   bool Fail(std::string message) {
     if (error_.empty()) error_ = std::move(message);
     return false;
@@ -187,6 +190,7 @@ class Reader {
         }
         break;
       case Frame::kNodeNames:
+        if (names.size() >= kMaxNodeNames) return TooMany("NodeNames");
         if (bad_name < 0) bad_name = static_cast<long>(names.size());
         names.emplace_back();
         break;
@@ -198,6 +202,7 @@ class Reader {
         }
         break;
       case Frame::kNodeItems:
+        if (node_items.size() >= kMaxNodeNames) return TooMany("Nodes.items");
         node_items.emplace_back();
         if (object) return enter(Frame::kNodeItem);
         break;
@@ -278,10 +283,12 @@ class Reader {
         if (type != Value::kNull && is_memory_(key_)) Quantity(type, std::move(text));
         break;
       case Frame::kNodeNames:
+        if (names.size() >= kMaxNodeNames) return TooMany("NodeNames");
         if (!is_string && bad_name < 0) bad_name = static_cast<long>(names.size());
         names.push_back(is_string ? std::move(text) : std::string());
         break;
       case Frame::kNodeItems:
+        if (node_items.size() >= kMaxNodeNames) return TooMany("Nodes.items");
         node_items.emplace_back();
         break;
       case Frame::kNodeItemMeta:

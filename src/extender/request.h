@@ -13,6 +13,11 @@
 
 namespace gpulet::extender {
 
+// The most node names (or node objects) one request may carry: three times the 5,000 nodes a
+// cluster is supported at. Each name costs an entry in the answer (a reason when it fails), so
+// the bound on the body alone would let a request of short names cost tens of MiB.
+inline constexpr size_t kMaxNodeNames = 15000;
+
 // ExtenderArgs {Pod, Nodes, NodeNames}, field names matched as Go's encoding/json does
 // (case-insensitively; the last of repeated keys counts).
 struct ExtenderArgsFields {

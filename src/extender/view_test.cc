@@ -7,6 +7,7 @@
 #include <random>
 
 #include "extender/extender.h"
+#include "extender/request.h"
 #include "extender/test_objects.h"
 
 namespace gpulet::extender {
@@ -830,6 +831,29 @@ TEST(Filter, SaysWhatPreemptionCouldFree) {
   Publish(view, "n2", {{80, 20}, {80, 30}}, "1");
   f = view.Filter(Request("p", {40}), {"n2"});
   EXPECT_THAT(f.unresolvable["n2"], HasSubstr("frees at most 30 units on one GPU"));
+}
+
+// Issue 23: a request may name at most kMaxNodeNames nodes, in either parser's shape.
+TEST(ExtenderArgs, AtMostFifteenThousandNodes) {
+  FakeClock clock;
+  ClusterView view(clock, {});
+  Extender ext = OfflineExtender(view);
+  const json pod = MemoryPod("p", {1});
+  std::vector<std::string> names(kMaxNodeNames);
+  for (size_t i = 0; i < names.size(); ++i) names[i] = "n" + std::to_string(i);
+  EXPECT_EQ(ext.Filter(CacheModeArgs(pod, names)).status, 200);
+  names.push_back("one-more");
+  Answer a = ext.Filter(CacheModeArgs(pod, names));
+  EXPECT_EQ(a.status, 400);
+  EXPECT_THAT(a.body, HasSubstr("more than 15000 nodes"));
+  // Escaped names go through the SAX reader: the same bound.
+  std::string escaped = "{\"Pod\":" + pod.dump() + ",\"NodeNames\":[";
+  for (size_t i = 0; i <= kMaxNodeNames; ++i)
+    escaped += (i ? ",\"\\u0061" : "\"\\u0061") + std::to_string(i) + "\"";
+  escaped += "]}";
+  a = ext.Filter(escaped);
+  EXPECT_EQ(a.status, 400);
+  EXPECT_THAT(a.body, HasSubstr("more than 15000 nodes"));
 }
 
 }  // namespace
