@@ -5,7 +5,8 @@
 //
 //   filter     ExtenderArgs {Pod, Nodes, NodeNames} → ExtenderFilterResult {Nodes, NodeNames,
 //              FailedNodes, FailedAndUnresolvableNodes, Error}. Node-cache mode (NodeNames) and
-//              full-node mode (Nodes.items) both answered in the mode asked.
+//              full-node mode (Nodes.items) both answered in the mode asked (full-node mode
+//              with {"metadata":{"name"}} per passing node: the scheduler reads only names).
 //   prioritize ExtenderArgs → HostPriorityList [{Host, Score}], Score 0..MaxExtenderPriority.
 //   bind       ExtenderBindingArgs {PodName, PodNamespace, PodUID, Node} → ExtenderBindingResult
 //              {Error}: reads the pod from the API server (refused unless its UID is PodUID,

@@ -5,7 +5,8 @@
 // `gpulet-memory-<node>`, data["memory.json"] with per-GPU free units, a generation, the pods the
 // kubelet has placed). Output: Filter (which nodes can hold a pod, and why not), Prioritize
 // (0..MaxExtenderPriority per node) and Reserve (the units a bound pod will take, held in memory
-// until the node's object lists the pod, or until a timeout).
+// under its UID until evidence ends it: the node's object lists the pod, or the API server shows
+// it gone (EndReservation); a timeout only as the last resort).
 //
 // Rules:
 // - A node passes only if every container's request of the pod's memory resource fits on one of
