@@ -43,7 +43,7 @@ class Parser {
     for (size_t i = 0; i < list.size(); ++i) {
       const std::string epath = lpath + "[" + std::to_string(i) + "]";
       const YAML::Node e = list[i];
-      Keys(e, epath, {"name", "perReplica"});
+      Keys(e, epath, {"name", "perReplica", "passThrough"});
       MemoryLimitResource r;
       r.where = Loc(e, epath);
       const YAML::Node name = e["name"];
@@ -69,6 +69,13 @@ class Parser {
                 "must be auto or a size like 16Gi, 512Mi or bytes, got \"" + per.Scalar() + "\""};
           }
         }
+      }
+      if (const YAML::Node pt = e["passThrough"]; pt.IsDefined() && !pt.IsNull()) {
+        bool value = false;
+        if (!pt.IsScalar() || !YAML::convert<bool>::decode(pt, value)) {
+          throw ParseError{Loc(pt, epath + ".passThrough"), "must be true or false"};
+        }
+        r.pass_through = value;
       }
       // A MIG instance is already a hardware partition; a time-sliced MIG resource's Allocate
       // has no whole GPU to write a region for, so every Allocate would fail.

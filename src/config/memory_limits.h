@@ -8,6 +8,9 @@
 //         - name: nvidia.com/gpu        # a time-sliced resource: its name or advertised name
 //           perReplica: auto            # GPU memory / that GPU's replicas (default), or a size:
 //                                       # bytes, or a number with Ki, Mi, Gi or Ti
+//           passThrough: false          # true: the library counts and reports, never refuses
+//                                       # (the node's choice, written in the read-only limits
+//                                       # file; nothing in the container can turn it on)
 //       library: /usr/lib/gpulet/libgpulet-cuda.so   # host path (absolute)
 //       stateDir: /run/gpulet/memory                 # host directory for per-container regions
 //
@@ -30,6 +33,7 @@ namespace gpulet::config {
 struct MemoryLimitResource {
   std::string name;                     // full name: a bare "gpu" becomes "nvidia.com/gpu"
   std::optional<uint64_t> per_replica;  // bytes; nullopt: GPU memory / that GPU's replicas
+  bool pass_through = false;            // count, never refuse (passThrough)
   SourceLocation where;                 // of the list entry
 };
 

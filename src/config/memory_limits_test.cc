@@ -45,6 +45,25 @@ gpulet:
   EXPECT_EQ((*sized)->resources[0].per_replica, 16ULL << 30);
 }
 
+// Issue 23 item 6: pass-through is the node's decision, a key of the config (written into the
+// read-only limits file by the plugin), never the container's environment.
+TEST(MemoryLimitsConfig, PassThroughIsAKeyOfTheNodesConfig) {
+  auto on = ParseMemoryLimits(
+      "gpulet:\n  memoryLimits:\n    resources: [{name: gpu, passThrough: true}]\n", "c.yaml");
+  ASSERT_TRUE(on.ok()) << on.status().message();
+  EXPECT_TRUE((*on)->resources[0].pass_through);
+  auto off = ParseMemoryLimits("gpulet:\n  memoryLimits:\n    resources: [{name: gpu}]\n",
+                               "c.yaml");
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE((*off)->resources[0].pass_through);
+  auto bad = ParseMemoryLimits(
+      "gpulet:\n  memoryLimits:\n    resources:\n      - name: gpu\n        passThrough: maybe\n",
+      "c.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "c.yaml:5: gpulet.memoryLimits.resources[0].passThrough: must be true or false");
+}
+
 // Issue 24 item 7: what cannot work is refused, with the reason.
 TEST(MemoryLimitsConfig, RefusesWhatCannotWork) {
   // Two limited resources: a container given both would get two mounts at the same paths.

@@ -36,6 +36,7 @@ Result<std::map<std::string, MemoryLimitSettings>> ResolveMemoryLimits(
         }
         found = true;
         out[r.name] = MemoryLimitSettings{r.unit_bytes, limits.library, limits.state_dir};
+        out[r.name].passthrough = entry.pass_through;
         continue;
       }
       if (r.sharing != sharing::SharingKind::kTimeSlicing) {
@@ -44,6 +45,7 @@ Result<std::map<std::string, MemoryLimitSettings>> ResolveMemoryLimits(
       }
       found = true;
       out[r.name] = MemoryLimitSettings{entry.per_replica, limits.library, limits.state_dir};
+      out[r.name].passthrough = entry.pass_through;
     }
     if (!found && unshared != nullptr) {
       return config::InvalidAt(entry.where, unshared->name + " is not a time-sliced resource (" +

@@ -157,6 +157,18 @@ TEST_F(MemoryLimitsTest, AllocateWritesTheRegionAndAnswersMountsAndEnv) {
   EXPECT_FALSE(fs::exists(state_ + "/a2"));
 }
 
+// The config's passThrough reaches the settings the Allocate writes from.
+TEST_F(MemoryLimitsTest, PassThroughFromTheConfigReachesTheSettings) {
+  auto plain = ResolveMemoryLimits(limits_, cfg_, plan_);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_FALSE(plain->at("nvidia.com/gpu.shared").passthrough);
+  config::MemoryLimits on = limits_;
+  for (config::MemoryLimitResource& r : on.resources) r.pass_through = true;
+  auto settings = ResolveMemoryLimits(on, cfg_, plan_);
+  ASSERT_TRUE(settings.ok()) << settings.status().message();
+  EXPECT_TRUE(settings->at("nvidia.com/gpu.shared").passthrough);
+}
+
 TEST_F(MemoryLimitsTest, PassThroughIsTheNodesChoiceWrittenInTheLimits) {
   MemoryLimitSettings s{std::nullopt, "/lib.so", state_, /*passthrough=*/true};
   v1beta1::ContainerAllocateResponse resp;
