@@ -285,6 +285,43 @@ TEST_F(PublisherTest, HeartbeatRepublishesWithoutChange) {
   EXPECT_EQ(Published()["generation"].get<uint64_t>(), g1 + 1);
 }
 
+// issue 26 item 7: write faults on the publication. A create or patch that meets 5xx, 429 or a
+// timeout is retried at the next tick and publishes what is true then; one whose answer was lost
+// landed, and the next publication still goes above its generation (the object is read again).
+TEST_F(PublisherTest, WriteFaultsAreRetriedAndGenerationsNeverGoBack) {
+  using gpulet::testing::WriteFault;
+  auto p = MakePublisher();
+  server_->InjectWriteFault({.method = "POST", .kind = WriteFault::Kind::kLostAnswer});
+  EXPECT_FALSE(p->Tick().ok());  // created, answer lost
+  ASSERT_TRUE(server_->Object(kPath).has_value());
+  uint64_t last = Published()["generation"].get<uint64_t>();
+  clock_.Advance(1s);
+  ASSERT_TRUE(p->Tick().ok());  // heartbeat not due, but the last publication failed: again
+  EXPECT_GT(Published()["generation"].get<uint64_t>(), last);
+  last = Published()["generation"].get<uint64_t>();
+
+  const int free_before = Free(Published(), "GPU-0");
+  int units = 0;
+  for (WriteFault fault :
+       {WriteFault{.method = "PATCH", .code = 500},
+        WriteFault{.method = "PATCH", .kind = WriteFault::Kind::kTooManyRequests},
+        WriteFault{.method = "PATCH", .kind = WriteFault::Kind::kTimeout, .delay = 100ms},
+        WriteFault{.method = "PATCH", .kind = WriteFault::Kind::kLostAnswer}}) {
+    const std::string unit = sharing::MemoryUnitId("GPU-0", units++);
+    listed_[unit] = PodContainer{"ns", "pod-" + std::to_string(units), "main"};
+    p->OnAllocate(pool_, {unit});
+    clock_.Advance(1s);
+    server_->InjectWriteFault(fault);
+    EXPECT_FALSE(p->Tick().ok()) << static_cast<int>(fault.kind);
+    clock_.Advance(1s);
+    ASSERT_TRUE(p->Tick().ok()) << static_cast<int>(fault.kind);
+    const nlohmann::json doc = Published();
+    EXPECT_GT(doc["generation"].get<uint64_t>(), last) << static_cast<int>(fault.kind);
+    last = doc["generation"].get<uint64_t>();
+    EXPECT_EQ(Free(doc, "GPU-0"), free_before - units) << static_cast<int>(fault.kind);
+  }
+}
+
 TEST_F(PublisherTest, GenerationKeepsIncreasingAcrossRestartsAndDeletion) {
   uint64_t last = 0;
   {
