@@ -334,6 +334,15 @@ TEST_F(SlurmPods, LabelsItsPodBusyWhileAJobRuns) {
                 "\n    insecure-skip-tls-verify: true\n"
                 "users:\n- name: t\n  user:\n    token: test-token\n"
                 "contexts:\n- name: t\n  context: {cluster: t, user: t}\n");
+  // issue 26 item 7: the first label writes meet a 503, a 429 and a lost answer; the pod retries
+  // on its next poll and the label still ends up right.
+  using gpulet::testing::WriteFault;
+  (*api)->InjectWriteFault({.method = "PATCH", .path_prefix = pod_path, .code = 503});
+  (*api)->InjectWriteFault({.method = "PATCH",
+                            .path_prefix = pod_path,
+                            .kind = WriteFault::Kind::kTooManyRequests});
+  (*api)->InjectWriteFault(
+      {.method = "PATCH", .path_prefix = pod_path, .kind = WriteFault::Kind::kLostAnswer});
   sim::Fixture h100 = Load("dgx-h100");
   auto pod = Start({"slurmd-lbl",
                     "dgx-h100",
@@ -348,6 +357,7 @@ TEST_F(SlurmPods, LabelsItsPodBusyWhileAJobRuns) {
   };
   ASSERT_TRUE(WaitIdle(*pod)) << pod->Log();
   ASSERT_TRUE(WaitFor([&] { return label() == "false"; })) << label() << pod->Log();
+  EXPECT_NE(pod->Log().find("event=slurm_pod_label_failed"), std::string::npos) << pod->Log();
 
   const std::string marker = cluster_.dir() + "/release-lbl";
   std::string err;
