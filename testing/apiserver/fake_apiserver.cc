@@ -721,14 +721,20 @@ struct FakeApiServer::State {
         Fail(res, 415, "UnsupportedMediaType", "unsupported patch type " + ct);
         return;
       }
-      // An update cannot change the server's fields (rest/update.go, FillObjectMetaSystemFields
-      // is only called on create).
-      for (const char* k : {"resourceVersion", "uid", "creationTimestamp"}) {
-        if (it->second["metadata"].contains(k)) updated["metadata"][k] = it->second["metadata"][k];
-      }
-      if (updated != it->second) Record("MODIFIED", req.path, updated);
-      res.set_content(objects[req.path].dump(), "application/json");
+      Update(req.path, std::move(updated), res);
     });
+  }
+
+  // Stores `updated` as the new state of `path` (caller holds mu) and answers it. An update cannot
+  // change the server's fields (rest/update.go: FillObjectMetaSystemFields runs on create only);
+  // one that changes nothing else writes nothing (no version, no event).
+  void Update(const std::string& path, nlohmann::json updated, httplib::Response& res) {
+    const nlohmann::json& old = objects.at(path)["metadata"];
+    for (const char* k : {"resourceVersion", "uid", "creationTimestamp"}) {
+      if (old.contains(k)) updated["metadata"][k] = old[k];
+    }
+    if (updated != objects.at(path)) Record("MODIFIED", path, updated);
+    res.set_content(objects[path].dump(), "application/json");
   }
 
   // PUT <object path> (caller holds mu): replaces the object; 404 when absent, 400 when the
@@ -757,13 +763,7 @@ struct FakeApiServer::State {
              "the object has been modified; please apply your changes to the latest version");
         return;
       }
-      nlohmann::json updated = body;
-      updated["metadata"]["resourceVersion"] = current;
-      for (const char* k : {"uid", "creationTimestamp"}) {
-        if (it->second["metadata"].contains(k)) updated["metadata"][k] = it->second["metadata"][k];
-      }
-      if (updated != it->second) Record("MODIFIED", req.path, updated);
-      res.set_content(objects[req.path].dump(), "application/json");
+      Update(req.path, body, res);
     });
   }
 

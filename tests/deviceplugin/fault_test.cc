@@ -57,44 +57,41 @@ TEST_F(PluginFixture, KubeletRestartedHundredTimesWithAllocations) {
 // (disconnect_delay) disconnects the NEW client; gpulet sees the kubelet end its stream and
 // registers once more. Before, it stayed registered in its own eyes while the kubelet refused
 // every Allocate. A kubelet keyed by socket path needs one registration.
-void ReRegistersAfterItsSocketVanishes(KubeletHarness* harness, const std::string& plugin_dir,
-                                       bool by_resource_name) {
-  const ResourceState first = *harness->State(kGpu);
-  ASSERT_TRUE(std::filesystem::remove(plugin_dir + "/" + first.endpoint));
-  Status s = harness->WaitFor(
-      kGpu,
-      [&](const ResourceState& st) {
-        return st.registrations >= first.registrations + (by_resource_name ? 2 : 1) &&
-               st.registered && st.streaming && st.HealthyCount() == 8 &&
-               st.disconnects == (by_resource_name ? 1 : 0);
-      },
-      60s);
-  ASSERT_TRUE(s.ok()) << s.message();
-  Result<v1beta1::ContainerAllocateResponse> a = harness->Allocate(kGpu, {first.devices[0].id});
-  ASSERT_TRUE(a.ok()) << a.status().message();
+class ReRegistration : public PluginFixture {
+ protected:
+  void SurvivesWith(HarnessOptions::ClientKey key) {
+    const bool by_name = key == HarnessOptions::ClientKey::kResourceName;
+    HarnessOptions o;
+    o.dial_timeout = 10s;
+    o.client_key = key;
+    o.disconnect_delay = 1500ms;
+    StartHarness(o);
+    StartPlugin();
+    WaitForDevices(8, 8);
+    const ResourceState first = *harness_->State(kGpu);
+    ASSERT_TRUE(std::filesystem::remove(plugin_dir_ + "/" + first.endpoint));
+    Status s = harness_->WaitFor(
+        kGpu,
+        [&](const ResourceState& st) {
+          return st.registrations >= first.registrations + (by_name ? 2 : 1) && st.registered &&
+                 st.streaming && st.HealthyCount() == 8 && st.disconnects == (by_name ? 1 : 0);
+        },
+        60s);
+    ASSERT_TRUE(s.ok()) << s.message();
+    Result<v1beta1::ContainerAllocateResponse> a = harness_->Allocate(kGpu, {first.devices[0].id});
+    ASSERT_TRUE(a.ok()) << a.status().message();
+    if (by_name) {
+      EXPECT_NE(plugin_->Log().find("event=stream_lost"), std::string::npos);
+    }
+  }
+};
+
+TEST_F(ReRegistration, SurvivesAKubeletKeyingClientsByResourceName) {
+  SurvivesWith(HarnessOptions::ClientKey::kResourceName);
 }
 
-TEST_F(PluginFixture, ReRegistrationSurvivesAKubeletKeyingClientsByResourceName) {
-  HarnessOptions o;
-  o.dial_timeout = 10s;
-  o.client_key = HarnessOptions::ClientKey::kResourceName;
-  o.disconnect_delay = 1500ms;
-  StartHarness(o);
-  StartPlugin();
-  WaitForDevices(8, 8);
-  ReRegistersAfterItsSocketVanishes(harness_.get(), plugin_dir_, /*by_resource_name=*/true);
-  EXPECT_NE(plugin_->Log().find("event=stream_lost"), std::string::npos);
-}
-
-TEST_F(PluginFixture, ReRegistrationSurvivesAKubeletKeyingClientsBySocketPath) {
-  HarnessOptions o;
-  o.dial_timeout = 10s;
-  o.client_key = HarnessOptions::ClientKey::kSocketPath;
-  o.disconnect_delay = 1500ms;
-  StartHarness(o);
-  StartPlugin();
-  WaitForDevices(8, 8);
-  ReRegistersAfterItsSocketVanishes(harness_.get(), plugin_dir_, /*by_resource_name=*/false);
+TEST_F(ReRegistration, SurvivesAKubeletKeyingClientsBySocketPath) {
+  SurvivesWith(HarnessOptions::ClientKey::kSocketPath);
 }
 
 // issue 26 item 3: admitted as the kubelet admits (free devices offered, an init container's
