@@ -117,11 +117,8 @@ TEST(MetricsHttpAbuse, HealthAndKubeletKeepWorkingUnderConnectionFloodSlowlorisA
                       60s)
                   .ok())
       << node.Log();
-  ASSERT_TRUE(node.WaitForLog("event=listening", 30s)) << node.Log();
-  std::smatch m;
-  const std::string log = node.Log();
-  ASSERT_TRUE(std::regex_search(log, m, std::regex("event=listening [^\\n]* port=([0-9]+)")));
-  const int port = std::stoi(m[1]);
+  const int port = ListeningPort(node, 30s);
+  ASSERT_GT(port, 0) << node.Log();
   ASSERT_NE(Get(port, "/health").find("200 OK"), std::string::npos) << node.Log();
   std::vector<std::string> ids;
   for (const HarnessDevice& d : harness.Devices("nvidia.com/gpu")) ids.push_back(d.id);

@@ -1,5 +1,7 @@
 #include "tests/deviceplugin/plugin_process.h"
 
+#include <regex>
+
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -161,6 +163,14 @@ int GpuletProcess::CountInLog(const std::string& text) const {
 bool GpuletProcess::WaitForLog(const std::string& text, std::chrono::milliseconds timeout,
                                int times) const {
   return Eventually([&] { return CountInLog(text) >= times; }, timeout);
+}
+
+int ListeningPort(const GpuletProcess& node, std::chrono::milliseconds timeout) {
+  if (!node.WaitForLog("event=listening", timeout)) return -1;
+  std::smatch m;
+  const std::string log = node.Log();
+  if (!std::regex_search(log, m, std::regex("event=listening [^\\n]* port=([0-9]+)"))) return -1;
+  return std::stoi(m[1]);
 }
 
 bool Eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {

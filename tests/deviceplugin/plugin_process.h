@@ -65,6 +65,10 @@ class GpuletProcess {
   bool reaped_ = false;
 };
 
+// The port `gpulet node` (started with -a 127.0.0.1:0) serves /metrics on: waits for its
+// event=listening line and reads the port from it. -1 when none came within `timeout`.
+int ListeningPort(const GpuletProcess& node, std::chrono::milliseconds timeout);
+
 // Polls `pred` every 20 ms until it holds or `timeout` passes.
 bool Eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
 

@@ -197,11 +197,8 @@ TEST_F(TenantAbuseTest, TheNodeAgentKeepsServingAndTheLimitHolds) {
                       60s)
                   .ok())
       << node.Log();
-  ASSERT_TRUE(node.WaitForLog("event=listening", 30s)) << node.Log();
-  std::smatch m;
-  const std::string log = node.Log();
-  ASSERT_TRUE(std::regex_search(log, m, std::regex("event=listening [^\\n]* port=([0-9]+)")));
-  const int port = std::stoi(m[1]);
+  const int port = ListeningPort(node, 30s);
+  ASSERT_GT(port, 0) << node.Log();
   std::vector<std::string> ids;
   for (const HarnessDevice& d : harness.Devices(kGpu)) ids.push_back(d.id);
   std::sort(ids.begin(), ids.end());
