@@ -25,9 +25,11 @@ std::string Errno(const std::string& path, const char* step, int err) {
 
 // Reads /proc/PID/stat: field 3 (state) and field 22 (starttime). The command name (field 2) may
 // hold spaces and parentheses, so parsing starts after the last ')'.
+const char* g_proc_root = "/proc";
+
 bool ReadStat(pid_t pid, char* state, uint64_t* start_time) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  char path[512];
+  std::snprintf(path, sizeof path, "%s/%d/stat", g_proc_root, static_cast<int>(pid));
   int fd = ::open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   char buf[1024];
@@ -50,6 +52,8 @@ bool ReadStat(pid_t pid, char* state, uint64_t* start_time) {
 }
 
 }  // namespace
+
+void SetProcRootForTesting(const char* root) { g_proc_root = root; }
 
 uint64_t ProcessStartTime(pid_t pid, bool* zombie) {
   char state = 0;
@@ -133,6 +137,33 @@ std::string CreateRegion(const std::string& dir, const std::vector<GpuLimit>& gp
 
 Region::~Region() {
   if (layout_ != nullptr) ::munmap(layout_, mapped_);
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+namespace {
+
+struct flock SlotLockRange(int slot, short type) {
+  struct flock fl {};
+  fl.l_type = type;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = static_cast<off_t>(offsetof(RegionLayout, processes) +
+                                  static_cast<size_t>(slot) * sizeof(ProcessSlot));
+  fl.l_len = 1;
+  return fl;
+}
+
+}  // namespace
+
+bool Region::SlotLockHeld(int slot) const {
+  if (slot < 0 || static_cast<uint32_t>(slot) >= kMaxProcesses || path_.empty()) return false;
+  // Locks of our own open file description never conflict with a query through it: ask through a
+  // fresh one, so our own slot reads as held too.
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return false;
+  struct flock fl = SlotLockRange(slot, F_WRLCK);
+  const bool asked = ::fcntl(fd, F_OFD_GETLK, &fl) == 0;
+  ::close(fd);
+  return asked && fl.l_type != F_UNLCK;
 }
 
 std::string Region::Open(const std::string& dir, bool read_only) {
@@ -391,8 +422,15 @@ int Region::ReapLocked() {
     if (state == kSlotFree) continue;
     // A slot left half claimed (its process died before finishing Attach) holds nothing once its
     // owner is gone; a live claimer finishes within a few instructions.
-    if (OwnerAlive(p.pid, p.start_time)) continue;
-    if (state == kSlotClaiming && p.pid == 0) continue;
+    const int index = static_cast<int>(&p - layout_->processes);
+    if (p.locked.load(std::memory_order_acquire) != 0) {
+      // The lock is the evidence: held means alive, even where /proc cannot be read or the pid
+      // belongs to another PID namespace; free means the owner's descriptor is gone.
+      if (index == locked_slot_ || SlotLockHeld(index)) continue;
+    } else {
+      if (OwnerAlive(p.pid, p.start_time)) continue;
+      if (state == kSlotClaiming && p.pid == 0) continue;
+    }
     for (uint32_t g = 0; g < kMaxGpus; ++g) {
       const uint64_t held = p.used[g].exchange(0, std::memory_order_relaxed);
       if (g < gpu_count() && held != 0)
@@ -400,6 +438,7 @@ int Region::ReapLocked() {
     }
     p.pid = 0;
     p.start_time = 0;
+    p.locked.store(0, std::memory_order_relaxed);
     p.state.store(kSlotFree, std::memory_order_release);
     ++reaped;
   }
@@ -428,6 +467,7 @@ int Region::ReleaseEarlierImages() {
     for (auto& u : p.used) u.store(0, std::memory_order_relaxed);
     p.pid = 0;
     p.start_time = 0;
+    p.locked.store(0, std::memory_order_relaxed);
     p.state.store(kSlotFree, std::memory_order_release);
     ++freed;
   }
@@ -450,9 +490,25 @@ int Region::Attach() {
     p.pid = pid;
     p.start_time = start;
     for (auto& u : p.used) u.store(0, std::memory_order_relaxed);
+    p.locked.store(0, std::memory_order_relaxed);
     p.state.store(kSlotLive, std::memory_order_release);
     slot = static_cast<int>(i);
     break;
+  }
+  if (slot >= 0) {
+    // A new open file description for this slot's lock. After fork the child shares the parent's
+    // description (and its lock): closing the child's copy leaves the parent's lock in place.
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+    lock_fd_ = ::open(path_.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    locked_slot_ = -1;
+    struct flock fl = SlotLockRange(slot, F_WRLCK);
+    if (lock_fd_ >= 0 && ::fcntl(lock_fd_, F_OFD_SETLK, &fl) == 0) {
+      layout_->processes[slot].locked.store(1, std::memory_order_release);
+      locked_slot_ = slot;
+    } else if (lock_fd_ >= 0) {
+      ::close(lock_fd_);  // no lock (a filesystem without them): the pid and /proc decide
+      lock_fd_ = -1;
+    }
   }
   Unlock();
   return slot;

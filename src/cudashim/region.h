@@ -71,6 +71,12 @@ struct ProcessSlot {
   int32_t pid;
   uint64_t start_time;  // clock ticks after boot, /proc/PID/stat field 22
   std::atomic<uint64_t> used[kMaxGpus];
+  // 1 while the owner holds an open-file-description write lock (F_OFD_SETLK) on this slot's
+  // first byte. The kernel drops it when the owner's last descriptor of that open file goes (exit,
+  // a kill, exec: it is O_CLOEXEC), whatever PID namespace the owner is in and whether /proc can
+  // be read: for a locked slot the lock, not the pid, says whether the owner lives.
+  std::atomic<uint32_t> locked;
+  uint32_t reserved;
 };
 
 struct RegionHeader {
@@ -193,6 +199,8 @@ class Region {
   // Claims this process's slot (pid + start time), reaping dead owners first. Returns the slot
   // index, or -1 when every slot is held by a live process. Call again after fork().
   int Attach();
+  // Whether another process holds slot `slot`'s lock (false also when it cannot be asked).
+  bool SlotLockHeld(int slot) const;
 
   // Adds `bytes` to process slot `proc` and GPU `gpu` if the GPU's use stays within its limit.
   // With `force`, adds even past the limit (a size the driver chose after the fact). When the
@@ -223,6 +231,12 @@ class Region {
   RegionLayout* layout_ = nullptr;
   size_t mapped_ = 0;
   bool read_only_ = false;
+  int lock_fd_ = -1;    // the open file description holding this process's slot lock
+  int locked_slot_ = -1;
 };
+
+// Tests only: where ProcessStartTime and OwnerAlive read <root>/PID/stat ("/proc" by default);
+// a directory without those files stands for a /proc that cannot be read.
+void SetProcRootForTesting(const char* root);
 
 }  // namespace gpulet::cudashim

@@ -1,6 +1,7 @@
 #include "cudashim/region.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -111,6 +112,61 @@ TEST_F(RegionTest, DeadProcessesShareIsReaped) {
   const int p = r.Attach();            // attaching reaps
   EXPECT_EQ(r.Usage()[0].used, 0u);
   EXPECT_TRUE(r.Admit(p, 0, 1000));
+}
+
+// Issue 24 item 6: where /proc cannot be read (nested PID namespaces, Apptainer) the pid and start
+// time say nothing, so a dead owner's slot was kept until all 1,024 were taken. Each owner holds a
+// lock on its slot that the kernel drops with its last descriptor: a killed owner (a zombie here:
+// kill(pid, 0) still succeeds) is reaped, a live one is kept, with /proc hidden.
+TEST_F(RegionTest, WithProcUnreadableTheSlotLockTellsLiveFromDead) {
+  Make({{"GPU-a", 1000, 0}});
+  int go[2], ready[2];
+  ASSERT_EQ(::pipe(go), 0);
+  ASSERT_EQ(::pipe(ready), 0);
+  auto start_child = [&](uint64_t bytes) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      Region r;
+      if (!r.Open(dir_).empty() || !r.LoadLimits(limits()).empty()) ::_exit(1);
+      const int p = r.Attach();
+      const char ok = p >= 0 && r.Admit(p, 0, bytes) ? 'y' : 'n';
+      if (::write(ready[1], &ok, 1) != 1) ::_exit(1);
+      char c;
+      while (::read(go[0], &c, 1) < 0) {
+      }
+      ::_exit(0);
+    }
+    char ok = 0;
+    EXPECT_EQ(::read(ready[0], &ok, 1), 1);
+    EXPECT_EQ(ok, 'y');
+    return child;
+  };
+  const pid_t killed = start_child(300);
+  const pid_t alive = start_child(200);
+  ASSERT_EQ(::kill(killed, SIGKILL), 0);
+  // Its descriptors are closed by the time it is a zombie; wait for that without reaping it.
+  siginfo_t info{};
+  ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(killed), &info, WEXITED | WNOWAIT), 0);
+
+  const std::string hidden = dir_ + "/no-proc";
+  std::filesystem::create_directories(hidden);
+  SetProcRootForTesting(hidden.c_str());
+  Region r;
+  OpenWithLimits(r);
+  EXPECT_EQ(r.Usage()[0].used, 500u);
+  EXPECT_EQ(r.Reap(), 1);  // the killed owner's 300 bytes go; the live one's 200 stay
+  EXPECT_EQ(r.Usage()[0].used, 200u);
+  const int p = r.Attach();
+  ASSERT_GE(p, 0);
+  EXPECT_EQ(r.Reap(), 0);  // our own slot and the live child's: both locked, both kept
+  EXPECT_EQ(r.Usage()[0].used, 200u);
+  SetProcRootForTesting("/proc");
+
+  ASSERT_EQ(::write(go[1], "x", 1), 1);
+  int status = 0;
+  EXPECT_EQ(::waitpid(alive, &status, 0), alive);
+  EXPECT_EQ(::waitpid(killed, &status, 0), killed);
+  for (int fd : {go[0], go[1], ready[0], ready[1]}) ::close(fd);
 }
 
 TEST_F(RegionTest, AReusedPidIsNotTheOwner) {

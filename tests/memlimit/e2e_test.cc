@@ -59,16 +59,23 @@ TEST_F(MemoryLimitE2E, TwoReplicasGetHalfTheGpuAndTheLimitHolds) {
   Result<v1beta1::ContainerAllocateResponse> alloc =
       harness_->Allocate(kGpu, {uuid + "::0", uuid + "::1"});
   ASSERT_TRUE(alloc.ok()) << alloc.status().message();
-  ASSERT_EQ(alloc->mounts_size(), 3);
+  // The library, the limits file beside it (both read-only), the writable accounting directory
+  // and /etc/ld.so.preload.
+  ASSERT_EQ(alloc->mounts_size(), 4);
   EXPECT_EQ(alloc->envs().at("GPULET_CUDA_DIR"), "/run/gpulet/cuda");
 
-  // The region the plugin wrote: this GPU, two shares of four.
-  std::string region_dir;
+  // The region the plugin wrote and the limits it decided: this GPU, two shares of four.
+  std::string region_dir, limits_file;
   for (const auto& m : alloc->mounts()) {
     if (m.container_path() == "/run/gpulet/cuda") region_dir = m.host_path();
+    if (m.container_path() == "/usr/lib/gpulet/gpulet-cuda.limits") {
+      limits_file = m.host_path();
+      EXPECT_TRUE(m.read_only());
+    }
   }
   cudashim::Region region;
   ASSERT_EQ(region.Open(region_dir, /*read_only=*/true), "");
+  ASSERT_EQ(region.LoadLimits(limits_file), "");
   ASSERT_EQ(region.Usage().size(), 1u);
   EXPECT_EQ(region.Usage()[0].uuid, uuid);
   EXPECT_EQ(region.Usage()[0].limit, limit);
