@@ -43,6 +43,11 @@ struct PluginArgs {
   std::string node_name;
   std::string kubeconfig;
   std::string memory_namespace = "gpulet-system";
+  // A device the kubelet stops listing counts as ended (its pool units published free, its
+  // memory-limit directory removed) only once it has been missing from 3 consecutive
+  // pod-resources Lists spanning release_after; Lists are taken every pod_resources_interval.
+  std::string release_after = "60s";
+  std::string pod_resources_interval = "5s";
 };
 
 // Adds the plugin's flags to `cmd`. Call the returned function in the command's callback: it

@@ -166,7 +166,9 @@ struct MemoryPublication {
 };
 MemoryPublication StartMemoryPublication(const PluginArgs& args, const sharing::Plan& plan,
                                          Clock& clock, const gpu::HealthBoard& board,
-                                         std::shared_ptr<metrics::MemoryPoolGauges> gauges) {
+                                         std::shared_ptr<metrics::MemoryPoolGauges> gauges,
+                                         deviceplugin::AbsenceOptions absence,
+                                         std::chrono::milliseconds list_interval) {
   MemoryPublication out;
   Result<k8s::ClusterAccess> access = k8s::ResolveClusterAccess(args.kubeconfig);
   if (!access.ok()) {
@@ -182,6 +184,8 @@ MemoryPublication StartMemoryPublication(const PluginArgs& args, const sharing::
     if (::gethostname(host, sizeof(host) - 1) == 0) o.node_name = host;
   }
   o.namespace_name = args.memory_namespace;
+  o.absence = absence;
+  o.list_interval = list_interval;
   if (gauges) {
     o.on_publish = [gauges](const nlohmann::json& doc) {
       gauges->Set(metrics::MemoryPoolFromDocument(doc));
@@ -237,6 +241,17 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
   Result<std::chrono::milliseconds> rescan_interval =
       ParseDuration("--rescan-interval", args.rescan_interval);
   if (!rescan_interval.ok()) return ReportError(rescan_interval.status());
+  Result<std::chrono::milliseconds> release_after =
+      ParseDuration("--release-after", args.release_after);
+  if (!release_after.ok()) return ReportError(release_after.status());
+  Result<std::chrono::milliseconds> list_interval =
+      ParseDuration("--pod-resources-interval", args.pod_resources_interval);
+  if (!list_interval.ok()) return ReportError(list_interval.status());
+  if (list_interval->count() <= 0) {
+    return ReportError(Status(ErrorCode::kUsage, "--pod-resources-interval: must be above 0"));
+  }
+  deviceplugin::AbsenceOptions absence;
+  absence.span = std::chrono::duration_cast<std::chrono::seconds>(*release_after);
 
   // Discovery. With failOnInitError=false a node without a working driver stays up, serving
   // nothing, as NVIDIA's plugin does (so a DaemonSet on mixed nodes does not crash-loop).
@@ -316,7 +331,8 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
   const config::Flags cli_flags = *cli;
   uint64_t applied_generation = 0;
   MemoryPublication memory = StartMemoryPublication(
-      args, setup->plan, clock, board, companion != nullptr ? companion->memory_pool : nullptr);
+      args, setup->plan, clock, board, companion != nullptr ? companion->memory_pool : nullptr,
+      absence, *list_interval);
   // Runs on the manager's thread (reloads) only.
   auto loader = [&]() -> Result<deviceplugin::ServingSetup> {
     uint64_t generation = 0;
@@ -363,8 +379,15 @@ int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
       inventory->gpus.size(), setup->plan.resources.size(), args.plugin_dir, quiet->count(),
       rescan_interval->count(), deviceplugin::ReplicaPolicyName(replica_policy));
   // Removes per-container memory-limit directories the kubelet no longer lists.
+  deviceplugin::JanitorOptions janitor_options;
+  janitor_options.absence = absence;
+  // Every 30 s by default; oftener when the publisher's interval is set below 5 s (tests).
+  janitor_options.interval = std::max(
+      std::chrono::seconds(1),
+      std::min(std::chrono::seconds(30),
+               std::chrono::duration_cast<std::chrono::seconds>(6 * *list_interval)));
   deviceplugin::MemoryLimitJanitor janitor(
-      deviceplugin::StateDirsOf(setup->allocate.memory_limits));
+      deviceplugin::StateDirsOf(setup->allocate.memory_limits), "", janitor_options);
   janitor.Start();
   Status run;
   {
@@ -482,6 +505,17 @@ std::function<void()> AddPluginOptions(CLI::App* cmd, PluginArgs* args) {
     cmd->add_option("--kubeconfig", args->kubeconfig,
                     "Kubeconfig for publishing the memory pool (default: in-cluster)");
   }
+  cmd->add_option("--release-after", args->release_after,
+                  "How long a device must be missing from the kubelet's pod-resources Lists (3 "
+                  "in a row at least) before its memory units are published free and its "
+                  "memory-limit directory removed; one List right after a kubelet restart can be "
+                  "empty")
+      ->envname("GPULET_RELEASE_AFTER")
+      ->capture_default_str();
+  cmd->add_option("--pod-resources-interval", args->pod_resources_interval,
+                  "How often the memory pool's publisher asks the kubelet's pod-resources API")
+      ->envname("GPULET_POD_RESOURCES_INTERVAL")
+      ->capture_default_str();
   cmd->add_option("--memory-pool-namespace", args->memory_namespace,
                   "Namespace of the memory pool's ConfigMap (gpulet's own)")
       ->envname("POD_NAMESPACE")

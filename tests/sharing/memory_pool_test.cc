@@ -47,8 +47,14 @@ class MemoryPoolFixture : public PluginFixture {
                           "    - name: nvidia.com/gpu\n      devices: all\n";
     labels_ = tmp_.path() + "/labels";
     StartHarness();
-    std::vector<std::string> args = {"--config",    cfg,  "--kubeconfig",  kubeconfig,
-                                     "--node-name", "n1", "--labels-file", labels_};
+    // A released pod's units are free once 3 Lists in a row miss them (taken every 200 ms here,
+    // no minimum span): the test releases dozens of pods.
+    std::vector<std::string> args = {"--config",        cfg,   "--kubeconfig",
+                                     kubeconfig,        "--node-name",
+                                     "n1",              "--labels-file",
+                                     labels_,           "--release-after",
+                                     "0s",              "--pod-resources-interval",
+                                     "200ms"};
     if (verb == "node") {
       // `gpulet node`: the exporter too, on a free port, collecting twice a second.
       args.insert(args.end(), {"-a", "127.0.0.1:0", "-c", "500"});
