@@ -431,7 +431,22 @@ Answer Extender::Bind(const std::string& body) {
   // The Binding carries the UID: the API server refuses it if the pod was replaced meanwhile.
   Status s = binder_(ns, name, uid, node);
   if (!s.ok()) {
-    if (!already) view_.Unreserve(uid, node);
+    // A failed write may still have landed (its answer lost, or the client gave up first): the
+    // pod as the API server has it now decides. Bound here under this UID: it is a success, and
+    // the reservation stays. Unbound or elsewhere: the reservation goes. Unknown: it stays, and
+    // ends on evidence like every other (the node lists the pod, or the pod is gone or elsewhere).
+    auto now = pods_(ns, name);
+    if (now.ok()) {
+      const json meta = now->value("metadata", json::object());
+      const json spec = now->value("spec", json::object());
+      if (meta.value("uid", "") == uid && spec.value("nodeName", "") == node) {
+        spdlog::info("event=bind_landed pod={}/{} uid={} node={} error=\"{}\"", ns, name, uid,
+                     node, s.message());
+        ++binds_ok_;
+        return {200, "application/json", json{{"Error", ""}}.dump()};
+      }
+      if (!already) view_.Unreserve(uid, node);
+    }
     return fail(s.message(), binds_failed_);
   }
   ++binds_ok_;

@@ -39,7 +39,9 @@ Status CreateBinding(const k8s::Client& client, const std::string& ns, const std
                   {"metadata", {{"name", name}, {"namespace", ns}}},
                   {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node}}}};
   if (!uid.empty()) binding["metadata"]["uid"] = uid;
-  auto r = client.Post(PodPath(ns, name) + "/binding", binding);
+  // Within kube-scheduler's extender timeout (httpTimeout, 5 s by default): a write the API
+  // server holds longer is given up here, and Bind then reads the pod to learn what happened.
+  auto r = client.Post(PodPath(ns, name) + "/binding", binding, std::chrono::seconds(4));
   return r.ok() ? Status::Ok() : r.status();
 }
 

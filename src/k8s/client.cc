@@ -101,7 +101,8 @@ Status HttpError(const std::string& method, const std::string& path, long code,
 
 ApiResult<nlohmann::json> Perform(const ClusterAccess& a, const std::string& method,
                                   const std::string& path, const std::string& content_type,
-                                  const std::string& body) {
+                                  const std::string& body,
+                                  std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
   SlistPtr headers;
   CurlPtr c = NewHandle(a, method, path, content_type, headers);
   if (!c)
@@ -110,7 +111,7 @@ ApiResult<nlohmann::json> Perform(const ClusterAccess& a, const std::string& met
   std::string response;
   char errbuf[CURL_ERROR_SIZE] = {0};
   Curl()->easy_setopt(c.get(), CURLOPT_ERRORBUFFER, errbuf);
-  Curl()->easy_setopt(c.get(), CURLOPT_TIMEOUT, 30L);
+  Curl()->easy_setopt(c.get(), CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
   Curl()->easy_setopt(c.get(), CURLOPT_WRITEFUNCTION, AppendBody);
   Curl()->easy_setopt(c.get(), CURLOPT_WRITEDATA, &response);
   if (!body.empty()) {
@@ -216,6 +217,11 @@ ApiResult<nlohmann::json> Client::Patch(const std::string& path, const nlohmann:
 
 ApiResult<nlohmann::json> Client::Post(const std::string& path, const nlohmann::json& body) const {
   return Perform(access_, "POST", path, "application/json", body.dump());
+}
+
+ApiResult<nlohmann::json> Client::Post(const std::string& path, const nlohmann::json& body,
+                                       std::chrono::milliseconds timeout) const {
+  return Perform(access_, "POST", path, "application/json", body.dump(), timeout);
 }
 
 WatchResult Client::Watch(const std::string& path,

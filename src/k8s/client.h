@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -71,6 +72,10 @@ class Client {
   // POST `body` (application/json) to `path`: the object the server returns. Used to create objects
   // and for subresources such as a pod's eviction. A refused eviction (PDB) is http_status() 429.
   ApiResult<nlohmann::json> Post(const std::string& path, const nlohmann::json& body) const;
+  // The same, given up after `timeout` (the default is 30 s): for a caller that must answer
+  // its own caller sooner (the extender's bind, inside kube-scheduler's 5 s extender timeout).
+  ApiResult<nlohmann::json> Post(const std::string& path, const nlohmann::json& body,
+                                 std::chrono::milliseconds timeout) const;
 
   // Streams a watch (`path` includes the query, with watch=1) and calls on_event for each JSON
   // line until the stream ends, on_event returns false, or *stop becomes true (checked at least

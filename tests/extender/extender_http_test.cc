@@ -516,6 +516,32 @@ TEST_F(ExtenderHttpTest, ForgedBindsAreRefused) {
 
 // Issue 23, item 3: a reservation ends when the API server says its pod is gone, well before the
 // fixed timeout.
+// issue 26 item 7: the Binding write's faults. An answer lost after the write landed is a success
+// (the pod is read back); a write the API server holds past the extender's 4 s (inside the
+// scheduler's 5 s) is given up, found not to have landed, and its reservation released, so the
+// retry fits.
+TEST_F(ExtenderHttpTest, BindWriteFaultsAreResolvedByReadingThePodBack) {
+  using gpulet::testing::WriteFault;
+  AddNode("n1", {{80, 50}});
+  json lost = AddPod("lost", {30});
+  json slow = AddPod("slow", {20});
+  StartExtender();
+  api_->InjectWriteFault({.method = "POST",
+                          .path_prefix = "/api/v1/namespaces/default/pods/lost/binding",
+                          .kind = WriteFault::Kind::kLostAnswer});
+  EXPECT_EQ(Bind(lost, "n1")["Error"], "");
+  EXPECT_EQ(NodeOf("lost"), "n1");
+  api_->InjectWriteFault({.method = "POST",
+                          .path_prefix = "/api/v1/namespaces/default/pods/slow/binding",
+                          .kind = WriteFault::Kind::kTimeout,
+                          .delay = std::chrono::seconds(6)});
+  EXPECT_NE(Bind(slow, "n1")["Error"], "");
+  EXPECT_EQ(NodeOf("slow"), "");
+  // 50 free: 30 held by "lost"; "slow"'s 20 were released, so its retry fits.
+  EXPECT_EQ(Bind(slow, "n1")["Error"], "");
+  EXPECT_EQ(NodeOf("slow"), "n1");
+}
+
 TEST_F(ExtenderHttpTest, AReservationEndsWhenItsPodIsDeleted) {
   AddNode("n1", {{80, 50}});
   json a = AddPod("a", {40});
