@@ -272,6 +272,9 @@ TEST_F(PluginFixture, MigApplyWaitsForTheLayoutLock) {
   EXPECT_EQ(apply.CountInLog("applied"), 0);
   ::close(lock);
   ASSERT_TRUE(apply.WaitForLog("applied", 60s)) << apply.Log();
+  // It exits by itself once applied; a SIGTERM sent meanwhile (slower under ASan, whose exit
+  // work comes after the log line) would make its exit a signal's.
+  ASSERT_TRUE(Eventually([&] { return !apply.Running(); }, 60s)) << apply.Log();
   EXPECT_EQ(apply.Stop(SIGTERM, 30s), 0) << apply.Log();
 }
 
