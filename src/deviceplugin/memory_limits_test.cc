@@ -216,7 +216,14 @@ class JanitorTest : public MemoryLimitsTest {
 
   std::map<std::string, MemoryLimitSettings> settings_;
   std::string kubelet_;
-  gpulet::testing::KubeletHarness harness_;
+  // The janitor's Lists here follow a FakeClock, many within a real millisecond: the kubelet's
+  // rate limit (the harness's default) would refuse them, which is not what these tests are about.
+  static gpulet::testing::HarnessOptions Unlimited() {
+    gpulet::testing::HarnessOptions o;
+    o.pod_resources_qps = 0;
+    return o;
+  }
+  gpulet::testing::KubeletHarness harness_{Unlimited()};
   FakeClock clock_;
   std::unique_ptr<MemoryLimitJanitor> janitor_;
 };
