@@ -8,12 +8,13 @@
 #                    GPU advertised healthy, one Allocate answered
 #   4 xid events     the plugin's health monitor registered for XID events on every GPU (its log)
 #   5 memory limits  scripts/device-check-memory-limits.sh (VMM, graphs, address reuse, arrays, …)
-#   6 DRA prepare    skipped: gpulet has no DRA driver yet
+#   6 DRA prepare    bin/dra_device_check: a whole GPU's CDI spec against the host, an 8 GiB memory
+#                    share's spec applied alone in a private mount namespace holds (CUDA program)
 # It leaves the GPUs' settings as they were: it never changes MIG mode, compute mode, clocks,
 # persistence mode, power limits or ECC, refuses to run nvidia-smi with any option that would, and
 # compares a snapshot of those settings before and after (a difference fails the run).
 #
-# Usage: scripts/device-check.sh [BUILD_DIR]   (default: build; needs bin/gpulet and
+# Usage: scripts/device-check.sh [BUILD_DIR]   (default: build; needs gpulet and
 #        bin/gpulet-kubelet-harness there: `make`). Needs an NVIDIA GPU and driver, python3, curl;
 #        step 5 also nvcc and g++. Writes everything under $OUT (default: a temporary directory),
 #        the report to $OUT/report.txt and stdout.
@@ -24,7 +25,8 @@ BUILD=$(cd "${1:-$ROOT/build}" 2> /dev/null && pwd) || { echo "not runnable: no 
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 REPORT="$OUT/report.txt"
-GPULET="$BUILD/bin/gpulet"
+GPULET="$BUILD/gpulet"  # the CLI is built at the build root (src/cli/CMakeLists.txt)
+[[ -x $GPULET ]] || GPULET="$BUILD/bin/gpulet"
 HARNESS="$BUILD/bin/gpulet-kubelet-harness"
 : > "$REPORT"
 failed=0
@@ -191,9 +193,53 @@ memory_limits() {
   return $rc
 }
 
+# The DRA preparer on the real driver (bin/dra_device_check): a whole GPU's CDI spec checked
+# against the host (device nodes, driver files), then an 8 GiB memory share of GPU 0 whose spec is
+# applied alone in a private mount namespace (its mounts, its environment, no LD_PRELOAD of ours):
+# the CUDA program built by step memory-limits gets 8 GiB and not a byte more; the share is then
+# unprepared from its record. Mount targets this step had to create are removed afterwards.
 dra_prepare() {
-  echo "gpulet has no DRA driver yet: nothing to prepare"
-  return 3
+  local tool="$BUILD/bin/dra_device_check" dir="$OUT/dra" lib="$BUILD/lib/libgpulet-cuda.so"
+  local runtime="$OUT/memory-limits/bin/memlimit_runtime" spec rc=0 out admitted err limit=$((8192 << 20))
+  [[ -x $tool ]] || { echo "no $tool (make)"; return 3; }
+  [[ -f $lib ]] || { echo "no $lib (make)"; return 3; }
+  [[ -x $runtime ]] || { echo "no $runtime: step memory-limits builds it"; return 3; }
+  mkdir -p "$dir"
+  "$tool" prepare --state "$dir/state" --cdi "$dir/cdi" --library "$lib" --share-mib 8192 | tee "$dir/prepare.out"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+  spec=$(sed -n 's/^spec=//p' "$dir/prepare.out")
+  [[ -n $spec ]] || { echo "error: no memory-share spec prepared"; return 1; }
+  cp "$spec" "$dir/share-spec.json"
+  python3 - "$spec" "$runtime" > "$dir/container.sh" << 'PY'
+import json, shlex, sys
+spec, runtime = json.load(open(sys.argv[1])), sys.argv[2]
+edits = [spec.get("containerEdits", {})] + [d.get("containerEdits", {}) for d in spec["devices"]]
+env, lines = [], ["set -e", "mount --make-rprivate /"]
+for e in edits:
+    env += e.get("env", [])
+    for m in e.get("mounts", []):
+        src, dst = m["hostPath"], m["containerPath"]
+        q = shlex.quote
+        lines.append(f"if [ -d {q(src)} ]; then mkdir -p {q(dst)}; else mkdir -p $(dirname {q(dst)}); [ -e {q(dst)} ] || {{ : > {q(dst)}; echo {q(dst)} >> \"$CREATED\"; }}; fi")
+        lines.append(f"mount --bind {q(src)} {q(dst)}")
+        if "ro" in m.get("options", []):
+            lines.append(f"mount -o remount,bind,ro {q(dst)}")
+lines.append("exec env -i PATH=/usr/bin:/bin " + " ".join(shlex.quote(v) for v in env) +
+             f" {shlex.quote(runtime)} malloc {64 << 20}")
+print("\n".join(lines))
+PY
+  export CREATED="$dir/created"
+  : > "$CREATED"
+  out=$(unshare -m bash "$dir/container.sh" 2>&1)
+  echo "$out"
+  while read -r f; do [[ -n $f ]] && rm -f "$f"; done < "$CREATED"
+  admitted=$(echo "$out" | sed -n 's/.*\badmitted=\([0-9]*\).*/\1/p' | tail -1)
+  err=$(echo "$out" | sed -n 's/^malloc .*\berr=\([^ ]*\).*/\1/p' | tail -1)
+  if [[ ${admitted:-0} -gt 0 && ${admitted:-0} -le $limit ]]; then echo "PASS the share holds: admitted $admitted of $limit bytes"; else echo "FAIL the share holds: admitted ${admitted:-none} of $limit bytes"; rc=1; fi
+  if [[ $err == cudaErrorMemoryAllocation ]]; then echo "PASS past the share: out of memory"; else echo "FAIL past the share: ${err:-no answer}"; rc=1; fi
+  if [[ $((limit - ${admitted:-0})) -lt $(((64 << 20) + (2048 << 20))) ]]; then echo "PASS less than one chunk plus the context left unused"; else echo "FAIL the share left $((limit - ${admitted:-0})) bytes unused"; rc=1; fi
+  "$tool" unprepare --state "$dir/state" --cdi "$dir/cdi" --library "$lib" || rc=1
+  return $rc
 }
 
 export -f smi discovery exporter plugin xid_events memory_limits dra_prepare
@@ -214,7 +260,7 @@ step exporter 60 exporter
 step plugin 90 plugin
 step xid-events 10 xid_events
 step memory-limits 240 memory_limits
-step dra-prepare 5 dra_prepare
+step dra-prepare 60 dra_prepare
 
 settings > "$OUT/settings.after"
 if diff -u "$OUT/settings.before" "$OUT/settings.after" > "$OUT/settings.diff"; then

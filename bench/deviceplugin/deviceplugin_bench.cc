@@ -19,6 +19,8 @@
 #include "testing/kubelet/kubelet_harness.h"
 #include "tests/deviceplugin/plugin_process.h"
 
+#include "../common/stats.h"
+
 namespace {
 
 using namespace gpulet;
@@ -28,21 +30,8 @@ using Micros = std::chrono::duration<double, std::micro>;
 
 constexpr char kGpu[] = "nvidia.com/gpu";
 
-struct Stats {
-  double p50 = 0, p99 = 0, max = 0;
-  size_t n = 0;
-};
-
-Stats Summarise(std::vector<double> v) {
-  Stats s;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  s.n = v.size();
-  s.p50 = v[v.size() / 2];
-  s.p99 = v[std::min(v.size() - 1, static_cast<size_t>(v.size() * 0.99))];
-  s.max = v.back();
-  return s;
-}
+using gpulet::bench::Stats;
+using gpulet::bench::Summarize;
 
 [[noreturn]] void Die(const std::string& what) {
   std::fprintf(stderr, "bench_deviceplugin: %s\n", what.c_str());
@@ -116,8 +105,8 @@ void AllocationLatency(const std::string& fixture, int size, int runs) {
   }
   std::string label =
       fixture + " (" + std::to_string(ids.size()) + " GPUs), size " + std::to_string(size);
-  Row(("GetPreferredAllocation, " + label).c_str(), Summarise(pref), "µs", "p99 < 1000 µs");
-  Row(("Allocate, " + label).c_str(), Summarise(alloc), "µs", "p99 < 1000 µs");
+  Row(("GetPreferredAllocation, " + label).c_str(), Summarize(pref), "µs", "p99 < 1000 µs");
+  Row(("Allocate, " + label).c_str(), Summarize(alloc), "µs", "p99 < 1000 µs");
 }
 
 void HealthAndRestart(int runs) {
@@ -152,7 +141,7 @@ void HealthAndRestart(int runs) {
     s = node.harness.WaitFor(kGpu, unhealthy(false), 30s);  // recovers after the quiet period
     if (!s.ok()) Die(s.message());
   }
-  Row("Health event → harness sees Unhealthy (dgx-h100)", Summarise(health), "ms", "p99 < 20 ms");
+  Row("Health event → harness sees Unhealthy (dgx-h100)", Summarize(health), "ms", "p99 < 20 ms");
 
   std::vector<double> restart;
   for (int i = 0; i < std::max(10, runs); ++i) {
@@ -168,7 +157,7 @@ void HealthAndRestart(int runs) {
     if (!s.ok()) Die(s.message());
     restart.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
   }
-  Row("Kubelet restart → re-registered and streaming (dgx-h100)", Summarise(restart), "ms",
+  Row("Kubelet restart → re-registered and streaming (dgx-h100)", Summarize(restart), "ms",
       "< 500 ms");
   long rss = RssKiB(node.plugin->pid());
   std::printf(

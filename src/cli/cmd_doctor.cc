@@ -17,13 +17,17 @@ struct DoctorFlags {
   std::string dev_root = "/dev";
   std::string cdi_dirs = "/etc/cdi,/var/run/cdi";
   std::vector<std::string> runtime_configs = {"/etc/containerd/config.toml",
-                                              "/etc/docker/daemon.json", "/etc/crio/crio.conf"};
+                                              "/etc/docker/daemon.json", "/etc/crio/crio.conf",
+                                              "/etc/crio/crio.conf.d"};
   std::string device_plugin_path = "/var/lib/kubelet/device-plugins";
   std::string kubelet_checkpoint;
   std::string mps_root = "/run/nvidia/mps";
   std::string config;
   std::string node_name;
   std::string kubeconfig;
+  bool dra = false;
+  std::string plugins_registry = "/var/lib/kubelet/plugins_registry";
+  std::string cdi_root = "/var/run/cdi";
 };
 
 std::vector<std::string> SplitComma(const std::string& s) {
@@ -43,6 +47,9 @@ int RunDoctor(const GlobalOptions& global, const DoctorFlags& f) {
   o.device_plugin_path = f.device_plugin_path;
   o.kubelet_checkpoint = f.kubelet_checkpoint;
   o.mps_root = f.mps_root;
+  o.plugins_registry = f.plugins_registry;
+  o.cdi_root = f.cdi_root;
+  if (f.dra) o.dra = true;  // else: on where the DRA driver's registration socket is
   if (!f.config.empty()) {
     Result<config::Config> c = config::LoadConfigFile(f.config);
     if (!c.ok()) return ReportError(c.status());
@@ -113,6 +120,16 @@ void RegisterDoctor(CLI::App& app, GlobalOptions& global, int& exit_code) {
       ->envname("NODE_NAME");
   cmd->add_option("--kubeconfig", f->kubeconfig, "Kubeconfig file (default: in-cluster)")
       ->envname("KUBECONFIG");
+  cmd->add_flag("--dra", f->dra,
+                "Check the DRA prerequisites (resource.k8s.io/v1, CDI in the runtime, no extended "
+                "resource from both the device plugin and DRA) even before `gpulet dra` runs here");
+  cmd->add_option("--plugins-registry", f->plugins_registry,
+                  "The kubelet's plugin registry: the DRA checks run when gpulet's DRA driver is "
+                  "registered there")
+      ->capture_default_str();
+  cmd->add_option("--dra-cdi-root", f->cdi_root,
+                  "Where gpulet dra writes its CDI specs (the runtime must read them there)")
+      ->capture_default_str();
   cmd->callback([&global, f, &exit_code] { exit_code = RunDoctor(global, *f); });
 }
 

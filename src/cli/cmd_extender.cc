@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -11,9 +12,12 @@
 #include "common/clock.h"
 #include "common/duration.h"
 #include "common/signals.h"
+#include "extender/equivalence.h"
 #include "extender/replay.h"
+#include "extender/scoring.h"
 #include "extender/service.h"
 #include "k8s/access.h"
+#include "placement/policy.h"
 #include "placement/trace.h"
 
 namespace gpulet::cli {
@@ -24,7 +28,8 @@ struct ExtenderFlags {
   std::string web_config_file;
   std::string kubeconfig;
   std::string ns = "gpulet-system";
-  std::string policy = "bestfit";
+  std::string policy = "fgd";
+  std::string workload;
   std::string stale_after = "0";
   std::string reservation_timeout = "10m";
   std::vector<std::string> memory_resources;
@@ -38,9 +43,10 @@ int RunExtender(const ExtenderFlags& f) {
   o.web_config_file = f.web_config_file;
   o.threads = f.threads;
   o.view.ns = f.ns;
-  auto policy = extender::ParsePolicy(f.policy);
-  if (!policy.ok()) return ReportError(policy.status());
-  o.view.policy = *policy;
+  auto placement = extender::PolicyFromFlags(f.policy, f.workload);
+  if (!placement.ok()) return ReportError(placement.status());
+  o.view.placement = *placement;
+  if (!*placement) o.view.policy = extender::Policy::kSpread;
   auto stale = ParseDuration("--stale-after", f.stale_after);
   if (!stale.ok()) return ReportError(stale.status());
   o.view.stale_after = *stale;
@@ -67,16 +73,56 @@ struct ReplayFlags {
   std::string trace = "default";
   double load = 1.0;
   int publish_every = 16;
+  bool compare = false;  // --compare-placements
+  std::string policy = "fgd";
+  bool policy_given = false;
+  uint64_t seed = 42;
+  size_t nodes = 0, pods = 0;
 };
+
+// Live path = replay: the trace's one-GPU arrivals through the extender's verbs (in process: the
+// same request and answer bodies, the pod store and the Binding in memory) and through the
+// artifact replay; placements compared pod by pod (extender/equivalence.h).
+int RunCompare(const ReplayFlags& f, const placement::Cluster& cluster,
+               const std::vector<placement::Pod>& pods) {
+  extender::EquivalenceOptions eo;
+  eo.policy = f.policy;
+  eo.seed = f.seed;
+  eo.load = f.load;
+  eo.max_nodes = f.nodes;
+  eo.max_pods = f.pods;
+  auto setup = extender::PrepareEquivalence(cluster, pods, eo);
+  if (!setup.ok()) return ReportError(setup.status());
+  auto r = extender::RunEquivalenceInProcess(*setup, eo);
+  if (!r.ok()) return ReportError(r.status());
+  std::printf(
+      "trace %s, policy %s, seed %llu, load %.0f%%: %zu GPU nodes, %lld one-GPU arrivals\n"
+      "pods compared %lld, identical placements %lld (placed %lld, not placed %lld)\n"
+      "wall time: live path %.1f s, replay %.2f s\n",
+      f.trace.c_str(), f.policy.c_str(), static_cast<unsigned long long>(f.seed), f.load * 100,
+      setup->cluster.nodes.size(), static_cast<long long>(r->pods),
+      static_cast<long long>(r->pods), static_cast<long long>(r->identical),
+      static_cast<long long>(r->placed), static_cast<long long>(r->failed), r->live_seconds,
+      r->replay_seconds);
+  for (const std::string& d : r->differences) std::printf("  differs: %s\n", d.c_str());
+  return r->identical == r->pods ? 0 : 1;
+}
 
 int RunReplay(const ReplayFlags& f) {
   auto cluster = placement::LoadNodes(placement::GpuNodeListPath(f.trace_dir));
   if (!cluster.ok()) return ReportError(cluster.status());
   auto pods = placement::LoadPods(placement::TraceVariantPath(f.trace_dir, f.trace), *cluster);
   if (!pods.ok()) return ReportError(pods.status());
+  if (f.compare) return RunCompare(f, *cluster, *pods);
   extender::ReplayOptions o;
   o.offered_load = f.load;
   o.publish_every = f.publish_every;
+  if (f.policy_given) {  // the trace itself is the workload FGD measures against
+    auto scorer = extender::PolicyFromFlags(
+        f.policy, placement::TraceVariantPath(f.trace_dir, f.trace));
+    if (!scorer.ok()) return ReportError(scorer.status());
+    o.placement = *scorer;
+  }
   auto r = extender::ReplayMemoryRequests(*cluster, *pods, o);
   if (!r.ok()) return ReportError(r.status());
   std::printf(
@@ -85,6 +131,8 @@ int RunReplay(const ReplayFlags& f) {
       f.trace.c_str(), static_cast<long long>(r->nodes), static_cast<long long>(r->gpus),
       static_cast<long long>(r->fleet_units), static_cast<long long>(r->sharing_pods),
       f.load * 100);
+  std::printf("extender prioritize: %s\n",
+              o.placement ? f.policy.c_str() : "its own best fit (no --policy)");
   std::printf("%-22s %9s %9s %19s %14s %13s\n", "scheduler", "offered", "admitted",
               "refused-by-kubelet", "unschedulable", "placed-units");
   for (const auto& [name, c] : {std::pair{"with extender", r->with_extender},
@@ -117,9 +165,16 @@ void RegisterExtender(CLI::App& app, GlobalOptions& /*global*/, int& exit_code) 
   cmd->add_option("--namespace", f->ns, "Namespace of the per-node gpulet-memory-<node> objects")
       ->envname("POD_NAMESPACE")
       ->capture_default_str();
-  cmd->add_option("--policy", f->policy, "Prioritize: bestfit (least leftover) or spread")
+  cmd->add_option("--policy", f->policy,
+                  "Prioritize: a placement policy as `gpulet replay --policy` names it (random, "
+                  "dotprod, gpuclustering, gpupacking, bestfit, fgd, fgd-bestfit), or spread "
+                  "(docs/placement.md)")
       ->envname("GPULET_EXTENDER_POLICY")
       ->capture_default_str();
+  cmd->add_option("--workload", f->workload,
+                  "Pod list (openb CSV columns) whose typical pods fgd and fgd-bestfit measure "
+                  "fragmentation against; required by those two")
+      ->envname("GPULET_EXTENDER_WORKLOAD");
   cmd->add_option("--stale-after", f->stale_after,
                   "A node's object unchanged this long is stale (0: 3 x its heartbeatSeconds)")
       ->envname("GPULET_EXTENDER_STALE_AFTER")
@@ -155,7 +210,29 @@ void RegisterExtender(CLI::App& app, GlobalOptions& /*global*/, int& exit_code) 
                    "Binds between two publications of the node objects")
       ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
-  replay->callback([rf, &exit_code] { exit_code = RunReplay(*rf); });
+  replay->add_flag("--compare-placements", rf->compare,
+                   "Live path = replay: the one-GPU arrivals of the artifact protocol through the "
+                   "extender's verbs and through `gpulet replay`'s code, placements compared pod "
+                   "by pod (exit 1 if any differs); --load defaults to 1.3 here");
+  replay
+      ->add_option("--policy", rf->policy,
+                   "The extender's placement policy (with --compare-placements: fgd if not "
+                   "given; without: the extender's own best fit if not given, and the trace is "
+                   "FGD's workload)")
+      ->capture_default_str();
+  replay->add_option("--seed", rf->seed, "With --compare-placements: the arrivals' seed")
+      ->capture_default_str();
+  replay->add_option("--nodes", rf->nodes,
+                     "With --compare-placements: the first N GPU nodes only (0: all)")
+      ->capture_default_str();
+  replay->add_option("--pods", rf->pods,
+                     "With --compare-placements: the first N arrivals only (0: all)")
+      ->capture_default_str();
+  replay->callback([rf, replay, &exit_code] {
+    if (rf->compare && replay->count("--load") == 0) rf->load = 1.3;
+    rf->policy_given = replay->count("--policy") > 0;
+    exit_code = RunReplay(*rf);
+  });
   cmd->callback([f, cmd, replay, &exit_code] {
     if (cmd->got_subcommand(replay)) return;
     exit_code = RunExtender(*f);

@@ -92,8 +92,19 @@ uint64_t MemTotalKib(const std::string& meminfo) {
   return 0;
 }
 
-// NVIDIA_VISIBLE_DEVICES, or the device list the volume-mounts strategy encodes in mount names.
+// Where this container's allocation is read from: GPULET_DRA_DEVICES when gpulet's DRA driver
+// prepared its devices (its claims' CDI edits set it; NVIDIA_VISIBLE_DEVICES may then be a CUDA
+// image's "all"), else the device plugin's NVIDIA_VISIBLE_DEVICES.
+std::string AllocationSource() {
+  return Env(slurm::kDraDevicesEnv).empty() ? "NVIDIA_VISIBLE_DEVICES" : slurm::kDraDevicesEnv;
+}
+
+// GPULET_DRA_DEVICES; NVIDIA_VISIBLE_DEVICES, or the device list the volume-mounts strategy
+// encodes in mount names.
 Result<std::vector<std::string>> AllocatedDevices() {
+  if (AllocationSource() == slurm::kDraDevicesEnv) {
+    return slurm::ParseDraDevices(Env(slurm::kDraDevicesEnv));
+  }
   const std::string v = Env("NVIDIA_VISIBLE_DEVICES");
   if (v == deviceplugin::kVolumeMountsRoot) {
     std::vector<std::string> ids;
@@ -194,7 +205,7 @@ int RunPod(const GlobalOptions& global, PodFlags& f) {
   Result<DiscoveredNode> node = DiscoverNode(global);
   if (!node.ok()) return ReportError(node.status());
   const gpu::Inventory& inv = node->inventory;
-  Result<slurm::PodDevices> devices = slurm::MatchAllocation(inv, *allocated);
+  Result<slurm::PodDevices> devices = slurm::MatchAllocation(inv, *allocated, AllocationSource());
   if (!devices.ok()) return ReportError(devices.status());
 
   const std::set<unsigned> allowed = AllowedCpus();
@@ -222,9 +233,8 @@ int RunPod(const GlobalOptions& global, PodFlags& f) {
     for_gres = &unbound;
   }
   f.opts.generator = std::string("gpulet ") + GPULET_VERSION + " slurm pod";
-  f.opts.source = "driver " + inv.driver_version +
-                  " in this container (NVIDIA_VISIBLE_DEVICES=" + Env("NVIDIA_VISIBLE_DEVICES") +
-                  ")";
+  f.opts.source = "driver " + inv.driver_version + " in this container (" + AllocationSource() +
+                  "=" + Env(AllocationSource().c_str()) + ")";
   Result<slurm::NodeGres> gres = slurm::PlanNodeGres(*for_gres, f.opts);
   if (!gres.ok()) return ReportError(gres.status());
   for (const std::string& w : gres->warnings) {

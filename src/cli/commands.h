@@ -67,5 +67,6 @@ void RegisterBroker(CLI::App& app, GlobalOptions& global, int& exit_code);
 void RegisterLabels(CLI::App& app, GlobalOptions& global, int& exit_code);
 void RegisterReplay(CLI::App& app, GlobalOptions& global, int& exit_code);
 void RegisterExtender(CLI::App& app, GlobalOptions& global, int& exit_code);
+void RegisterDra(CLI::App& app, GlobalOptions& global, int& exit_code);
 
 }  // namespace gpulet::cli

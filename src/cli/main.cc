@@ -91,6 +91,7 @@ int main(int argc, char** argv) {
   RegisterLabels(app, global, exit_code);
   RegisterReplay(app, global, exit_code);
   RegisterExtender(app, global, exit_code);
+  RegisterDra(app, global, exit_code);
 
   // An unknown subcommand is named, with the closest known one (CLI11 would only say that a
   // subcommand is required, or print the top-level help for `gpulet nosuchcmd --help`).

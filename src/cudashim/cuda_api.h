@@ -267,6 +267,7 @@ typedef int CUjit_option;
   X(cuStreamSynchronize, cuStreamSynchronize, 2000, 0, CUresult, (CUstream hStream))               \
   X(cuStreamSynchronize_ptsz, cuStreamSynchronize, 7000, 1, CUresult, (CUstream hStream))          \
   X(cuCtxSynchronize, cuCtxSynchronize, 2000, 0, CUresult, (void))                                 \
+  X(cuCtxSynchronize_v2, cuCtxSynchronize, 13000, 0, CUresult, (CUcontext ctx))                    \
   X(cuArrayCreate_v2, cuArrayCreate, 3020, 0, CUresult,                                            \
     (CUarray * pHandle, const CUDA_ARRAY_DESCRIPTOR* pAllocateArray))                              \
   X(cuArray3DCreate_v2, cuArray3DCreate, 3020, 0, CUresult,                                        \
@@ -331,10 +332,15 @@ typedef int CUjit_option;
   X(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams, 12000, 0, CUresult,                \
     (CUgraphExec * phGraphExec, CUgraph hGraph,                                                    \
      CUDA_GRAPH_INSTANTIATE_PARAMS * instantiateParams))                                           \
+  X(cuGraphInstantiateWithParams_ptsz, cuGraphInstantiateWithParams, 12000, 1, CUresult,           \
+    (CUgraphExec * phGraphExec, CUgraph hGraph,                                                    \
+     CUDA_GRAPH_INSTANTIATE_PARAMS * instantiateParams))                                           \
   X(cuGraphLaunch, cuGraphLaunch, 10000, 0, CUresult, (CUgraphExec hGraphExec, CUstream hStream))  \
   X(cuGraphLaunch_ptsz, cuGraphLaunch, 10000, 1, CUresult,                                         \
     (CUgraphExec hGraphExec, CUstream hStream))                                                    \
   X(cuGraphUpload, cuGraphUpload, 11010, 0, CUresult, (CUgraphExec hGraphExec, CUstream hStream))  \
+  X(cuGraphUpload_ptsz, cuGraphUpload, 11010, 1, CUresult,                                         \
+    (CUgraphExec hGraphExec, CUstream hStream))                                                    \
   X(cuGraphExecDestroy, cuGraphExecDestroy, 10000, 0, CUresult, (CUgraphExec hGraphExec))          \
   X(cuGraphDestroy, cuGraphDestroy, 10000, 0, CUresult, (CUgraph hGraph))                          \
   X(cuDeviceGraphMemTrim, cuDeviceGraphMemTrim, 11040, 0, CUresult, (CUdevice device))

@@ -51,6 +51,40 @@ bool ReadStat(pid_t pid, char* state, uint64_t* start_time) {
   return true;
 }
 
+// Writes a file beside `path` and puts it in place whole: a temporary `path.XXXXXX` with `mode`,
+// filled by `fill(fd)` (nullptr, or the step that failed with errno set), fsynced, then renamed
+// over `path` (`replace`) or linked to it (an existing `path` is kept). A reader never sees a
+// partial file; a failure leaves no temporary behind. (Not src/common's AtomicWrite: this file
+// links into the LD_PRELOAD library, which carries no gpulet dependency.)
+template <typename Fill>
+std::string PlaceFile(const std::string& path, mode_t mode, bool replace, Fill fill) {
+  std::string tmp = path + ".XXXXXX";
+  std::vector<char> name(tmp.begin(), tmp.end());
+  name.push_back('\0');
+  const int fd = ::mkostemp(name.data(), O_CLOEXEC);
+  if (fd < 0) return Errno(tmp, "create", errno);
+  tmp = name.data();
+  auto fail = [&](const char* step) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return Errno(tmp, step, err);
+  };
+  // fchmod: the mode is exact, whatever the umask.
+  if (::fchmod(fd, mode) != 0) return fail("chmod");
+  if (const char* step = fill(fd); step != nullptr) return fail(step);
+  if (::fsync(fd) != 0) return fail("fsync");
+  ::close(fd);
+  if (replace ? ::rename(tmp.c_str(), path.c_str()) != 0
+              : ::link(tmp.c_str(), path.c_str()) != 0 && errno != EEXIST) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return Errno(path, "rename into place", err);
+  }
+  ::unlink(tmp.c_str());  // after rename: gone already (ENOENT, ignored)
+  return "";
+}
+
 }  // namespace
 
 void SetProcRootForTesting(const char* root) { g_proc_root = root; }
@@ -83,56 +117,37 @@ std::string CreateRegion(const std::string& dir, const std::vector<GpuLimit>& gp
       return path + ": bad GPU UUID \"" + g.uuid + "\"";
   }
   if (!replace && ::access(path.c_str(), F_OK) == 0) return "";
-  std::string tmp = path + ".XXXXXX";
-  std::vector<char> name(tmp.begin(), tmp.end());
-  name.push_back('\0');
-  int fd = ::mkostemp(name.data(), O_CLOEXEC);
-  if (fd < 0) return Errno(tmp, "create", errno);
-  tmp = name.data();
-  auto fail = [&](const char* step) {
-    const int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return Errno(tmp, step, err);
-  };
   // Every process of the container, whichever user it runs as, maps the file read-write.
-  if (::fchmod(fd, 0666) != 0) return fail("chmod 0666");
-  if (::ftruncate(fd, sizeof(RegionLayout)) != 0) return fail("resize");
-  void* p = ::mmap(nullptr, sizeof(RegionLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) return fail("mmap");
-  auto* layout = static_cast<RegionLayout*>(p);  // a fresh file reads as zeros
-  RegionHeader& h = layout->header;
-  h.version = kRegionVersion;
-  h.header_bytes = sizeof(RegionHeader);
-  h.max_gpus = kMaxGpus;
-  h.max_processes = kMaxProcesses;
-  h.gpu_count = static_cast<uint32_t>(gpus.size());
-  h.file_bytes = sizeof(RegionLayout);
-  pthread_mutexattr_t attr;
-  pthread_mutexattr_init(&attr);
-  pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-  pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-  pthread_mutex_init(&h.mutex, &attr);
-  pthread_mutexattr_destroy(&attr);
-  for (size_t i = 0; i < gpus.size(); ++i) {
-    GpuSlot& g = layout->gpus[i];
-    std::memcpy(g.uuid, gpus[i].uuid.data(), gpus[i].uuid.size());
-    g.context_bytes.store(gpus[i].context_bytes);
-  }
-  std::memcpy(h.magic, kRegionMagic, sizeof h.magic);  // last: a torn file never has the magic
-  const int sync_rc = ::msync(p, sizeof(RegionLayout), MS_SYNC);
-  ::munmap(p, sizeof(RegionLayout));
-  if (sync_rc != 0) return fail("msync");
-  if (::fsync(fd) != 0) return fail("fsync");
-  ::close(fd);
-  if (replace ? ::rename(tmp.c_str(), path.c_str()) != 0
-              : ::link(tmp.c_str(), path.c_str()) != 0 && errno != EEXIST) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return Errno(path, "rename into place", err);
-  }
-  ::unlink(tmp.c_str());  // after rename: gone already (ENOENT, ignored)
-  return "";
+  return PlaceFile(path, 0666, replace, [&](int fd) -> const char* {
+    if (::ftruncate(fd, sizeof(RegionLayout)) != 0) return "resize";
+    void* p = ::mmap(nullptr, sizeof(RegionLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return "mmap";
+    auto* layout = static_cast<RegionLayout*>(p);  // a fresh file reads as zeros
+    RegionHeader& h = layout->header;
+    h.version = kRegionVersion;
+    h.header_bytes = sizeof(RegionHeader);
+    h.max_gpus = kMaxGpus;
+    h.max_processes = kMaxProcesses;
+    h.gpu_count = static_cast<uint32_t>(gpus.size());
+    h.file_bytes = sizeof(RegionLayout);
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(&h.mutex, &attr);
+    pthread_mutexattr_destroy(&attr);
+    for (size_t i = 0; i < gpus.size(); ++i) {
+      GpuSlot& g = layout->gpus[i];
+      std::memcpy(g.uuid, gpus[i].uuid.data(), gpus[i].uuid.size());
+      g.context_bytes.store(gpus[i].context_bytes);
+    }
+    std::memcpy(h.magic, kRegionMagic, sizeof h.magic);  // last: a torn file never has the magic
+    const int sync_rc = ::msync(p, sizeof(RegionLayout), MS_SYNC);
+    const int sync_err = errno;
+    ::munmap(p, sizeof(RegionLayout));
+    errno = sync_err;
+    return sync_rc != 0 ? "msync" : nullptr;
+  });
 }
 
 Region::~Region() {
@@ -270,34 +285,16 @@ std::string WriteLimitsFile(const std::string& path, const std::vector<GpuLimit>
     std::memcpy(f.gpus[i].uuid, gpus[i].uuid.data(), gpus[i].uuid.size());
     f.gpus[i].limit = gpus[i].limit;
   }
-  std::string tmp = path + ".XXXXXX";
-  std::vector<char> name(tmp.begin(), tmp.end());
-  name.push_back('\0');
-  int fd = ::mkostemp(name.data(), O_CLOEXEC);
-  if (fd < 0) return Errno(tmp, "create", errno);
-  tmp = name.data();
-  auto fail = [&](const char* step) {
-    const int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return Errno(tmp, step, err);
-  };
-  if (::fchmod(fd, 0644) != 0) return fail("chmod 0644");
-  const auto* p = reinterpret_cast<const char*>(&f);
-  for (size_t done = 0; done < sizeof f;) {
-    const ssize_t n = ::write(fd, p + done, sizeof f - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return fail("write");
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) return fail("fsync");
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return Errno(path, "rename into place", err);
-  }
-  return "";
+  return PlaceFile(path, 0644, /*replace=*/true, [&](int fd) -> const char* {
+    const auto* p = reinterpret_cast<const char*>(&f);
+    for (size_t done = 0; done < sizeof f;) {
+      const ssize_t n = ::write(fd, p + done, sizeof f - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return "write";
+      done += static_cast<size_t>(n);
+    }
+    return nullptr;
+  });
 }
 
 std::string CheckLimits(const LimitsFile& f, const std::string& path) {

@@ -1712,6 +1712,15 @@ GPULET_EXPORT CUresult cuCtxSynchronize(void) {
   if (rc == CUDA_SUCCESS) ReconcileAllPools(S());
   return rc;
 }
+// CUDA 13's variant (a context argument), what the 13.x runtime asks cuGetProcAddress for: seen on
+// a real H200 with driver 580, where it was passed through, uncounted, with a warning.
+GPULET_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+  auto real = REAL(cuCtxSynchronize_v2);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(ctx);
+  if (rc == CUDA_SUCCESS) ReconcileAllPools(S());
+  return rc;
+}
 
 // ---- graphs: charged for what the graphs' allocator holds --------------------------------------
 //
@@ -1859,6 +1868,14 @@ GPULET_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec* phGraphExec, CU
   if (rc == CUDA_SUCCESS) Instantiated(phGraphExec, hGraph);
   return rc;
 }
+GPULET_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                                         CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+  auto real = REAL(cuGraphInstantiateWithParams_ptsz);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = real(phGraphExec, hGraph, params);
+  if (rc == CUDA_SUCCESS) Instantiated(phGraphExec, hGraph);
+  return rc;
+}
 
 GPULET_EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
   auto real = REAL(cuGraphLaunch);
@@ -1872,6 +1889,13 @@ GPULET_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStre
 }
 GPULET_EXPORT CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) {
   auto real = REAL(cuGraphUpload);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return RunGraph(hGraphExec, hStream, [&] { return real(hGraphExec, hStream); });
+}
+// The per-thread default stream variants: the CUDA 13 runtime resolves them at start (seen on the
+// H200 with driver 580: cuGraphUpload's was passed through uncounted before these existed).
+GPULET_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+  auto real = REAL(cuGraphUpload_ptsz);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
   return RunGraph(hGraphExec, hStream, [&] { return real(hGraphExec, hStream); });
 }

@@ -1,21 +1,14 @@
 #include "deviceplugin/memory_limits.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
-#include <filesystem>
 #include <sstream>
 
 #include "common/files.h"
 
 namespace gpulet::deviceplugin {
-
-namespace fs = std::filesystem;
 
 Result<std::map<std::string, MemoryLimitSettings>> ResolveMemoryLimits(
     const config::MemoryLimits& limits, const config::Config& config, const sharing::Plan& plan) {
@@ -110,17 +103,10 @@ Status AddMemoryLimits(const MemoryLimitSettings& settings,
                        const std::vector<cudashim::GpuLimit>& gpus,
                        const std::vector<std::string>& ids, const std::string& allocation,
                        v1beta1::ContainerAllocateResponse* response) {
+  Result<cudashim::LimitsEdits> edits = cudashim::CreateLimitsDir(
+      settings.state_dir, allocation, settings.library, gpus, settings.passthrough);
+  if (!edits.ok()) return edits.status();
   const std::string dir = settings.state_dir + "/" + allocation;
-  const std::string tenant = dir + "/" + kTenantDirName;
-  std::error_code ec;
-  fs::create_directories(tenant, ec);
-  if (ec) return Status(ErrorCode::kInternal, tenant + ": create: " + ec.message());
-  // Every user of the container reaches the region through these directories.
-  for (const std::string& d : {dir, tenant}) {
-    if (::chmod(d.c_str(), 0755) != 0) {
-      return Status(ErrorCode::kInternal, d + ": chmod 0755: " + std::strerror(errno));
-    }
-  }
   std::string devices;
   for (const std::string& id : ids) devices += id + "\n";
   if (Status s = WriteFileAtomic(dir + "/" + kDevicesFileName, devices, 0644); !s.ok()) return s;
@@ -129,30 +115,13 @@ Status AddMemoryLimits(const MemoryLimitSettings& settings,
       !s.ok()) {
     return s;
   }
-  const std::string limits = dir + "/" + cudashim::kLimitsFileName;
-  if (std::string err = cudashim::WriteLimitsFile(limits, gpus, settings.passthrough);
-      !err.empty()) {
-    return Status(ErrorCode::kInternal, err);
+  for (const cudashim::LimitsMount& m : edits->mounts) {
+    v1beta1::Mount* out = response->add_mounts();
+    out->set_container_path(m.container_path);
+    out->set_host_path(m.host_path);
+    out->set_read_only(m.read_only);
   }
-  if (std::string err = cudashim::CreateRegion(tenant, gpus, /*replace=*/true); !err.empty()) {
-    return Status(ErrorCode::kInternal, err);
-  }
-  const std::string preload = settings.state_dir + "/ld.so.preload";
-  if (Status s = WriteFileAtomic(preload, std::string(kContainerLibraryPath) + "\n", 0644);
-      !s.ok()) {
-    return s;
-  }
-  auto mount = [&](const std::string& container, const std::string& host, bool read_only) {
-    v1beta1::Mount* m = response->add_mounts();
-    m->set_container_path(container);
-    m->set_host_path(host);
-    m->set_read_only(read_only);
-  };
-  mount(kContainerLibraryPath, settings.library, true);
-  mount(kContainerLimitsFile, limits, true);
-  mount(kContainerAccountingDir, tenant, false);
-  mount(kContainerPreloadFile, preload, true);
-  (*response->mutable_envs())["GPULET_CUDA_DIR"] = kContainerAccountingDir;
+  for (const auto& [key, value] : edits->env) (*response->mutable_envs())[key] = value;
   return Status::Ok();
 }
 

@@ -32,6 +32,7 @@
 #include "common/tenant_file.h"
 #include "config/config.h"
 #include "config/memory_limits.h"
+#include "cudashim/limits_dir.h"
 #include "cudashim/region.h"
 #include "deviceplugin_v1beta1.pb.h"
 #include "gpu/inventory.h"
@@ -48,16 +49,15 @@ struct MemoryLimitSettings {
   bool operator==(const MemoryLimitSettings&) const = default;
 };
 
-// Where things appear in the container.
-inline constexpr const char* kContainerLibraryPath = "/usr/lib/gpulet/libgpulet-cuda.so";
-inline constexpr const char* kContainerAccountingDir = "/run/gpulet/cuda";
-inline constexpr const char* kContainerLimitsFile = "/usr/lib/gpulet/gpulet-cuda.limits";
-inline constexpr const char* kContainerPreloadFile = "/etc/ld.so.preload";
+// Where things appear in the container (cudashim/limits_dir.h, shared with the DRA driver).
+inline constexpr const char* kContainerLibraryPath = cudashim::kContainerLibraryPath;
+inline constexpr const char* kContainerAccountingDir = cudashim::kContainerAccountingDir;
+inline constexpr const char* kContainerLimitsFile = cudashim::kContainerLimitsFile;
+inline constexpr const char* kContainerPreloadFile = cudashim::kContainerPreloadFile;
+inline constexpr const char* kTenantDirName = cudashim::kTenantDirName;
+// The device plugin's own bookkeeping in each directory (its janitor reads them).
 inline constexpr const char* kDevicesFileName = "devices";
 inline constexpr const char* kAllocationFileName = "allocation";
-inline constexpr const char* kTenantDirName = "cuda";  // the only part the container writes
-static_assert(std::string_view(kContainerLimitsFile).ends_with(cudashim::kLimitsFileName),
-              "the library looks for its limits beside itself");
 
 // The settings per advertised resource name. Errors (kInvalidInput, at the entry's FILE:LINE):
 // a named resource the plan does not advertise, or one that is not time-sliced.
@@ -76,7 +76,8 @@ Result<std::vector<cudashim::GpuLimit>> ContainerMemoryLimits(const sharing::Res
                                                               const MemoryLimitSettings& settings,
                                                               const std::vector<std::string>& ids);
 
-// Creates <state_dir>/<allocation>/ (above) and <state_dir>/ld.so.preload, and adds the mounts
+// Creates <state_dir>/<allocation>/ (above; cudashim::CreateLimitsDir, then the devices and
+// allocation files) and <state_dir>/ld.so.preload, and adds the mounts
 // (library and limits read-only, cuda/ read-write, /etc/ld.so.preload read-only) and the env
 // (GPULET_CUDA_DIR) to `response`. Errors name the path and the cause.
 Status AddMemoryLimits(const MemoryLimitSettings& settings,

@@ -6,6 +6,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -61,6 +62,159 @@ bool Connects(const std::string& path) {
 std::string ResourceOfSocket(const std::string& file) {
   std::string stem = file.substr(0, file.size() - 5);  // without ".sock"
   return "nvidia.com/" + stem.substr(7);
+}
+
+constexpr char kDraDriver[] = "gpu.gpulet.io";
+
+// The DRA checks run here: forced by DoctorOptions::dra, else when the driver's registration
+// socket is in the kubelet's plugin registry. `why` says which.
+bool DraActive(const DoctorOptions& o, std::string* why) {
+  if (o.dra.has_value()) {
+    *why = *o.dra ? "--dra" : "DRA checks turned off";
+    return *o.dra;
+  }
+  std::error_code ec;
+  if (fs::is_directory(o.plugins_registry, ec)) {
+    for (const fs::directory_entry& e : fs::directory_iterator(o.plugins_registry, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind(std::string(kDraDriver) + "-", 0) == 0 && name.size() > 5 &&
+          name.substr(name.size() - 5) == ".sock" && IsSocket(e.path().string())) {
+        *why = "registration socket " + e.path().string();
+        return true;
+      }
+    }
+  }
+  *why = "gpulet's DRA driver is not registered on this node (no " + std::string(kDraDriver) +
+         "-*.sock in " + o.plugins_registry + "); pass --dra to check before deploying it";
+  return false;
+}
+
+// The subset of TOML that runtime configs use: [tables], key = value with strings, booleans,
+// numbers and (possibly multi-line) arrays, # comments. Keys are flattened to
+// "table.key" with quotes dropped: [plugins."io.containerd.grpc.v1.cri"] enable_cdi = true →
+// "plugins.io.containerd.grpc.v1.cri.enable_cdi" → "true". Lines it cannot read are skipped.
+std::string StripTomlComment(const std::string& line) {
+  bool in_string = false;
+  char quote = 0;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (in_string) {
+      if (c == '\\' && quote == '"') ++i;
+      else if (c == quote) in_string = false;
+    } else if (c == '"' || c == '\'') {
+      in_string = true;
+      quote = c;
+    } else if (c == '#') {
+      return line.substr(0, i);
+    }
+  }
+  return line;
+}
+
+std::string TrimSpace(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  const size_t e = s.find_last_not_of(" \t\r");
+  return s.substr(b, e - b + 1);
+}
+
+std::string FlattenTomlKey(const std::string& key) {
+  std::string out;
+  for (char c : key) {
+    if (c == '"' || c == '\'' || c == ' ' || c == '\t') continue;
+    out += c;
+  }
+  return out;
+}
+
+std::map<std::string, std::string> ReadToml(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(text);
+  std::string table, line;
+  while (std::getline(in, line)) {
+    line = TrimSpace(StripTomlComment(line));
+    if (line.empty()) continue;
+    if (line.front() == '[') {
+      std::string name = line.substr(line.rfind('[') == 1 ? 2 : 1);
+      name = name.substr(0, name.find(']'));
+      table = FlattenTomlKey(name);
+      continue;
+    }
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string key = FlattenTomlKey(line.substr(0, eq));
+    std::string value = TrimSpace(line.substr(eq + 1));
+    if (!value.empty() && value.front() == '[') {
+      // A multi-line array: read until the brackets balance (bounded).
+      for (int extra = 0; extra < 256 && std::count(value.begin(), value.end(), '[') >
+                                             std::count(value.begin(), value.end(), ']');
+           ++extra) {
+        if (!std::getline(in, line)) break;
+        value += " " + TrimSpace(StripTomlComment(line));
+      }
+    }
+    out[table.empty() ? key : table + "." + key] = value;
+  }
+  return out;
+}
+
+// The quoted strings of a TOML array value.
+std::vector<std::string> TomlStrings(const std::string& value) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (value[i] != '"' && value[i] != '\'') continue;
+    const size_t end = value.find(value[i], i + 1);
+    if (end == std::string::npos) break;
+    out.push_back(value.substr(i + 1, end - i - 1));
+    i = end;
+  }
+  return out;
+}
+
+// /var/run is /run on every distribution the kubelet runs on.
+std::string CanonicalRunPath(std::string p) {
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  if (p.rfind("/var/run/", 0) == 0 || p == "/var/run") p = p.substr(4);
+  return p;
+}
+
+bool ListsDir(const std::vector<std::string>& dirs, const std::string& dir) {
+  for (const std::string& d : dirs) {
+    if (CanonicalRunPath(d) == CanonicalRunPath(dir)) return true;
+  }
+  return false;
+}
+
+// A runtime config: a file, or a directory of drop-ins (*.conf, read in name order, later keys
+// win, as CRI-O reads crio.conf.d).
+struct RuntimeConfig {
+  std::string path;
+  std::map<std::string, std::string> keys;
+};
+
+std::optional<RuntimeConfig> ReadRuntimeConfig(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    std::vector<std::string> files;
+    for (const fs::directory_entry& e : fs::directory_iterator(path, ec)) {
+      if (e.path().extension() == ".conf" || e.path().extension() == ".toml")
+        files.push_back(e.path().string());
+    }
+    if (files.empty()) return std::nullopt;
+    std::sort(files.begin(), files.end());
+    RuntimeConfig c{path, {}};
+    for (const std::string& f : files) {
+      for (auto& [k, v] : ReadToml(ReadAll(f))) c.keys[k] = v;
+    }
+    return c;
+  }
+  if (!fs::is_regular_file(path, ec)) return std::nullopt;
+  return RuntimeConfig{path, ReadToml(ReadAll(path))};
+}
+
+// What the DeviceClasses of deploy/overlays/dra map, when the API cannot be asked.
+bool OverlayDefaultExtendedResource(const std::string& r) {
+  return r == "nvidia.com/gpu" || r.rfind("nvidia.com/mig-", 0) == 0;
 }
 
 }  // namespace
@@ -467,6 +621,189 @@ Check CheckKubernetes(const k8s::Client* api, const std::string& node_name) {
   return Make(id, Verdict::kPass, Join(lines, "; "));
 }
 
+Check CheckDraApi(const DoctorOptions& o) {
+  const std::string id = "dra-api";
+  std::string why;
+  if (!DraActive(o, &why)) return Make(id, Verdict::kSkip, why);
+  if (o.api == nullptr) {
+    return Make(id, Verdict::kSkip,
+                "no API access (pass --node-name and --kubeconfig, or run in the gpulet pod)");
+  }
+  // API group discovery (GET /apis/<group>): the versions the server serves.
+  Result<nlohmann::json> group = o.api->Get("/apis/resource.k8s.io");
+  if (!group.ok()) {
+    if (group.status().code() == ErrorCode::kNotFound) {
+      return Make(id, Verdict::kFail,
+                  "the API server does not serve the group resource.k8s.io",
+                  "Dynamic Resource Allocation needs Kubernetes 1.34+ (resource.k8s.io/v1, GA); "
+                  "upgrade the control plane, or keep this node on the device plugin");
+    }
+    return Make(id, Verdict::kFail, "discovery of resource.k8s.io: " + group.status().message(),
+                "check the API address and credentials");
+  }
+  std::vector<std::string> versions;
+  bool v1 = false;
+  if (group->contains("versions") && (*group)["versions"].is_array()) {
+    for (const nlohmann::json& v : (*group)["versions"]) {
+      if (!v.is_object() || !v.contains("version") || !v["version"].is_string()) continue;
+      versions.push_back(v["version"].get<std::string>());
+      if (versions.back() == "v1") v1 = true;
+    }
+  }
+  if (!v1) {
+    return Make(id, Verdict::kFail,
+                "resource.k8s.io is served without v1 (versions: " +
+                    (versions.empty() ? std::string("none") : Join(versions)) + ")",
+                "gpulet's DRA driver speaks resource.k8s.io/v1: Kubernetes 1.34+ serves it; on "
+                "an older cluster keep the device plugin");
+  }
+  return Make(id, Verdict::kPass, "resource.k8s.io/v1 served (versions: " + Join(versions) + ")");
+}
+
+Check CheckCdi(const DoctorOptions& o) {
+  const std::string id = "cdi";
+  std::string why;
+  if (!DraActive(o, &why)) return Make(id, Verdict::kSkip, why);
+  std::vector<std::string> good, unsure, bad, read;
+  for (const std::string& path : o.runtime_configs) {
+    const std::string name = fs::path(path).filename().string();
+    const bool containerd = path.find("containerd") != std::string::npos;
+    const bool crio = path.find("crio") != std::string::npos;
+    if (!containerd && !crio) continue;  // docker's daemon.json: not a CRI runtime
+    std::optional<RuntimeConfig> c = ReadRuntimeConfig(path);
+    if (!c) continue;
+    read.push_back(path);
+    if (crio) {
+      // CRI-O has CDI on (1.23+); its spec directories default to /etc/cdi, /var/run/cdi.
+      auto it = c->keys.find("crio.runtime.cdi_spec_dirs");
+      if (it != c->keys.end() && !ListsDir(TomlStrings(it->second), o.cdi_root)) {
+        bad.push_back(path + ": crio.runtime.cdi_spec_dirs = " + it->second + " leaves out " +
+                      o.cdi_root);
+      } else {
+        good.push_back(path + ": CRI-O reads CDI specs from " + o.cdi_root);
+      }
+      continue;
+    }
+    // containerd: the CRI plugin's table moved in config version 3 (containerd 2.0).
+    long version = 1;
+    if (auto v = c->keys.find("version"); v != c->keys.end()) version = std::atol(v->second.c_str());
+    const std::string table = version >= 3   ? "plugins.io.containerd.cri.v1.runtime"
+                              : version == 2 ? "plugins.io.containerd.grpc.v1.cri"
+                                             : "plugins.cri";
+    auto enable = c->keys.find(table + ".enable_cdi");
+    auto dirs = c->keys.find(table + ".cdi_spec_dirs");
+    const std::string where = path + " (version " + std::to_string(version) + ")";
+    if (enable != c->keys.end() && enable->second == "false") {
+      bad.push_back(where + ": " + table + ".enable_cdi = false");
+    } else if (dirs != c->keys.end() && !ListsDir(TomlStrings(dirs->second), o.cdi_root)) {
+      bad.push_back(where + ": " + table + ".cdi_spec_dirs = " + dirs->second + " leaves out " +
+                    o.cdi_root);
+    } else if (enable != c->keys.end() && enable->second == "true") {
+      good.push_back(where + ": enable_cdi = true");
+    } else if (version >= 3) {
+      good.push_back(where + ": CDI on by default (containerd 2.0+)");
+    } else {
+      unsure.push_back(where + ": no enable_cdi: off in containerd 1.7, on from 2.0");
+    }
+  }
+  const std::string fix =
+      "containerd 1.7: set enable_cdi = true (and cdi_spec_dirs including " + o.cdi_root +
+      ", or leave it unset) under [plugins.\"io.containerd.grpc.v1.cri\"], then `systemctl "
+      "restart containerd`; containerd 2.0+ and CRI-O have CDI on unless turned off; "
+      "CRI-O's crio.runtime.cdi_spec_dirs must include " + o.cdi_root;
+  if (!bad.empty()) return Make(id, Verdict::kFail, Join(bad, "; "), fix);
+  if (read.empty()) {
+    return Make(id, Verdict::kWarn,
+                "no containerd or CRI-O config readable among " + Join(o.runtime_configs) +
+                    ": cannot tell whether the runtime applies the driver's CDI specs",
+                "mount the runtime's config into the pod (--runtime-config), or check it by "
+                "hand: " + fix);
+  }
+  if (!unsure.empty()) return Make(id, Verdict::kWarn, Join(unsure, "; "), fix);
+  return Make(id, Verdict::kPass, Join(good, "; "));
+}
+
+Check CheckDraResources(const DoctorOptions& o) {
+  const std::string id = "dra-resources";
+  std::string why;
+  if (!DraActive(o, &why)) return Make(id, Verdict::kSkip, why);
+  // Served by the device plugin here: its sockets, and what the config advertises.
+  std::set<std::string> plugin;
+  std::error_code ec;
+  if (fs::is_directory(o.device_plugin_path, ec)) {
+    for (const fs::directory_entry& e : fs::directory_iterator(o.device_plugin_path, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("nvidia-", 0) == 0 && name.size() > 12 &&
+          name.substr(name.size() - 5) == ".sock" && IsSocket(e.path().string())) {
+        plugin.insert(ResourceOfSocket(name));
+      }
+    }
+  }
+  if (o.config) {
+    for (const auto* sharing : {&o.config->sharing.time_slicing, &o.config->sharing.mps}) {
+      if (!sharing->has_value()) continue;
+      for (const config::ReplicatedResource& r : (*sharing)->resources)
+        plugin.insert(r.advertised_name);
+    }
+    if (o.config->sharing.memory) plugin.insert(o.config->sharing.memory->advertised_name);
+  }
+  // Mapped by a DeviceClass of this driver.
+  std::map<std::string, std::string> dra;  // extended resource → DeviceClass
+  std::string source;
+  bool from_api = false;
+  if (o.api != nullptr) {
+    Result<nlohmann::json> list = o.api->Get("/apis/resource.k8s.io/v1/deviceclasses");
+    if (list.ok()) {
+      from_api = true;
+      source = "DeviceClasses from the API server";
+      for (const nlohmann::json& c : list->value("items", nlohmann::json::array())) {
+        if (!c.is_object()) continue;
+        const nlohmann::json spec = c.value("spec", nlohmann::json::object());
+        const nlohmann::json ext = spec.is_object() ? spec.value("extendedResourceName",
+                                                                 nlohmann::json())
+                                                    : nlohmann::json();
+        if (!ext.is_string()) continue;
+        // A class of this driver: one of its CEL selectors names the driver.
+        bool ours = false;
+        for (const nlohmann::json& sel : spec.value("selectors", nlohmann::json::array())) {
+          if (sel.is_object() && sel.contains("cel") && sel["cel"].is_object() &&
+              sel["cel"].value("expression", "").find(kDraDriver) != std::string::npos) {
+            ours = true;
+          }
+        }
+        if (ours) {
+          const nlohmann::json meta = c.value("metadata", nlohmann::json::object());
+          dra[ext.get<std::string>()] = meta.is_object() ? meta.value("name", "?") : "?";
+        }
+      }
+    }
+  }
+  std::vector<std::string> both;
+  for (const std::string& r : plugin) {
+    if (from_api ? dra.count(r) > 0 : OverlayDefaultExtendedResource(r)) {
+      both.push_back(r + (from_api ? " (DeviceClass " + dra[r] + ")" : ""));
+    }
+  }
+  if (!from_api) {
+    source = "no DeviceClasses read (" +
+             std::string(o.api == nullptr ? "no API access" : "the API refused the list") +
+             "): assuming deploy/overlays/dra's, nvidia.com/gpu and nvidia.com/mig-*";
+  }
+  if (!both.empty()) {
+    return Make(id, Verdict::kFail,
+                "served here by both the device plugin and DRA (" + why + "): " + Join(both) +
+                    "; " + source,
+                "one node must serve an extended resource from one of the two: keep `gpulet "
+                "node` off this node (deploy/overlays/dra runs it only where gpulet.io/dra is "
+                "not true) or drop extendedResourceName from the class (docs/dra-migration.md)");
+  }
+  return Make(id, Verdict::kPass,
+              "no extended resource from both the device plugin (" +
+                  (plugin.empty() ? std::string("none here")
+                                  : Join(std::vector<std::string>(plugin.begin(), plugin.end()))) +
+                  ") and DRA; " + source);
+}
+
 std::vector<Check> RunChecks(const DriverState& driver, const DoctorOptions& o) {
   std::vector<Check> out;
   out.push_back(CheckDriver(driver));
@@ -478,6 +815,9 @@ std::vector<Check> RunChecks(const DriverState& driver, const DoctorOptions& o) 
   out.push_back(CheckMigStrategy(driver.inventory, o.config));
   out.push_back(CheckMps(o.config, o.mps_root));
   out.push_back(CheckKubernetes(o.api, o.node_name));
+  out.push_back(CheckDraApi(o));
+  out.push_back(CheckCdi(o));
+  out.push_back(CheckDraResources(o));
   return out;
 }
 

@@ -109,6 +109,9 @@ class DoctorTest : public ::testing::Test {
     client_ = std::make_unique<k8s::Client>(a);
     opts_.api = client_.get();
     opts_.node_name = "gpu-node-1";
+    // No DRA driver on this node (an empty plugin registry): the DRA checks skip.
+    opts_.plugins_registry = root_ + "/plugins_registry";
+    fs::create_directories(opts_.plugins_registry);
   }
   void TearDown() override {
     driver_ = {};
@@ -172,11 +175,20 @@ TEST_F(DoctorTest, HealthyNodePassesEveryCheckInOrder) {
                                           "gpu-health",
                                           "mig-strategy",
                                           "mps",
-                                          "kubernetes"};
+                                          "kubernetes",
+                                          "dra-api",
+                                          "cdi",
+                                          "dra-resources"};
   ASSERT_EQ(checks.size(), order.size());
   for (size_t i = 0; i < checks.size(); ++i) {
     EXPECT_EQ(checks[i].id, order[i]);
-    EXPECT_EQ(checks[i].verdict, Verdict::kPass) << checks[i].id << ": " << checks[i].detail;
+    // The DRA checks skip on a node where gpulet's DRA driver is not registered.
+    const bool dra = i >= 9;
+    EXPECT_EQ(checks[i].verdict, dra ? Verdict::kSkip : Verdict::kPass)
+        << checks[i].id << ": " << checks[i].detail;
+    if (dra) {
+      EXPECT_NE(checks[i].detail.find("pass --dra"), std::string::npos) << checks[i].detail;
+    }
     EXPECT_TRUE(checks[i].fix.empty()) << checks[i].id;
   }
   EXPECT_FALSE(AnyFailed(checks));
@@ -186,6 +198,7 @@ TEST_F(DoctorTest, HealthyNodePassesEveryCheckInOrder) {
   nlohmann::json j = ToJson(checks);
   EXPECT_TRUE(j["ok"].get<bool>());
   EXPECT_EQ(j["summary"]["pass"], 9);
+  EXPECT_EQ(j["summary"]["skip"], 3);
   EXPECT_NE(FormatText(checks).find("[PASS] driver"), std::string::npos);
 }
 
@@ -325,6 +338,158 @@ TEST_F(DoctorTest, NoGpuCapacityIsGpusInvisibleToKubernetes) {
   EXPECT_EQ(Only("kubernetes").verdict, Verdict::kFail);
   opts_.api = nullptr;
   EXPECT_EQ(Only("kubernetes").verdict, Verdict::kSkip);
+}
+
+// DRA prerequisites (issue 22 item 6). The driver's registration socket turns the checks on.
+TEST_F(DoctorTest, TheDriversRegistrationSocketTurnsTheDraChecksOn) {
+  UnixListener reg(opts_.plugins_registry + "/gpu.gpulet.io-reg.sock");
+  // Discovery of the group, as kube-apiserver 1.34+ answers it.
+  api_->Put("/apis/resource.k8s.io",
+            {{"kind", "APIGroup"},
+             {"apiVersion", "v1"},
+             {"name", "resource.k8s.io"},
+             {"versions",
+              {{{"groupVersion", "resource.k8s.io/v1"}, {"version", "v1"}},
+               {{"groupVersion", "resource.k8s.io/v1beta2"}, {"version", "v1beta2"}}}},
+             {"preferredVersion", {{"groupVersion", "resource.k8s.io/v1"}, {"version", "v1"}}}});
+  opts_.runtime_configs = {std::string(GPULET_SOURCE_DIR) +
+                           "/src/doctor/testdata/containerd-1.7-cdi.toml"};
+  // The overlay's class for whole GPUs maps nvidia.com/gpu, which the device plugin serves here.
+  api_->Put("/apis/resource.k8s.io/v1/deviceclasses/gpu.gpulet.io",
+            {{"apiVersion", "resource.k8s.io/v1"},
+             {"kind", "DeviceClass"},
+             {"metadata", {{"name", "gpu.gpulet.io"}}},
+             {"spec",
+              {{"selectors",
+                {{{"cel",
+                   {{"expression", "device.driver == \"gpu.gpulet.io\" && "
+                                   "device.attributes[\"gpu.gpulet.io\"].type == \"gpu\""}}}}}},
+               {"extendedResourceName", "nvidia.com/gpu"}}}});
+  // Another driver's class for the same name is not gpulet's business.
+  api_->Put("/apis/resource.k8s.io/v1/deviceclasses/other",
+            {{"apiVersion", "resource.k8s.io/v1"},
+             {"kind", "DeviceClass"},
+             {"metadata", {{"name", "other"}}},
+             {"spec",
+              {{"selectors", {{{"cel", {{"expression", "device.driver == \"x.example.com\""}}}}}},
+               {"extendedResourceName", "nvidia.com/gpu.shared"}}}});
+  std::vector<Check> checks = RunChecks(driver_, opts_);
+  Check api = Find(checks, "dra-api");
+  EXPECT_EQ(api.verdict, Verdict::kPass) << api.detail;
+  EXPECT_NE(api.detail.find("resource.k8s.io/v1 served (versions: v1, v1beta2)"),
+            std::string::npos)
+      << api.detail;
+  Check cdi = Find(checks, "cdi");
+  EXPECT_EQ(cdi.verdict, Verdict::kPass) << cdi.detail;
+  EXPECT_NE(cdi.detail.find("enable_cdi = true"), std::string::npos) << cdi.detail;
+  Check both = Find(checks, "dra-resources");
+  EXPECT_EQ(both.verdict, Verdict::kFail) << both.detail;
+  EXPECT_NE(both.detail.find("nvidia.com/gpu (DeviceClass gpu.gpulet.io)"), std::string::npos)
+      << both.detail;
+  EXPECT_EQ(both.detail.find("nvidia.com/gpu.shared"), std::string::npos) << both.detail;
+  EXPECT_NE(both.fix.find("gpulet.io/dra"), std::string::npos) << both.fix;
+
+  // The device plugin gone from this node, its config advertising MPS replicas as
+  // nvidia.com/gpu: still a conflict (the config is what `gpulet node` would serve here).
+  plugin_.reset();
+  fs::remove(opts_.device_plugin_path + "/nvidia-gpu.sock");
+  Check config_only = CheckDraResources(opts_);
+  EXPECT_EQ(config_only.verdict, Verdict::kFail) << config_only.detail;
+  // Renamed to nvidia.com/gpu.shared, which no class of this driver maps: no conflict.
+  opts_.config = ParseOrDie(
+      "version: v1\nsharing:\n  mps:\n    renameByDefault: true\n    resources:\n"
+      "      - name: nvidia.com/gpu\n        replicas: 4\n");
+  Check alone = CheckDraResources(opts_);
+  EXPECT_EQ(alone.verdict, Verdict::kPass) << alone.detail;
+  EXPECT_NE(alone.detail.find("nvidia.com/gpu.shared"), std::string::npos) << alone.detail;
+  // The config's own names count too: time-slicing advertising nvidia.com/gpu conflicts.
+  opts_.config = ParseOrDie(
+      "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+      "      - name: nvidia.com/gpu\n        replicas: 4\n");
+  EXPECT_EQ(CheckDraResources(opts_).verdict, Verdict::kFail);
+}
+
+TEST_F(DoctorTest, DraApiNeedsResourceV1) {
+  opts_.dra = true;
+  Check c = CheckDraApi(opts_);
+  EXPECT_EQ(c.verdict, Verdict::kFail) << c.detail;
+  EXPECT_NE(c.detail.find("does not serve the group resource.k8s.io"), std::string::npos)
+      << c.detail;
+  EXPECT_NE(c.fix.find("1.34"), std::string::npos) << c.fix;
+  // A 1.32 cluster: betas only.
+  api_->Put("/apis/resource.k8s.io",
+            {{"kind", "APIGroup"},
+             {"name", "resource.k8s.io"},
+             {"versions", {{{"groupVersion", "resource.k8s.io/v1beta1"}, {"version", "v1beta1"}}}}});
+  c = CheckDraApi(opts_);
+  EXPECT_EQ(c.verdict, Verdict::kFail) << c.detail;
+  EXPECT_NE(c.detail.find("without v1 (versions: v1beta1)"), std::string::npos) << c.detail;
+  opts_.api = nullptr;
+  EXPECT_EQ(CheckDraApi(opts_).verdict, Verdict::kSkip);
+  opts_.dra = false;
+  EXPECT_EQ(CheckDraApi(opts_).verdict, Verdict::kSkip);
+}
+
+// The container runtime's CDI settings, from the config files in src/doctor/testdata.
+TEST_F(DoctorTest, CdiIsReadFromTheRuntimeConfig) {
+  opts_.dra = true;
+  const std::string data = std::string(GPULET_SOURCE_DIR) + "/src/doctor/testdata/";
+  struct Case {
+    std::string file;
+    Verdict verdict;
+    std::string detail;
+  };
+  const std::vector<Case> cases = {
+      {"containerd-1.7-cdi.toml", Verdict::kPass, "enable_cdi = true"},
+      {"containerd-1.7-default.toml", Verdict::kWarn, "no enable_cdi: off in containerd 1.7"},
+      {"containerd-1.7-cdi-off.toml", Verdict::kFail,
+       "plugins.io.containerd.grpc.v1.cri.enable_cdi = false"},
+      {"containerd-1.7-etc-only.toml", Verdict::kFail, "leaves out /var/run/cdi"},
+      {"containerd-2.0-default.toml", Verdict::kPass, "CDI on by default (containerd 2.0+)"},
+      {"crio-etc-only.conf", Verdict::kFail, "crio.runtime.cdi_spec_dirs"},
+      {"crio.conf.d", Verdict::kPass, "CRI-O reads CDI specs from /var/run/cdi"},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.file);
+    opts_.runtime_configs = {data + k.file, "/nonexistent/etc/docker/daemon.json"};
+    Check c = CheckCdi(opts_);
+    EXPECT_EQ(c.verdict, k.verdict) << c.detail;
+    EXPECT_NE(c.detail.find(k.detail), std::string::npos) << c.detail;
+    if (k.verdict != Verdict::kPass) {
+      EXPECT_NE(c.fix.find("enable_cdi = true"), std::string::npos) << c.fix;
+    }
+  }
+  // One bad runtime config among good ones fails; none readable warns.
+  opts_.runtime_configs = {data + "containerd-2.0-default.toml", data + "crio-etc-only.conf"};
+  EXPECT_EQ(CheckCdi(opts_).verdict, Verdict::kFail);
+  opts_.runtime_configs = {root_ + "/no-containerd.toml", root_ + "/no-crio.conf"};
+  Check none = CheckCdi(opts_);
+  EXPECT_EQ(none.verdict, Verdict::kWarn) << none.detail;
+  EXPECT_NE(none.detail.find("no containerd or CRI-O config readable"), std::string::npos);
+  // Another CDI directory for the driver.
+  opts_.cdi_root = "/etc/cdi";
+  opts_.runtime_configs = {data + "containerd-1.7-etc-only.toml"};
+  EXPECT_EQ(CheckCdi(opts_).verdict, Verdict::kPass);
+}
+
+// Without API access the overlay's classes are assumed: the device plugin's nvidia.com/gpu here
+// is a conflict on a DRA node.
+TEST_F(DoctorTest, DraResourcesWithoutApiAssumeTheOverlaysClasses) {
+  opts_.dra = true;
+  opts_.api = nullptr;
+  Check c = CheckDraResources(opts_);
+  EXPECT_EQ(c.verdict, Verdict::kFail) << c.detail;
+  EXPECT_NE(c.detail.find("nvidia.com/gpu"), std::string::npos) << c.detail;
+  EXPECT_NE(c.detail.find("assuming deploy/overlays/dra's"), std::string::npos) << c.detail;
+  // No device-plugin socket left, but the config's MPS replicas are still nvidia.com/gpu.
+  plugin_.reset();
+  fs::remove(opts_.device_plugin_path + "/nvidia-gpu.sock");
+  EXPECT_EQ(CheckDraResources(opts_).verdict, Verdict::kFail);
+  // A node whose config serves nothing from the device plugin: nothing from both.
+  opts_.config = ParseOrDie("version: v1\n");
+  Check alone = CheckDraResources(opts_);
+  EXPECT_EQ(alone.verdict, Verdict::kPass) << alone.detail;
+  EXPECT_NE(alone.detail.find("none here"), std::string::npos) << alone.detail;
 }
 
 gpu::Inventory MigInventory(std::vector<std::vector<std::string>> profiles_per_gpu) {

@@ -113,7 +113,8 @@ Result<ReplayReport> ReplayMemoryRequests(const placement::Cluster& cluster,
   // With the extender: the real view, objects republished every publish_every binds.
   {
     FakeClock clock;
-    ClusterView view(clock, {.stale_after = std::chrono::hours(24)});
+    ClusterView view(clock,
+                     {.stale_after = std::chrono::hours(24), .placement = options.placement});
     std::vector<KubeletNode> nodes = initial;
     std::map<std::string, size_t> index;
     for (size_t i = 0; i < nodes.size(); ++i) index[nodes[i].name] = i;

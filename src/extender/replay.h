@@ -15,10 +15,12 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "extender/scoring.h"
 #include "placement/cluster.h"
 
 namespace gpulet::extender {
@@ -30,6 +32,8 @@ struct ReplayOptions {
                                                    {"G3", 32}};
   double offered_load = 1.0;  // requested units / fleet units at which arrivals stop
   int publish_every = 16;     // binds between two publications of the objects
+  // The extender's prioritize: a placement policy (scoring.h), or null for its own best fit.
+  std::shared_ptr<const PlacementScorer> placement;
 };
 
 struct ReplayCounts {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <mutex>
 #include <set>
 
@@ -70,6 +72,18 @@ std::string ObjectNode(const json& cm) {
 }
 
 std::string Units(int64_t n) { return std::to_string(n) + (n == 1 ? " unit" : " units"); }
+
+// A pod's class (placement::Pod::PodClass) from the units it holds per GPU, against each GPU's
+// total: a share of one GPU is a sharing pod (0); n GPUs held whole, an n-GPU pod.
+int ClassOf(const std::map<size_t, int64_t>& units_per_gpu,
+            const std::function<int64_t(size_t)>& total) {
+  if (units_per_gpu.empty()) return -1;
+  if (units_per_gpu.size() == 1) {
+    const auto& [g, u] = *units_per_gpu.begin();
+    if (u < total(g)) return 0;
+  }
+  return std::min(static_cast<int>(units_per_gpu.size()), placement::kPodClasses - 1);
+}
 
 }  // namespace
 
@@ -174,7 +188,9 @@ Result<Policy> ParsePolicy(const std::string& name) {
 }
 
 ClusterView::ClusterView(const Clock& clock, ViewOptions options)
-    : clock_(clock), options_(std::move(options)) {}
+    : clock_(clock), options_(std::move(options)) {
+  if (options_.placement) models_.models = options_.placement->models();
+}
 
 void ClusterView::UpsertObject(const json& cm) {
   const std::string node = ObjectNode(cm);
@@ -229,6 +245,28 @@ void ClusterView::UpsertObject(const json& cm) {
     }
   }
   e.units.Assign(units);
+  e.model = -1;
+  e.classes = {};
+  if (info.memory && options_.placement) {
+    const NodeMemory& m = *info.memory;
+    if (!m.gpus.empty()) {
+      const std::string& model = m.gpus.front().model;
+      e.model = models_.FindModel(model);
+      if (e.model < 0) {  // beyond 64 models, the last index stands for the rest
+        e.model = models_.models.size() < 64 ? models_.InternModel(model) : 63;
+      }
+    }
+    std::map<std::string, std::map<size_t, int64_t>> listed;  // pod → units per GPU
+    for (const PlacedUnits& p : m.pods) {
+      for (size_t g = 0; g < m.gpus.size(); ++g) {
+        if (m.gpus[g].uuid == p.gpu) listed[p.ns + "/" + p.name][g] += p.units;
+      }
+    }
+    for (const auto& [pod, per_gpu] : listed) {
+      const int c = ClassOf(per_gpu, [&](size_t g) { return m.gpus[g].total_units; });
+      if (c >= 0) ++e.classes[static_cast<size_t>(c)];
+    }
+  }
   object_nodes_[name] = node;
   if (info.memory) DropListedReservations(node, *info.memory);
   PurgeExpiredLocked();
@@ -388,6 +426,17 @@ std::vector<ClusterView::HeldPod> ClusterView::Reservations() const {
     }
   }
   return out;
+}
+
+std::optional<std::vector<Assignment>> ClusterView::ReservationOf(const std::string& uid,
+                                                                  const std::string& node) const {
+  std::shared_lock l(mu_);
+  auto it = reservations_.find(node);
+  if (it == reservations_.end()) return std::nullopt;
+  for (const Reservation& r : it->second) {
+    if (r.uid == uid) return r.assignments;
+  }
+  return std::nullopt;
 }
 
 bool ClusterView::IsMemoryResource(std::string_view name) const {
@@ -569,6 +618,59 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, uint32_t slot, st
     }
     return v;
   };
+  // A one-container pod under a placement policy (scoring.h): the policy scores the node and, at
+  // bind, picks the GPU, on the free units after reservations.
+  std::optional<size_t> policy_gpu;
+  if (options_.placement && pod.steps.size() == 1 && n > 0 && n <= placement::kMaxGpusPerNode &&
+      (ctx.score || assignments)) {
+    const placement::ArtifactPolicy& policy = options_.placement->policy();
+    const int64_t want = pod.steps[0].container.units;
+    placement::Node pn;
+    pn.model = e.model;
+    pn.gpu_free.resize(n);
+    int64_t scale = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t total = e.units[i].total;
+      scale = std::max(scale, total);
+      pn.gpu_free[i] = total > 0 ? static_cast<int32_t>(std::clamp<int64_t>(free[i], 0, total) *
+                                                        placement::kMilliPerGpu / total)
+                                 : 0;
+    }
+    pn.pods_by_class = e.classes;
+    if (e.reserved) {
+      if (auto r = reservations_.find(info.node); r != reservations_.end()) {
+        const NodeMemory& m = *info.memory;
+        for (const Reservation& res : r->second) {
+          if (res.expires <= ctx.now || (!ctx.pod_uid.empty() && res.uid == ctx.pod_uid)) continue;
+          std::map<size_t, int64_t> per_gpu;
+          for (const Assignment& a : res.assignments) {
+            for (size_t g = 0; g < n; ++g) {
+              if (m.gpus[g].uuid == a.gpu) per_gpu[g] += a.units;
+            }
+          }
+          const int c = ClassOf(per_gpu, [&](size_t g) { return e.units[g].total; });
+          if (c >= 0) ++pn.pods_by_class[static_cast<size_t>(c)];
+        }
+      }
+    }
+    placement::Pod pp;
+    pp.name = pod.name;
+    pp.num_gpu = 1;
+    pp.gpu_milli = ShareOf(want, scale);
+    if (placement::Fits(pn, pp)) {
+      if (ctx.score) v.policy_score = policy.Score(pn, pp);
+      if (assignments) {
+        placement::Rng rng(std::hash<std::string>{}(pod.uid));
+        const placement::GpuSet gpus = policy.Gpus(pn, pp, rng);
+        for (size_t i = 0; i < n; ++i) {
+          if ((gpus >> i & 1U) && free[i] >= want) {
+            policy_gpu = i;
+            break;
+          }
+        }
+      }
+    }
+  }
   // The containers in the kubelet's order (init containers, then the app's). An ordinary init
   // container's units go back to the pod when it ends (`reuse`), and the next container takes
   // them first, then the rest on the same GPU (the device plugin keeps a container on one GPU);
@@ -612,7 +714,7 @@ NodeVerdict ClusterView::EvaluateLocked(const PodRequest& pod, uint32_t slot, st
       }
     }
     if (!g) {
-      g = pick(c.units);
+      g = policy_gpu ? policy_gpu : pick(c.units);
       if (!g) return no_fit(c, k > 0, kind);
     }
     const int64_t from_free = c.units - taken;
@@ -798,12 +900,17 @@ std::vector<int> ClusterView::Scores(const PodRequest& pod, const NameList& node
   std::vector<int> out;
   out.reserve(nodes.names.size());
   const EvalContext ctx = Context(pod, /*assignments=*/false, /*score=*/true);
+  // Under a placement policy, its scores of the nodes, then the scheduler's pick (scoring.h).
+  const bool by_policy = options_.placement && pod.asks() && pod.steps.size() == 1;
+  std::vector<std::optional<double>> policy_scores(by_policy ? nodes.names.size() : 0);
   std::shared_lock l(mu_);
   const std::shared_ptr<const Resolved> resolved = ResolveLocked(nodes);
   for (size_t i = 0; i < nodes.names.size(); ++i) {
     NodeVerdict v = EvaluateLocked(pod, resolved->slots[i], nodes.names[i], ctx);
     out.push_back(v.fits ? v.score : 0);
+    if (by_policy && v.fits) policy_scores[i] = v.policy_score;
   }
+  if (by_policy) return PickScores(options_.placement->policy(), policy_scores, nodes.names);
   return out;
 }
 

@@ -38,6 +38,8 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "extender/scoring.h"
+#include "placement/cluster.h"
 
 namespace gpulet::extender {
 
@@ -135,6 +137,9 @@ struct NodeVerdict {
   std::string reason;         // when !fits
   std::vector<Assignment> assignments;
   int score = 0;  // 0..kMaxExtenderPriority when fits
+  // With a placement policy (ViewOptions::placement): its score for the node, before the pick of
+  // the request's nodes (scoring.h); nullopt when the policy cannot place the pod there.
+  std::optional<double> policy_score;
 };
 
 struct FilterOutcome {
@@ -152,7 +157,10 @@ struct ViewOptions {
   Clock::Duration reservation_timeout = std::chrono::minutes(10);
   // Memory resources besides gpulet.io/gpu-memory-* and those the node objects publish.
   std::vector<std::string> memory_resources;
+  // Prioritize and the GPU reserved at bind for a one-container pod: a placement policy
+  // (scoring.h), or, when null, `policy` (the extender's own best fit or spread).
   Policy policy = Policy::kBestFit;
+  std::shared_ptr<const PlacementScorer> placement;
   // Node lists remembered (resolved to nodes, keyed by their bytes) take at most this much; a
   // list larger than half of it is resolved each time and not kept.
   size_t remembered_bytes = 16 << 20;
@@ -225,6 +233,9 @@ class ClusterView {
   // The reservations held now, for the check that asks the API server whether their pods still
   // exist (service.cc).
   std::vector<HeldPod> Reservations() const;
+  // The units the pod `uid` holds on `node` (nullopt: no reservation there).
+  std::optional<std::vector<Assignment>> ReservationOf(const std::string& uid,
+                                                       const std::string& node) const;
 
   // True for the memory resources: DefaultMemoryResource, a resource some node object
   // publishes, or one of options.memory_resources.
@@ -284,6 +295,10 @@ class ClusterView {
     bool ok = false;            // the object parsed (else SlotInfo::error says why)
     bool reserved = false;      // reservations_ holds entries for the node
     UnitsList units;
+    // For a placement policy: the GPU model (index into models_), and the pods the object lists
+    // by placement::Pod::PodClass.
+    int model = -1;
+    std::array<int32_t, placement::kPodClasses> classes{};
   };
   struct SlotInfo {
     std::string node;  // empty: the slot is on the free list
@@ -343,6 +358,7 @@ class ClusterView {
   std::map<std::string, NodeInfo, std::less<>> nodes_;
   bool nodes_known_ = false;
   std::vector<std::string> resources_;  // the memory resources objects name (a handful)
+  placement::Cluster models_;           // GPU models for the placement policy (its own first)
 
   // Filter and prioritize run under mu_ shared: the remembered lists have their own lock.
   mutable std::mutex resolved_mu_;

@@ -224,6 +224,10 @@ ApiResult<nlohmann::json> Client::Post(const std::string& path, const nlohmann::
   return Perform(access_, "POST", path, "application/json", body.dump(), timeout);
 }
 
+ApiResult<nlohmann::json> Client::Delete(const std::string& path) const {
+  return Perform(access_, "DELETE", path, "", "");
+}
+
 WatchResult Client::Watch(const std::string& path,
                           const std::function<bool(const WatchEvent&)>& on_event,
                           const std::atomic<bool>* stop) const {

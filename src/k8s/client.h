@@ -77,6 +77,10 @@ class Client {
   ApiResult<nlohmann::json> Post(const std::string& path, const nlohmann::json& body,
                                  std::chrono::milliseconds timeout) const;
 
+  // DELETE `path`: the server's answer (the object's last state, or a Status). A 404 is
+  // kNotFound with http_status() 404: callers that want the object gone treat it as done.
+  ApiResult<nlohmann::json> Delete(const std::string& path) const;
+
   // Streams a watch (`path` includes the query, with watch=1) and calls on_event for each JSON
   // line until the stream ends, on_event returns false, or *stop becomes true (checked at least
   // once a second). An ERROR event with code 410 ends it as kGone without calling on_event.

@@ -67,6 +67,9 @@ Status Exporter::Start() {
   xid_watcher_ = std::make_unique<XidWatcher>(nvml_->fn(), std::move(handles), xids_,
                                               [this] { collector_->Wake(); });
   if (options_.kubernetes) {
+    if (!options_.pod_resources.mig_placement) {
+      options_.pod_resources.mig_placement = NvmlMigPlacements(nvml_);
+    }
     pods_ = std::make_unique<PodResourcesWatcher>(
         inventory_, options_.pod_resources, [this](PodMap m) { publisher_.SetPods(std::move(m)); });
   }

@@ -4,11 +4,13 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <set>
 #include <tuple>
 
 #include "deviceplugin/pod_resources_client.h"
+#include "dra/names.h"
 
 namespace gpulet::metrics {
 namespace {
@@ -54,8 +56,65 @@ std::optional<EntityKey> ResolveDeviceId(const gpu::Inventory& inventory, std::s
   return std::nullopt;
 }
 
+std::optional<EntityKey> ResolveDraDevice(const gpu::Inventory& inventory,
+                                          std::string_view device_name,
+                                          const MigPlacementLookup& mig_placement) {
+  const std::optional<dra::DeviceName> name = dra::ParseDeviceName(device_name);
+  if (!name || name->gpu_index >= inventory.gpus.size()) return std::nullopt;
+  const gpu::Gpu& g = inventory.gpus[name->gpu_index];
+  if (name->kind != dra::DeviceKind::kMig) return EntityKey{g.index, -1};
+  // The MIG devices of GPU N with that profile (the name carries the profile's slug).
+  std::vector<const gpu::MigDevice*> same_profile;
+  for (const gpu::MigDevice& m : g.mig_devices) {
+    if (dra::ProfileSlug(m.profile) == name->mig_profile) same_profile.push_back(&m);
+  }
+  for (const gpu::MigDevice* m : same_profile) {
+    if (!mig_placement) break;
+    const std::optional<unsigned> start = mig_placement(g.index, m->gpu_instance_id);
+    if (start && *start == name->mig_start) {
+      return EntityKey{g.index, static_cast<int>(m->gpu_instance_id)};
+    }
+  }
+  if (!mig_placement && same_profile.size() == 1) {
+    return EntityKey{g.index, static_cast<int>(same_profile[0]->gpu_instance_id)};
+  }
+  return std::nullopt;
+}
+
+MigPlacementLookup NvmlMigPlacements(std::shared_ptr<const gpu::Nvml> nvml) {
+  return [nvml](unsigned gpu_index, unsigned gpu_instance_id) -> std::optional<unsigned> {
+    if (!nvml) return std::nullopt;
+    const gpu::NvmlFunctions& fn = nvml->fn();
+    if (fn.nvmlDeviceGetHandleByIndex_v2 == nullptr ||
+        fn.nvmlDeviceGetGpuInstanceProfileInfo == nullptr ||
+        fn.nvmlDeviceGetGpuInstances == nullptr || fn.nvmlGpuInstanceGetInfo == nullptr) {
+      return std::nullopt;
+    }
+    nvmlDevice_t dev{};
+    if (fn.nvmlDeviceGetHandleByIndex_v2(gpu_index, &dev) != NVML_SUCCESS) return std::nullopt;
+    for (unsigned p = 0; p < NVML_GPU_INSTANCE_PROFILE_COUNT; ++p) {
+      nvmlGpuInstanceProfileInfo_t profile{};
+      if (fn.nvmlDeviceGetGpuInstanceProfileInfo(dev, p, &profile) != NVML_SUCCESS) continue;
+      std::array<nvmlGpuInstance_t, 8> instances{};  // at most 7 GPU instances per GPU
+      unsigned count = static_cast<unsigned>(instances.size());
+      if (fn.nvmlDeviceGetGpuInstances(dev, profile.id, instances.data(), &count) != NVML_SUCCESS) {
+        continue;
+      }
+      for (unsigned i = 0; i < count && i < instances.size(); ++i) {
+        nvmlGpuInstanceInfo_t info{};
+        if (fn.nvmlGpuInstanceGetInfo(instances[i], &info) == NVML_SUCCESS &&
+            info.id == gpu_instance_id) {
+          return info.placement.start;
+        }
+      }
+    }
+    return std::nullopt;
+  };
+}
+
 PodMap BuildPodMap(const v1::ListPodResourcesResponse& response, const gpu::Inventory& inventory,
-                   const std::vector<std::string>& index_resource_prefixes) {
+                   const std::vector<std::string>& index_resource_prefixes,
+                   const MigPlacementLookup& mig_placement) {
   PodMap map;
   for (const auto& pod : response.pod_resources()) {
     for (const auto& container : pod.containers()) {
@@ -67,6 +126,16 @@ PodMap BuildPodMap(const v1::ListPodResourcesResponse& response, const gpu::Inve
           const size_t replica = id.find("::");
           std::string vgpu = replica == std::string::npos ? "" : id.substr(replica + 2);
           map[*key].push_back({pod.namespace_(), pod.name(), container.name(), std::move(vgpu), ""});
+        }
+      }
+      // Dynamic Resource Allocation: the devices of the claims the container uses.
+      for (const auto& claim : container.dynamic_resources()) {
+        for (const auto& device : claim.claim_resources()) {
+          if (device.driver_name() != dra::kDriverName) continue;
+          auto key = ResolveDraDevice(inventory, device.device_name(), mig_placement);
+          if (!key) continue;
+          map[*key].push_back({pod.namespace_(), pod.name(), container.name(),
+                               device.has_share_id() ? device.share_id() : "", ""});
         }
       }
     }
@@ -129,7 +198,8 @@ Result<PodMap> PodResourcesWatcher::ListOnce() {
     conn_.reset();
     return resp.status();
   }
-  PodMap map = BuildPodMap(*resp, inventory_, options_.index_resource_prefixes);
+  PodMap map =
+      BuildPodMap(*resp, inventory_, options_.index_resource_prefixes, options_.mig_placement);
   if (options_.list_pod_uids && !ApplyPodUids(map, uids_)) {
     // A pod we have no UID for yet: ask the API server again (once per refresh at most).
     Result<PodUidMap> uids = options_.list_pod_uids();

@@ -27,6 +27,7 @@
 
 #include "common/status.h"
 #include "gpu/inventory.h"
+#include "gpu/nvml.h"
 #include "metrics/snapshot.h"
 
 namespace v1 {
@@ -42,11 +43,32 @@ inline constexpr std::string_view kDefaultPodResourcesSocket =
 std::optional<EntityKey> ResolveDeviceId(const gpu::Inventory& inventory, std::string_view id,
                                          bool allow_index);
 
+// Where a GPU instance sits: its first memory slice, by (GPU index, GPU instance ID); nullopt when
+// unknown. The MIG device names of gpulet's DRA driver carry the placement, not the instance ID.
+using MigPlacementLookup =
+    std::function<std::optional<unsigned>(unsigned gpu_index, unsigned gpu_instance_id)>;
+
+// A device of gpulet's DRA driver (gpu.gpulet.io, src/dra/names.h) as the entity it uses:
+// "gpu-N" and the memory-share device "gpu-N-mem" are GPU N; "gpu-N-mig-<profile>-<start>" is
+// the MIG device of GPU N with that profile whose GPU instance starts at <start> (by
+// `mig_placement`; without it, only where GPU N has exactly one MIG device of that profile).
+// nullopt for another name, a GPU this node does not have, or a MIG device not (yet) in the
+// inventory.
+std::optional<EntityKey> ResolveDraDevice(const gpu::Inventory& inventory,
+                                          std::string_view device_name,
+                                          const MigPlacementLookup& mig_placement);
+
+// The lookup over NVML (nvmlGpuInstanceGetInfo's placement of the GPU's instances).
+MigPlacementLookup NvmlMigPlacements(std::shared_ptr<const gpu::Nvml> nvml);
+
 // One PodRef per container and device ID: a container holding two replicas of a shared GPU
 // ("GPU-…::1", "GPU-…::2") is listed twice, with vgpu "1" and "2", as dcgm-exporter's
-// --kubernetes-virtual-gpus series are.
+// --kubernetes-virtual-gpus series are. Devices that Dynamic Resource Allocation gave a container
+// (its dynamic_resources: claims' devices of driver gpu.gpulet.io, ResolveDraDevice) are
+// attributed the same way; a memory share's vgpu is its share ID (one series per share).
 PodMap BuildPodMap(const v1::ListPodResourcesResponse& response, const gpu::Inventory& inventory,
-                   const std::vector<std::string>& index_resource_prefixes);
+                   const std::vector<std::string>& index_resource_prefixes,
+                   const MigPlacementLookup& mig_placement = {});
 
 // Pod UIDs by (namespace, name): the kubelet's pod-resources API names pods but gives no UID, and
 // a process's cgroup gives a UID but no name.
@@ -63,6 +85,8 @@ struct PodResourcesOptions {
   // Lists the UIDs of this node's pods (the API server); null: pods carry no UID. Called when a
   // pod the kubelet lists is not in the last answer.
   std::function<Result<PodUidMap>()> list_pod_uids;
+  // For DRA MIG devices (BuildPodMap); the exporter sets NvmlMigPlacements.
+  MigPlacementLookup mig_placement;
 };
 
 class PodResourcesWatcher {

@@ -90,6 +90,82 @@ TEST(BuildPodMap, EveryResourceKindMapsBackToItsGpu) {
   EXPECT_EQ(map.at({1, 6}), (std::vector<PodRef>{{"ml", "mig-d", "main", "", ""}}));
 }
 
+// DRA (issue 22 item 6): the names of gpulet's driver (src/dra/names.h) as the entities they use.
+TEST(ResolveDraDevice, WholeSharedAndMigDevices) {
+  gpu::Inventory inv = Node();
+  inv.gpus[1].mig_devices[0].profile = "1g.10gb+me";
+  inv.gpus[1].mig_devices[1].profile = "1g.10gb+me";
+  using K = EntityKey;
+  // GPU instance 5 starts at memory slice 0, instance 6 at slice 1.
+  const MigPlacementLookup placement = [](unsigned gpu, unsigned gi) -> std::optional<unsigned> {
+    if (gpu == 1 && gi >= 5 && gi <= 6) return gi - 5;
+    return std::nullopt;
+  };
+  EXPECT_EQ(ResolveDraDevice(inv, "gpu-0", placement), (K{0, -1}));
+  EXPECT_EQ(ResolveDraDevice(inv, "gpu-1-mem", placement), (K{1, -1}));
+  EXPECT_EQ(ResolveDraDevice(inv, "gpu-1-mig-1g-10gb-me-1", placement), (K{1, 6}));
+  EXPECT_EQ(ResolveDraDevice(inv, "gpu-1-mig-1g-10gb-me-0", placement), (K{1, 5}));
+  EXPECT_FALSE(ResolveDraDevice(inv, "gpu-1-mig-1g-10gb-me-4", placement));  // not made (yet)
+  EXPECT_FALSE(ResolveDraDevice(inv, "gpu-1-mig-3g-40gb-0", placement));
+  EXPECT_FALSE(ResolveDraDevice(inv, "gpu-2", placement));  // not this node's
+  EXPECT_FALSE(ResolveDraDevice(inv, "gpu-x", placement));
+  EXPECT_FALSE(ResolveDraDevice(inv, "GPU-0", placement));
+  // Without a placement lookup a MIG name resolves only where its profile is unique on the GPU.
+  EXPECT_FALSE(ResolveDraDevice(inv, "gpu-1-mig-1g-10gb-me-1", {}));
+  inv.gpus[1].mig_devices[0].profile = "3g.40gb";
+  EXPECT_EQ(ResolveDraDevice(inv, "gpu-1-mig-1g-10gb-me-1", {}), (K{1, 6}));
+  EXPECT_EQ(ResolveDraDevice(inv, "gpu-1-mig-3g-40gb-0", {}), (K{1, 5}));
+}
+
+TEST(BuildPodMap, DynamicResourcesOfGpuletsDriver) {
+  v1::ListPodResourcesResponse r;
+  auto add = [&](const std::string& pod, const std::string& driver, const std::string& device,
+                 const std::string& share) {
+    auto* p = r.add_pod_resources();
+    p->set_name(pod);
+    p->set_namespace_("ml");
+    auto* c = p->add_containers();
+    c->set_name("main");
+    auto* claim = c->add_dynamic_resources();
+    claim->set_claim_name(pod + "-claim");
+    claim->set_claim_namespace("ml");
+    auto* d = claim->add_claim_resources();
+    d->set_driver_name(driver);
+    d->set_pool_name("node-a");
+    d->set_device_name(device);
+    d->add_cdi_devices()->set_name("gpu.gpulet.io/claim=" + pod);
+    if (!share.empty()) d->set_share_id(share);
+  };
+  add("whole", "gpu.gpulet.io", "gpu-0", "");
+  add("share-a", "gpu.gpulet.io", "gpu-1-mem", "s-a");
+  add("share-b", "gpu.gpulet.io", "gpu-1-mem", "s-b");
+  add("nvidia", "gpu.nvidia.com", "gpu-0", "");  // another driver's names mean other things
+  add("unknown", "gpu.gpulet.io", "gpu-7", "");
+  // A container with both: a device-plugin GPU and a claim.
+  auto* both = r.add_pod_resources();
+  both->set_name("both");
+  both->set_namespace_("ml");
+  auto* c = both->add_containers();
+  c->set_name("main");
+  auto* dp = c->add_devices();
+  dp->set_resource_name("nvidia.com/gpu");
+  dp->add_device_ids("GPU-1");
+  auto* claim = c->add_dynamic_resources();
+  claim->set_claim_name("both-claim");
+  claim->set_claim_namespace("ml");
+  auto* d = claim->add_claim_resources();
+  d->set_driver_name("gpu.gpulet.io");
+  d->set_device_name("gpu-0");
+
+  PodMap map = BuildPodMap(r, Node(), {"nvidia.com/"}, {});
+  ASSERT_EQ(map.size(), 2u);
+  EXPECT_EQ(map.at({0, -1}), (std::vector<PodRef>{{"ml", "both", "main", "", ""},
+                                                  {"ml", "whole", "main", "", ""}}));
+  EXPECT_EQ(map.at({1, -1}), (std::vector<PodRef>{{"ml", "both", "main", "", ""},
+                                                  {"ml", "share-a", "main", "s-a", ""},
+                                                  {"ml", "share-b", "main", "s-b", ""}}));
+}
+
 TEST(ApplyPodUids, NamesEveryKnownPod) {
   PodMap map = BuildPodMap(Cluster(), Node(), {"nvidia.com/"});
   PodUidMap uids = {{{"ml", "ts-a"}, "uid-a"}, {{"ml", "ts-b"}, "uid-b"}, {{"ml", "mig-d"}, "uid-d"}};

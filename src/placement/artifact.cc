@@ -130,50 +130,22 @@ class BestFit final : public ArtifactPolicy {
   }
 };
 
+double FgdKey(double decrease_milli) { return static_cast<double>(FgdScore(decrease_milli)); }
+
 class Fgd final : public ArtifactPolicy {
  public:
   explicit Fgd(const TypicalPods& typical) : typical_(typical) {}
   std::string_view Name() const override { return "fgd"; }
+  // A sharing pod tries every GPU with enough free share and keeps the first with the highest
+  // integer score; other pods take the lowest-indexed free GPUs.
   double Score(const Node& node, const Pod& pod) const override {
-    return static_cast<double>(Best(node, pod).first);
+    return BestFragmentationDecrease(typical_, node, pod, FgdKey).score;
   }
   GpuSet Gpus(const Node& node, const Pod& pod, Rng&) const override {
-    return Best(node, pod).second;
+    return BestFragmentationDecrease(typical_, node, pod, FgdKey).gpus;
   }
 
  private:
-  // The best score and its GPUs: a sharing pod tries each GPU with enough free share and keeps
-  // the first with the highest score; other pods take the lowest-indexed free GPUs.
-  std::pair<int64_t, GpuSet> Best(const Node& node, const Pod& pod) const {
-    const double before = typical_.Fragmentation(node);
-    const int64_t cpu_after = node.cpu_free - pod.cpu_milli;
-    std::array<int32_t, kMaxGpusPerNode> after{};
-    const size_t n = std::min<size_t>(node.gpu_free.size(), after.size());
-    std::copy_n(node.gpu_free.begin(), n, after.begin());
-    const std::span<const int32_t> state(after.data(), n);
-    if (pod.IsSharing()) {
-      int64_t best = 0;
-      int best_gpu = -1;
-      for (size_t i = 0; i < n; ++i) {
-        const int32_t f = node.gpu_free[i];
-        if (f < pod.gpu_milli) continue;
-        // A GPU with the same free share as an earlier one leaves the same state: same score,
-        // and the earlier one wins.
-        if (std::find(after.begin(), after.begin() + static_cast<std::ptrdiff_t>(i), f) !=
-            after.begin() + static_cast<std::ptrdiff_t>(i))
-          continue;
-        after[i] = f - pod.gpu_milli;
-        const int64_t s = FgdScore(before - typical_.Fragmentation(node.model, cpu_after, state));
-        after[i] = f;
-        if (best_gpu < 0 || s > best) best = s, best_gpu = static_cast<int>(i);
-      }
-      return {best, best_gpu < 0 ? GpuSet{0} : GpuSet{1} << best_gpu};
-    }
-    const GpuSet gpus = BestFitOrExclusive(node, pod);
-    for (size_t i = 0; i < n; ++i)
-      if (gpus >> i & 1U) after[i] -= pod.gpu_milli;
-    return {FgdScore(before - typical_.Fragmentation(node.model, cpu_after, state)), gpus};
-  }
   TypicalPods typical_;
 };
 
@@ -312,41 +284,31 @@ std::optional<Decision> ArtifactChoose(const Cluster& cluster, const Pod& pod,
     const size_t i = scored[rng.Below(scored.size())].first;
     return Decision{i, NodeScore{0, policy.Gpus(cluster.nodes[i], pod, rng)}};
   }
-  if (policy.Normalized()) {
-    int64_t lowest = INT64_MAX, highest = INT64_MIN;
-    for (const auto& [i, s] : scored) {
-      lowest = std::min(lowest, static_cast<int64_t>(s));
-      highest = std::max(highest, static_cast<int64_t>(s));
-    }
-    for (auto& [i, s] : scored)
-      s = static_cast<double>(NormalizeScore(static_cast<int64_t>(s), lowest, highest));
+  const size_t k = ArtifactPick(std::span(scored), policy,
+                                [&](size_t a, size_t b) { return rank[a] < rank[b]; });
+  const size_t chosen = scored[k].first;
+  return Decision{chosen, NodeScore{scored[k].second, policy.Gpus(cluster.nodes[chosen], pod, rng)}};
+}
+
+void NormalizeScores(std::span<std::pair<size_t, double>> scored) {
+  int64_t lowest = INT64_MAX, highest = INT64_MIN;
+  for (const auto& [i, s] : scored) {
+    lowest = std::min(lowest, static_cast<int64_t>(s));
+    highest = std::max(highest, static_cast<int64_t>(s));
   }
-  size_t chosen = scored.front().first;
-  double best = scored.front().second;
-  for (const auto& [i, s] : scored)
-    if (s > best || (s == best && rank[i] < rank[chosen])) best = s, chosen = i;
-  return Decision{chosen, NodeScore{best, policy.Gpus(cluster.nodes[chosen], pod, rng)}};
+  for (auto& [i, s] : scored)
+    s = static_cast<double>(NormalizeScore(static_cast<int64_t>(s), lowest, highest));
 }
 
 ReplayResult ArtifactReplay(const Cluster& cluster_in, std::span<const Pod> arrivals,
                             const ArtifactPolicy& policy, const TypicalPods& typical,
-                            std::span<const double> report_points, uint64_t seed) {
-  Cluster cluster = cluster_in;
-  ReplayResult r;
-  r.policy = std::string(policy.Name());
-  r.seed = seed;
-  r.capacity_milli = cluster.GpuCapacityMilli();
+                            std::span<const double> report_points, uint64_t seed,
+                            std::vector<std::optional<Decision>>* decisions) {
+  ReplayCluster state(cluster_in, typical);
+  ReplayResult r = state.Start(policy.Name(), seed);
   const double capacity = static_cast<double>(std::max<int64_t>(r.capacity_milli, 1));
   // The analysis divides by the GPU count, then by 10, to get percent.
   const double gpus = capacity / kMilliPerGpu;
-  std::vector<double> fragmentation(cluster.nodes.size());
-  double fragmented = 0;
-  for (size_t i = 0; i < cluster.nodes.size(); ++i) {
-    fragmentation[i] = typical.Fragmentation(cluster.nodes[i]);
-    fragmented += fragmentation[i];
-  }
-  int64_t allocated = cluster.GpuAllocatedMilli();
-  int64_t arrived = 0;
   // Per whole percent of arrived load: the sum and count of the logged allocation (percent,
   // rounded to 2 decimals) and of the fragmentation.
   struct Bucket {
@@ -355,23 +317,14 @@ ReplayResult ArtifactReplay(const Cluster& cluster_in, std::span<const Pod> arri
   };
   std::map<int64_t, Bucket> buckets;
   Rng rng(seed ^ 0x9e3779b97f4a7c15ULL);
-  const std::vector<uint32_t> rank = ArtifactNodeRanks(cluster.nodes.size(), seed);
+  const std::vector<uint32_t> rank = ArtifactNodeRanks(state.cluster().nodes.size(), seed);
+  if (decisions) decisions->clear();
   for (const Pod& pod : arrivals) {
-    ++r.pods_arrived;
-    arrived += pod.GpuMilliRequest();
-    if (std::optional<Decision> d = ArtifactChoose(cluster, pod, policy, rank, rng)) {
-      Node& node = cluster.nodes[d->node];
-      Apply(node, pod, d->choice.gpus);
-      allocated += pod.GpuMilliRequest();
-      fragmented -= fragmentation[d->node];
-      fragmentation[d->node] = typical.Fragmentation(node);
-      fragmented += fragmentation[d->node];
-    } else {
-      ++r.pods_failed;
-      FailureCount& f = r.failed[PodTypeName(pod)];
-      ++f.pods;
-      f.gpu_milli += pod.GpuMilliRequest();
-    }
+    std::optional<Decision> d = ArtifactChoose(state.cluster(), pod, policy, rank, rng);
+    state.Arrive(pod, d, r);
+    if (decisions) decisions->push_back(d);
+    const int64_t arrived = state.arrived(), allocated = state.allocated();
+    const double fragmented = state.fragmented();
     const auto pct = static_cast<int64_t>(std::nearbyint(static_cast<double>(arrived) / gpus / 10));
     Bucket& b = buckets[pct];
     b.alloc += std::round(static_cast<double>(allocated) / gpus / 10 * 100) / 100;
@@ -395,11 +348,7 @@ ReplayResult ArtifactReplay(const Cluster& cluster_in, std::span<const Pod> arri
     const double n = static_cast<double>(sum.n);
     r.points.push_back(LoadPoint{point, sum.alloc / n / 100, sum.frag / n, sum.frag_of_idle / n});
   }
-  r.final.arrived = static_cast<double>(arrived) / capacity;
-  r.final.allocated = static_cast<double>(allocated) / capacity;
-  r.final.fragmented_gpus = fragmented / kMilliPerGpu;
-  const double idle = static_cast<double>(r.capacity_milli - allocated);
-  r.final.fragmented_of_idle = idle > 0 ? fragmented / idle : 0;
+  r.final = state.Now();
   return r;
 }
 

@@ -71,6 +71,27 @@ int64_t NormalizeScore(int64_t score, int64_t lowest, int64_t highest);
 // drawn once per run, so the smallest name is a random but fixed order of the nodes.
 std::vector<uint32_t> ArtifactNodeRanks(size_t nodes, uint64_t seed);
 
+// The policy's scores of the feasible nodes, (candidate, score) pairs, min-max normalised in place
+// with NormalizeScore (BestFit's NormalizeScore over the feasible nodes).
+void NormalizeScores(std::span<std::pair<size_t, double>> scored);
+
+// The scheduler's pick among the feasible nodes' scores: normalised first when the policy does,
+// then the highest score; among equal scores the candidate that `before(a, b)` puts first (the
+// artifact's smallest node name). Returns the position in `scored` (which must not be empty).
+// ArtifactChoose and the scheduler extender's prioritize (extender/view.h) both pick with it.
+template <class Before>
+size_t ArtifactPick(std::span<std::pair<size_t, double>> scored, const ArtifactPolicy& policy,
+                    Before before) {
+  if (policy.Normalized()) NormalizeScores(scored);
+  size_t chosen = 0;
+  for (size_t k = 1; k < scored.size(); ++k) {
+    const auto& [i, s] = scored[k];
+    const double best = scored[chosen].second;
+    if (s > best || (s == best && before(i, scored[chosen].first))) chosen = k;
+  }
+  return chosen;
+}
+
 // kube-scheduler's cycle as the artifact configures it: every node filtered and scored
 // (percentageOfNodesToScore 100), scores normalised if the policy does, the highest wins; among
 // equal scores the node with the smallest name, i.e. the lowest `rank` (the artifact's
@@ -81,9 +102,12 @@ std::optional<Decision> ArtifactChoose(const Cluster& cluster, const Pod& pod,
                                        Rng& rng);
 
 // One arrival sequence through a policy on a copy of `cluster`, measured as the artifact's
-// analysis scripts do (see above). Points not reached are left out.
+// analysis scripts do (see above). Points not reached are left out. Node ranks:
+// ArtifactNodeRanks(nodes, seed). With `decisions`, each arrival's placement (nullopt: failed),
+// in arrival order.
 ReplayResult ArtifactReplay(const Cluster& cluster, std::span<const Pod> arrivals,
                             const ArtifactPolicy& policy, const TypicalPods& typical,
-                            std::span<const double> report_points, uint64_t seed);
+                            std::span<const double> report_points, uint64_t seed,
+                            std::vector<std::optional<Decision>>* decisions = nullptr);
 
 }  // namespace gpulet::placement

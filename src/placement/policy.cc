@@ -107,6 +107,8 @@ class GpuPackingPolicy final : public Policy {
   }
 };
 
+double Identity(double x) { return x; }
+
 double BestFitValue(const Node& node, const Pod& pod) {
   const double cpu_left = static_cast<double>(node.cpu_free - pod.cpu_milli) / kMaxSpecCpuMilli;
   const double gpu_left =
@@ -123,43 +125,13 @@ class BestFitPolicy final : public Policy {
   }
 };
 
-// The decrease of the node's fragmentation when the pod is placed; a sharing pod tries each GPU
-// (one GPU per distinct free share: equal shares leave equal states), the first best wins.
-NodeScore FragmentationDecrease(const TypicalPods& typical, const Node& node, const Pod& pod) {
-  const double before = typical.Fragmentation(node);
-  const int64_t cpu_after = node.cpu_free - pod.cpu_milli;
-  std::array<int32_t, kMaxGpusPerNode> after{};
-  const size_t n = std::min<size_t>(node.gpu_free.size(), after.size());
-  std::copy_n(node.gpu_free.begin(), n, after.begin());
-  const std::span<const int32_t> state(after.data(), n);
-  if (pod.IsSharing()) {
-    std::optional<NodeScore> best;
-    for (size_t i = 0; i < n; ++i) {
-      const int32_t f = node.gpu_free[i];
-      if (f < pod.gpu_milli) continue;
-      if (std::find(node.gpu_free.begin(), node.gpu_free.begin() + static_cast<std::ptrdiff_t>(i),
-                    f) != node.gpu_free.begin() + static_cast<std::ptrdiff_t>(i))
-        continue;
-      after[i] = f - pod.gpu_milli;
-      const double decrease = before - typical.Fragmentation(node.model, cpu_after, state);
-      after[i] = f;
-      if (!best || decrease > best->score) best = NodeScore{decrease, GpuSet{1} << i};
-    }
-    if (best) return *best;
-  }
-  const GpuSet gpus = BestFitGpus(node, pod);
-  for (size_t i = 0; i < n; ++i)
-    if (gpus >> i & 1U) after[i] -= pod.gpu_milli;
-  return NodeScore{before - typical.Fragmentation(node.model, cpu_after, state), gpus};
-}
-
 class FgdPolicy final : public Policy {
  public:
   explicit FgdPolicy(const TypicalPods& typical) : typical_(typical) {}
   std::string_view Name() const override { return "fgd"; }
   std::optional<NodeScore> Score(const Node& node, const Pod& pod) const override {
     if (!Fits(node, pod)) return std::nullopt;
-    NodeScore s = FragmentationDecrease(typical_, node, pod);
+    NodeScore s = BestFragmentationDecrease(typical_, node, pod, Identity);
     // Decreases equal in exact arithmetic may differ in the last bits (summation order); at
     // 0.001 milli-GPU they tie, and ties are drawn at random as the scheduler does.
     s.score = std::round(s.score * 1000) / 1000;
@@ -176,7 +148,7 @@ class FgdBestFitPolicy final : public Policy {
   std::string_view Name() const override { return "fgd-bestfit"; }
   std::optional<NodeScore> Score(const Node& node, const Pod& pod) const override {
     if (!Fits(node, pod)) return std::nullopt;
-    NodeScore s = FragmentationDecrease(typical_, node, pod);
+    NodeScore s = BestFragmentationDecrease(typical_, node, pod, Identity);
     // The decrease counted in 0.01 milli-GPU steps; best fit (0..100, so at most half a step)
     // only orders placements whose decreases round to the same step.
     s.score = std::round(s.score * 100) + BestFitValue(node, pod) / 200;
@@ -188,6 +160,35 @@ class FgdBestFitPolicy final : public Policy {
 };
 
 }  // namespace
+
+NodeScore BestFragmentationDecrease(const TypicalPods& typical, const Node& node, const Pod& pod,
+                                    double (*key)(double)) {
+  const double before = typical.Fragmentation(node);
+  const int64_t cpu_after = node.cpu_free - pod.cpu_milli;
+  std::array<int32_t, kMaxGpusPerNode> after{};
+  const size_t n = std::min<size_t>(node.gpu_free.size(), after.size());
+  std::copy_n(node.gpu_free.begin(), n, after.begin());
+  const std::span<const int32_t> state(after.data(), n);
+  if (pod.IsSharing()) {
+    std::optional<NodeScore> best;
+    for (size_t i = 0; i < n; ++i) {
+      const int32_t f = node.gpu_free[i];
+      if (f < pod.gpu_milli) continue;
+      if (std::find(node.gpu_free.begin(), node.gpu_free.begin() + static_cast<std::ptrdiff_t>(i),
+                    f) != node.gpu_free.begin() + static_cast<std::ptrdiff_t>(i))
+        continue;
+      after[i] = f - pod.gpu_milli;
+      const double s = key(before - typical.Fragmentation(node.model, cpu_after, state));
+      after[i] = f;
+      if (!best || s > best->score) best = NodeScore{s, GpuSet{1} << i};
+    }
+    if (best) return *best;
+  }
+  const GpuSet gpus = BestFitGpus(node, pod);
+  for (size_t i = 0; i < n; ++i)
+    if (gpus >> i & 1U) after[i] -= pod.gpu_milli;
+  return NodeScore{key(before - typical.Fragmentation(node.model, cpu_after, state)), gpus};
+}
 
 const std::vector<std::string>& PolicyNames() {
   static const std::vector<std::string> kNames = {

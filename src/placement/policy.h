@@ -64,6 +64,14 @@ class Policy {
   virtual std::optional<NodeScore> Score(const Node& node, const Pod& pod) const = 0;
 };
 
+// The placement of `pod` on `node` (which must fit) that decreases the node's fragmentation the
+// most, compared by `key(decrease in milli-GPU)`: a sharing pod tries each GPU with enough free
+// share (one per distinct free share: equal shares leave equal states) and the first best is
+// kept; other pods take BestFitGpus. The score is key(decrease) of that placement. FGD under both
+// protocols: the identity (policy.cc) and the artifact's integer sigmoid (artifact.cc).
+NodeScore BestFragmentationDecrease(const TypicalPods& typical, const Node& node, const Pod& pod,
+                                    double (*key)(double));
+
 // The policy names MakePolicy knows, the paper's six first.
 const std::vector<std::string>& PolicyNames();
 // A policy by name; nullptr for an unknown name. FGD-based policies need the typical pods.

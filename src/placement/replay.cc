@@ -42,61 +42,73 @@ std::string PodTypeName(const Pod& pod) {
   return std::to_string(pod.num_gpu) + "-gpu";
 }
 
+ReplayCluster::ReplayCluster(const Cluster& cluster, const TypicalPods& typical)
+    : cluster_(cluster), typical_(typical), fragmentation_(cluster.nodes.size()) {
+  for (size_t i = 0; i < cluster_.nodes.size(); ++i) {
+    fragmentation_[i] = typical_.Fragmentation(cluster_.nodes[i]);
+    fragmented_ += fragmentation_[i];
+  }
+  allocated_ = cluster_.GpuAllocatedMilli();
+}
+
+ReplayResult ReplayCluster::Start(std::string_view policy, uint64_t seed) const {
+  ReplayResult r;
+  r.policy = std::string(policy);
+  r.seed = seed;
+  r.capacity_milli = cluster_.GpuCapacityMilli();
+  return r;
+}
+
+LoadPoint ReplayCluster::Now() const {
+  const int64_t capacity_milli = cluster_.GpuCapacityMilli();
+  const double capacity = static_cast<double>(std::max<int64_t>(capacity_milli, 1));
+  LoadPoint p;
+  p.arrived = static_cast<double>(arrived_) / capacity;
+  p.allocated = static_cast<double>(allocated_) / capacity;
+  p.fragmented_gpus = fragmented_ / kMilliPerGpu;
+  const double idle = static_cast<double>(capacity_milli - allocated_);
+  p.fragmented_of_idle = idle > 0 ? fragmented_ / idle : 0;
+  return p;
+}
+
+void ReplayCluster::Arrive(const Pod& pod, const std::optional<Decision>& d, ReplayResult& r) {
+  ++r.pods_arrived;
+  arrived_ += pod.GpuMilliRequest();
+  if (d) {
+    Node& node = cluster_.nodes[d->node];
+    Apply(node, pod, d->choice.gpus);
+    allocated_ += pod.GpuMilliRequest();
+    fragmented_ -= fragmentation_[d->node];
+    fragmentation_[d->node] = typical_.Fragmentation(node);
+    fragmented_ += fragmentation_[d->node];
+  } else {
+    ++r.pods_failed;
+    FailureCount& f = r.failed[PodTypeName(pod)];
+    ++f.pods;
+    f.gpu_milli += pod.GpuMilliRequest();
+  }
+}
+
 ReplayResult Replay(const Cluster& cluster_in, std::span<const Pod> arrivals, const Policy& policy,
                     const TypicalPods& typical, std::span<const double> report_points,
                     uint64_t seed) {
-  Cluster cluster = cluster_in;
-  ReplayResult r;
-  r.policy = std::string(policy.Name());
-  r.seed = seed;
-  r.capacity_milli = cluster.GpuCapacityMilli();
+  ReplayCluster state(cluster_in, typical);
+  ReplayResult r = state.Start(policy.Name(), seed);
   const double capacity = static_cast<double>(std::max<int64_t>(r.capacity_milli, 1));
-  std::vector<double> fragmentation(cluster.nodes.size());
-  double fragmented = 0;
-  for (size_t i = 0; i < cluster.nodes.size(); ++i) {
-    fragmentation[i] = typical.Fragmentation(cluster.nodes[i]);
-    fragmented += fragmentation[i];
-  }
-  int64_t allocated = cluster.GpuAllocatedMilli();
-  int64_t arrived = 0;
   size_t next_point = 0;
-  auto snapshot = [&]() {
-    LoadPoint p;
-    p.arrived = static_cast<double>(arrived) / capacity;
-    p.allocated = static_cast<double>(allocated) / capacity;
-    p.fragmented_gpus = fragmented / kMilliPerGpu;
-    const double idle = static_cast<double>(r.capacity_milli - allocated);
-    p.fragmented_of_idle = idle > 0 ? fragmented / idle : 0;
-    return p;
-  };
   // Tie-breaking gets its own stream, apart from the arrival order's.
   Rng rng(seed ^ 0x9e3779b97f4a7c15ULL);
   for (const Pod& pod : arrivals) {
-    ++r.pods_arrived;
-    arrived += pod.GpuMilliRequest();
-    std::optional<Decision> d = Choose(cluster, pod, policy, rng);
-    if (d) {
-      Node& node = cluster.nodes[d->node];
-      Apply(node, pod, d->choice.gpus);
-      allocated += pod.GpuMilliRequest();
-      fragmented -= fragmentation[d->node];
-      fragmentation[d->node] = typical.Fragmentation(node);
-      fragmented += fragmentation[d->node];
-    } else {
-      ++r.pods_failed;
-      FailureCount& f = r.failed[PodTypeName(pod)];
-      ++f.pods;
-      f.gpu_milli += pod.GpuMilliRequest();
-    }
+    state.Arrive(pod, Choose(state.cluster(), pod, policy, rng), r);
     // A point is reached when the arrived request gets to it (to within rounding of the point).
     while (next_point < report_points.size() &&
-           static_cast<double>(arrived) >= report_points[next_point] * capacity - 0.5) {
-      LoadPoint p = snapshot();
+           static_cast<double>(state.arrived()) >= report_points[next_point] * capacity - 0.5) {
+      LoadPoint p = state.Now();
       p.arrived = report_points[next_point++];
       r.points.push_back(p);
     }
   }
-  r.final = snapshot();
+  r.final = state.Now();
   return r;
 }
 

@@ -8,8 +8,10 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "placement/cluster.h"
@@ -50,6 +52,33 @@ struct ReplayResult {
 };
 
 std::string PodTypeName(const Pod& pod);
+
+// A replay's cluster as the arrivals come: a copy of the cluster, the arrived and allocated GPU
+// request, each node's fragmentation and their sum. Both protocols (this file's and artifact.h's)
+// advance it one pod at a time.
+class ReplayCluster {
+ public:
+  ReplayCluster(const Cluster& cluster, const TypicalPods& typical);
+  const Cluster& cluster() const { return cluster_; }
+  // A result to fill: the policy's name, the seed and the cluster's GPU capacity.
+  ReplayResult Start(std::string_view policy, uint64_t seed) const;
+  // The state now as a load point (arrived and allocated as shares of the capacity).
+  LoadPoint Now() const;
+  // One arrival: its request counted as arrived, then placed as `d` says (Apply), or failed and
+  // counted in r.pods_failed and r.failed.
+  void Arrive(const Pod& pod, const std::optional<Decision>& d, ReplayResult& r);
+  int64_t arrived() const { return arrived_; }
+  int64_t allocated() const { return allocated_; }
+  double fragmented() const { return fragmented_; }
+
+ private:
+  Cluster cluster_;
+  const TypicalPods& typical_;
+  std::vector<double> fragmentation_;  // per node
+  double fragmented_ = 0;
+  int64_t allocated_ = 0;
+  int64_t arrived_ = 0;
+};
 
 // Places `arrivals` one by one on a copy of `cluster`. `typical` measures fragmentation (and is
 // what FGD policies were built with). Tie-breaking draws from a stream seeded by `seed`.

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "common/files.h"
+#include "dra/names.h"
 
 namespace gpulet::slurm {
 namespace {
@@ -81,8 +82,50 @@ Result<std::vector<std::string>> ParseAllocatedDevices(const std::string& value)
   return out;
 }
 
+Result<std::vector<std::string>> ParseDraDevices(const std::string& value) {
+  const std::string v = Trim(value);
+  const std::string var = std::string(kDraDevicesEnv);
+  std::vector<std::string> out;
+  std::stringstream in(v);
+  for (std::string item; std::getline(in, item, ',');) {
+    item = Trim(item);
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    const std::string name = Trim(item.substr(0, eq));
+    const std::string uuid = eq == std::string::npos ? "" : Trim(item.substr(eq + 1));
+    const std::optional<dra::DeviceName> parsed = dra::ParseDeviceName(name);
+    if (!parsed) {
+      return Status(ErrorCode::kInvalidInput,
+                    var + "=\"" + v + "\": \"" + name + "\" is not a device of " +
+                        dra::kDriverName + " (gpu-N, gpu-N-mem, gpu-N-mig-<profile>-<start>)");
+    }
+    const bool mig = parsed->kind == dra::DeviceKind::kMig;
+    std::string id;
+    if (eq == std::string::npos) {
+      // By count only, as an index entry.
+      id = std::to_string(parsed->gpu_index) +
+           (mig ? ":" + std::to_string(parsed->mig_start) : std::string());
+    } else if (uuid.rfind(mig ? "MIG-" : "GPU-", 0) == 0 && uuid.size() > 4) {
+      id = uuid;
+    } else {
+      return Status(ErrorCode::kInvalidInput,
+                    var + "=\"" + v + "\": " + name + "=" + uuid + ": " +
+                        (mig ? "a MIG device's UUID (MIG-…)" : "a GPU's UUID (GPU-…)") +
+                        " expected");
+    }
+    if (std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
+  }
+  if (out.empty()) {
+    return Status(ErrorCode::kInvalidInput,
+                  var + "=\"" + v + "\": no devices (the pod's claims prepared none of " +
+                      dra::kDriverName + ")");
+  }
+  return out;
+}
+
 Result<PodDevices> MatchAllocation(const gpu::Inventory& seen,
-                                   const std::vector<std::string>& allocated) {
+                                   const std::vector<std::string>& allocated,
+                                   const std::string& source) {
   PodDevices d;
   std::vector<std::string> seen_ids;  // what NVML shows, as Allocate would name it
   for (const gpu::Gpu& g : seen.gpus) {
@@ -129,7 +172,7 @@ Result<PodDevices> MatchAllocation(const gpu::Inventory& seen,
       if (!covered.count(id)) extra.push_back(id);
     }
   }
-  std::string msg = "NVIDIA_VISIBLE_DEVICES names " + Join(allocated) +
+  std::string msg = source + " names " + Join(allocated) +
                     " but NVML in this container sees " +
                     (seen_ids.empty() ? std::string("no GPU") : Join(seen_ids)) + " (";
   std::vector<std::string> parts;

@@ -42,6 +42,18 @@ inline constexpr const char* kPodTerminatingReason = "gpulet: pod terminating";
 // value, "all", "none"/"void" (no allocation by a device plugin to check against).
 Result<std::vector<std::string>> ParseAllocatedDevices(const std::string& value);
 
+// With Dynamic Resource Allocation (gpulet's driver gpu.gpulet.io) there is no Allocate: the
+// claim's CDI edits set GPULET_DRA_DEVICES in the container, a comma list of the devices prepared
+// for it, each "<device name>=<UUID>" (src/dra/names.h: "gpu-3=GPU-…", a memory share
+// "gpu-3-mem=GPU-…" (its GPU), a MIG placement "gpu-3-mig-1g-10gb-0=MIG-…"). Returned as the
+// UUIDs, one per device (shares of one GPU are one GPU), for MatchAllocation. An entry without
+// "=UUID" stands for its device by count only, as an index entry does ("gpu-3" → "3", a MIG
+// placement → "3:<start>"). Errors (kInvalidInput) name the entry: a name the driver never
+// publishes, a UUID of the wrong kind (a MIG name with a GPU UUID, a GPU name with a MIG UUID),
+// an empty list.
+inline constexpr const char* kDraDevicesEnv = "GPULET_DRA_DEVICES";
+Result<std::vector<std::string>> ParseDraDevices(const std::string& value);
+
 // The devices both sides agree this container holds. Whole GPUs by UUID; a GPU in MIG mode
 // counts as its MIG devices. Index entries (host indexes) cannot be compared with NVML's
 // container-local numbering, so they are checked by count only.
@@ -52,8 +64,10 @@ struct PodDevices {
 // Errors (kInvalidInput) name both sides and the difference: "NVIDIA_VISIBLE_DEVICES
 // names GPU-a,GPU-b but NVML in this container sees GPU-a,GPU-c (allocated, not seen: GPU-b;
 // seen, not allocated: GPU-c)".
+// `source` names the allocation's side in errors (the variable it came from).
 Result<PodDevices> MatchAllocation(const gpu::Inventory& seen,
-                                   const std::vector<std::string>& allocated);
+                                   const std::vector<std::string>& allocated,
+                                   const std::string& source = "NVIDIA_VISIBLE_DEVICES");
 
 // A downward-API labels file: one `key="value"` per line (values are Go-quoted).
 std::map<std::string, std::string> ParsePodLabels(const std::string& text);

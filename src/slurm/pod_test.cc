@@ -91,6 +91,49 @@ TEST(PodAllocation, MoreSeenThanAllocatedIsRefused) {
   EXPECT_THAT(none.status().message(), HasSubstr("sees no GPU"));
 }
 
+// DRA (issue 22 item 6): GPULET_DRA_DEVICES as gpulet dra's CDI edits set it.
+TEST(PodAllocation, DraDevicesGiveTheirUuids) {
+  Result<std::vector<std::string>> ids = ParseDraDevices(
+      "gpu-0=GPU-a, gpu-3-mem=GPU-b,gpu-3-mem=GPU-b, gpu-1-mig-1g-10gb-me-0=MIG-x,gpu-0=GPU-a");
+  ASSERT_TRUE(ids.ok()) << ids.status().message();
+  // Two shares of GPU 3 are one GPU; the same device twice is one.
+  EXPECT_EQ(*ids, (std::vector<std::string>{"GPU-a", "GPU-b", "MIG-x"}));
+  // Names without a UUID count, as index entries do.
+  ids = ParseDraDevices("gpu-2,gpu-2-mem,gpu-5-mig-3g-40gb-4");
+  ASSERT_TRUE(ids.ok()) << ids.status().message();
+  EXPECT_EQ(*ids, (std::vector<std::string>{"2", "5:4"}));
+  struct Bad {
+    const char* value;
+    const char* says;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {"", "no devices"},
+           {" , ", "no devices"},
+           {"gpu0=GPU-a", "\"gpu0\" is not a device of gpu.gpulet.io"},
+           {"nvidia0=GPU-a", "is not a device of gpu.gpulet.io"},
+           {"gpu-0=MIG-x", "gpu-0=MIG-x: a GPU's UUID (GPU-…) expected"},
+           {"gpu-1-mig-1g-10gb-0=GPU-a", "a MIG device's UUID (MIG-…) expected"},
+           {"gpu-0=", "a GPU's UUID"},
+       }) {
+    Result<std::vector<std::string>> r = ParseDraDevices(b.value);
+    ASSERT_FALSE(r.ok()) << b.value;
+    EXPECT_THAT(r.status().message(), HasSubstr("GPULET_DRA_DEVICES")) << b.value;
+    EXPECT_THAT(r.status().message(), HasSubstr(b.says)) << b.value;
+  }
+}
+
+TEST(PodAllocation, DraDevicesAreMatchedAgainstNvml) {
+  Result<std::vector<std::string>> ids = ParseDraDevices("gpu-4=GPU-a,gpu-6-mem=GPU-b");
+  ASSERT_TRUE(ids.ok());
+  Result<PodDevices> d = MatchAllocation(Container({"GPU-a", "GPU-b"}), *ids, kDraDevicesEnv);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_EQ(d->gpus, (std::vector<std::string>{"GPU-a", "GPU-b"}));
+  Result<PodDevices> bad = MatchAllocation(Container({"GPU-a", "GPU-c"}), *ids, kDraDevicesEnv);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("GPULET_DRA_DEVICES names GPU-a,GPU-b"));
+  EXPECT_THAT(bad.status().message(), HasSubstr("allocated, not seen: GPU-b"));
+}
+
 TEST(PodAllocation, IndexEntriesAreCheckedByCount) {
   EXPECT_TRUE(MatchAllocation(Container({"GPU-a", "GPU-b"}), {"4", "5"}).ok());
   EXPECT_TRUE(MatchAllocation(Container({}, {"MIG-x"}), {"3:1"}).ok());

@@ -4,15 +4,17 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cctype>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <functional>
-#include <optional>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -206,6 +208,161 @@ void SetCondition(nlohmann::json& pod, nlohmann::json condition) {
   conds.push_back(std::move(condition));
 }
 
+// resource.k8s.io/v1 resourceclaims: the one resource here served with a status subresource
+// whose main-object writes keep the stored status (pkg/registry/resource/resourceclaim/
+// strategy.go: PrepareForCreate clears status, PrepareForUpdate keeps the old one; the
+// scheduler writes status.allocation through /status).
+bool IsResourceClaim(const std::string& path) {
+  const std::vector<std::string> s = Segments(path);
+  return s.size() == 7 && s[0] == "apis" && s[1] == "resource.k8s.io" && s[5] == "resourceclaims";
+}
+
+bool IsResourceSlice(const std::string& path) {
+  const std::vector<std::string> s = Segments(path);
+  return s.size() == 5 && s[0] == "apis" && s[1] == "resource.k8s.io" && s[3] == "resourceslices";
+}
+
+// A DNS label (RFC 1123): what a device name must be.
+bool IsDnsLabel(const std::string& v) {
+  if (v.empty() || v.size() > 63) return false;
+  for (char c : v) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
+  }
+  return v.front() != '-' && v.back() != '-';
+}
+
+// A qualified attribute or capacity name: "<domain>/<id>" or "<id>"; the domain at most 63
+// characters, the id a C identifier of at most 32.
+bool IsQualifiedName(const std::string& v) {
+  const size_t slash = v.find('/');
+  const std::string id = slash == std::string::npos ? v : v.substr(slash + 1);
+  if (slash != std::string::npos && (slash == 0 || slash > 63)) return false;
+  if (id.empty() || id.size() > 32) return false;
+  if (!std::isalpha(static_cast<unsigned char>(id[0]))) return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+// The validation of a resource.k8s.io/v1 ResourceSlice that gpulet's publisher could trip
+// (pkg/apis/resource/validation/validation.go, validateResourceSliceSpec and
+// validateDevice; limits from staging/src/k8s.io/api/resource/v1/types.go): driver and pool
+// required, exactly one node selection, devices or sharedCounters but not both (1.35+), at most
+// 128 devices (64 when any uses taints or counters), 8 counter sets of 32 counters, per device a
+// DNS-label name, 32 attributes+capacities, 2 consumesCounters of 32 counters, 16 taints and
+// string values of at most 64 characters; on update the driver and nodeName are immutable.
+// Returns the first error as "field: reason", empty when valid.
+std::string ValidateResourceSlice(const nlohmann::json& slice, const nlohmann::json* old) {
+  if (!slice.contains("spec") || !slice["spec"].is_object()) return "spec: Required value";
+  const nlohmann::json& spec = slice["spec"];
+  if (!spec.contains("driver") || !spec["driver"].is_string() ||
+      spec["driver"].get<std::string>().empty() || spec["driver"].get<std::string>().size() > 63) {
+    return "spec.driver: Required value (a DNS subdomain of at most 63 characters)";
+  }
+  if (!spec.contains("pool") || !spec["pool"].is_object() ||
+      spec["pool"].value("name", "").empty()) {
+    return "spec.pool.name: Required value";
+  }
+  if (!spec["pool"].contains("resourceSliceCount") ||
+      !spec["pool"]["resourceSliceCount"].is_number_integer() ||
+      spec["pool"]["resourceSliceCount"].get<int64_t>() < 1) {
+    return "spec.pool.resourceSliceCount: must be greater than zero";
+  }
+  if (spec["pool"].contains("generation") &&
+      (!spec["pool"]["generation"].is_number_integer() ||
+       spec["pool"]["generation"].get<int64_t>() < 0)) {
+    return "spec.pool.generation: must be a non-negative integer";
+  }
+  int selections = 0;
+  if (spec.contains("nodeName") && spec["nodeName"].is_string() &&
+      !spec["nodeName"].get<std::string>().empty()) {
+    ++selections;
+  }
+  if (spec.contains("nodeSelector") && !spec["nodeSelector"].is_null()) ++selections;
+  if (spec.value("allNodes", false)) ++selections;
+  if (spec.value("perDeviceNodeSelection", false)) ++selections;
+  if (selections != 1) {
+    return "spec: Invalid value: exactly one of `nodeName`, `nodeSelector`, `allNodes`, "
+           "`perDeviceNodeSelection` is required";
+  }
+  const nlohmann::json devices = spec.value("devices", nlohmann::json::array());
+  const nlohmann::json counters = spec.value("sharedCounters", nlohmann::json::array());
+  if (!devices.is_array()) return "spec.devices: must be a list";
+  if (!counters.is_array()) return "spec.sharedCounters: must be a list";
+  if (!devices.empty() && !counters.empty()) {
+    return "spec: Invalid value: only one of `devices` or `sharedCounters` may be set";
+  }
+  if (counters.size() > 8) return "spec.sharedCounters: Too many: must have at most 8 items";
+  std::set<std::string> set_names;
+  for (size_t i = 0; i < counters.size(); ++i) {
+    const std::string f = "spec.sharedCounters[" + std::to_string(i) + "]";
+    const std::string name = counters[i].value("name", "");
+    if (!IsDnsLabel(name)) return f + ".name: Invalid value: must be a DNS label";
+    if (!set_names.insert(name).second) return f + ".name: Duplicate value: \"" + name + "\"";
+    const nlohmann::json c = counters[i].value("counters", nlohmann::json::object());
+    if (!c.is_object() || c.empty()) return f + ".counters: Required value";
+    if (c.size() > 32) return f + ".counters: Too many: must have at most 32 items";
+  }
+  bool advanced = false;
+  for (const nlohmann::json& d : devices) {
+    if (d.contains("taints") || d.contains("consumesCounters")) advanced = true;
+  }
+  const size_t max_devices = advanced ? 64 : 128;
+  if (devices.size() > max_devices) {
+    return "spec.devices: Too many: must have at most " + std::to_string(max_devices) + " items";
+  }
+  std::set<std::string> device_names;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const nlohmann::json& d = devices[i];
+    const std::string f = "spec.devices[" + std::to_string(i) + "]";
+    const std::string name = d.value("name", "");
+    if (!IsDnsLabel(name)) return f + ".name: Invalid value: must be a DNS label";
+    if (!device_names.insert(name).second) return f + ".name: Duplicate value: \"" + name + "\"";
+    const nlohmann::json attrs = d.value("attributes", nlohmann::json::object());
+    const nlohmann::json caps = d.value("capacity", nlohmann::json::object());
+    if (attrs.size() + caps.size() > 32) {
+      return f + ": Too many: attributes and capacities must have at most 32 items";
+    }
+    for (auto it = attrs.begin(); it != attrs.end(); ++it) {
+      if (!IsQualifiedName(it.key())) return f + ".attributes: Invalid name \"" + it.key() + "\"";
+      if (!it->is_object() || it->size() != 1) {
+        return f + ".attributes[" + it.key() + "]: exactly one value must be specified";
+      }
+      if (it->contains("string") && (*it)["string"].is_string() &&
+          (*it)["string"].get<std::string>().size() > 64) {
+        return f + ".attributes[" + it.key() + "].string: Too long: may not be more than 64";
+      }
+    }
+    for (auto it = caps.begin(); it != caps.end(); ++it) {
+      if (!IsQualifiedName(it.key())) return f + ".capacity: Invalid name \"" + it.key() + "\"";
+      if (!it->is_object() || !it->contains("value")) {
+        return f + ".capacity[" + it.key() + "].value: Required value";
+      }
+    }
+    const nlohmann::json consumes = d.value("consumesCounters", nlohmann::json::array());
+    if (consumes.size() > 2) return f + ".consumesCounters: Too many: must have at most 2 items";
+    for (const nlohmann::json& c : consumes) {
+      if (c.value("counterSet", "").empty()) return f + ".consumesCounters.counterSet: Required";
+      if (c.value("counters", nlohmann::json::object()).size() > 32) {
+        return f + ".consumesCounters.counters: Too many: must have at most 32 items";
+      }
+    }
+    if (d.value("taints", nlohmann::json::array()).size() > 16) {
+      return f + ".taints: Too many: must have at most 16 items";
+    }
+  }
+  if (old != nullptr && old->contains("spec")) {
+    const nlohmann::json& was = (*old)["spec"];
+    if (was.value("driver", "") != spec.value("driver", "")) {
+      return "spec.driver: Invalid value: field is immutable";
+    }
+    if (was.value("nodeName", "") != spec.value("nodeName", "")) {
+      return "spec.nodeName: Invalid value: field is immutable";
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 Result<TestPki> MakeTestPki(const std::string& dir) {
@@ -286,6 +443,19 @@ struct FakeApiServer::State {
   // Pods being deleted gracefully: path → when the stand-in kubelet has stopped them.
   std::map<std::string, std::chrono::steady_clock::time_point> deleting;
   std::thread reaper;
+
+  // A control call for the open watch streams (SendBookmarks, ExpireWatches, …): under mu, `set`
+  // writes what the streams read with it and `generation` moves on; then every stream wakes.
+  template <typename Set>
+  void Signal(uint64_t& generation, Set set) {
+    std::lock_guard<std::mutex> lock(mu);
+    set();
+    ++generation;
+    cv.notify_all();
+  }
+  void Signal(uint64_t& generation) {
+    Signal(generation, [] {});
+  }
 
   // Caller holds mu.
   uint64_t Record(const std::string& type, const std::string& path, nlohmann::json object) {
@@ -373,10 +543,51 @@ struct FakeApiServer::State {
       return;
     }
     if (it == objects.end()) {
+      if (auto parent = StatusParent(req.path)) it = objects.find(*parent);
+    }
+    if (it == objects.end()) {
       Fail(res, 404, "NotFound", "\"" + req.path + "\" not found");
       return;
     }
     res.set_content(it->second.dump(), "application/json");
+  }
+
+  // The object path of a status subresource ("<object>/status") whose object exists; nullopt for
+  // any other path (caller holds mu).
+  std::optional<std::string> StatusParent(const std::string& path) const {
+    static const std::string kSuffix = "/status";
+    if (path.size() <= kSuffix.size() ||
+        path.compare(path.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0) {
+      return std::nullopt;
+    }
+    std::string parent = path.substr(0, path.size() - kSuffix.size());
+    if (objects.count(parent) == 0 || IsCollection(parent)) return std::nullopt;
+    return parent;
+  }
+
+  // What a write of `updated` to `path` stores (caller holds mu; `path` exists): through the
+  // status subresource only the status changes (ResetObjectMetaForStatus, spec kept); a
+  // resourceclaim written through the main path keeps its status. Returns an error for a
+  // ResourceSlice the real server would refuse (ValidateResourceSlice), empty when fine.
+  std::string Settle(const std::string& path, bool status_write, nlohmann::json& updated) const {
+    const nlohmann::json& old = objects.at(path);
+    if (status_write) {
+      nlohmann::json kept = old;
+      if (updated.contains("status")) {
+        kept["status"] = updated["status"];
+      } else {
+        kept.erase("status");
+      }
+      updated = std::move(kept);
+    } else if (IsResourceClaim(path)) {
+      if (old.contains("status")) {
+        updated["status"] = old["status"];
+      } else {
+        updated.erase("status");
+      }
+    }
+    if (IsResourceSlice(path)) return ValidateResourceSlice(updated, &old);
+    return "";
   }
 
   // Every write goes through here: authorisation, then the first injected fault that matches
@@ -476,6 +687,13 @@ struct FakeApiServer::State {
       }
       nlohmann::json created = body;
       created["metadata"].erase("uid");  // the server assigns it
+      if (IsResourceClaim(path)) created.erase("status");
+      if (IsResourceSlice(path)) {
+        if (std::string bad = ValidateResourceSlice(created, nullptr); !bad.empty()) {
+          Fail(res, 422, "Invalid", "ResourceSlice.resource.k8s.io \"" + name + "\" is invalid: " + bad);
+          return;
+        }
+      }
       Record("ADDED", path, created);
       res.status = 201;
       res.set_content(objects[path].dump(), "application/json");
@@ -686,7 +904,9 @@ struct FakeApiServer::State {
   void HandlePatch(const httplib::Request& req, httplib::Response& res) {
     HandleWrite(req, res, [&](const nlohmann::json& patch) {
       const std::string ct = req.get_header_value("Content-Type");
-      auto it = objects.find(req.path);
+      const std::optional<std::string> parent = StatusParent(req.path);
+      const std::string path = parent ? *parent : req.path;
+      auto it = objects.find(path);
       if (it == objects.end()) {
         Fail(res, 404, "NotFound", "\"" + req.path + "\" not found");
         return;
@@ -721,7 +941,11 @@ struct FakeApiServer::State {
         Fail(res, 415, "UnsupportedMediaType", "unsupported patch type " + ct);
         return;
       }
-      Update(req.path, std::move(updated), res);
+      if (std::string bad = Settle(path, parent.has_value(), updated); !bad.empty()) {
+        Fail(res, 422, "Invalid", req.path + " is invalid: " + bad);
+        return;
+      }
+      Update(path, std::move(updated), res);
     });
   }
 
@@ -742,7 +966,9 @@ struct FakeApiServer::State {
   // object writes nothing.
   void HandlePut(const httplib::Request& req, httplib::Response& res) {
     HandleWrite(req, res, [&](const nlohmann::json& body) {
-      auto it = objects.find(req.path);
+      const std::optional<std::string> parent = StatusParent(req.path);
+      const std::string path = parent ? *parent : req.path;
+      auto it = objects.find(path);
       if (it == objects.end()) {
         Fail(res, 404, "NotFound", "\"" + req.path + "\" not found");
         return;
@@ -751,7 +977,7 @@ struct FakeApiServer::State {
         Fail(res, 400, "BadRequest", "body is not an object with metadata");
         return;
       }
-      const std::string name = req.path.substr(req.path.rfind('/') + 1);
+      const std::string name = path.substr(path.rfind('/') + 1);
       if (body["metadata"].value("name", "") != name) {
         Fail(res, 400, "BadRequest", "the name of the object does not match the name on the URL");
         return;
@@ -763,7 +989,12 @@ struct FakeApiServer::State {
              "the object has been modified; please apply your changes to the latest version");
         return;
       }
-      Update(req.path, body, res);
+      nlohmann::json updated = body;
+      if (std::string bad = Settle(path, parent.has_value(), updated); !bad.empty()) {
+        Fail(res, 422, "Invalid", req.path + " is invalid: " + bad);
+        return;
+      }
+      Update(path, std::move(updated), res);
     });
   }
 
@@ -774,6 +1005,29 @@ struct FakeApiServer::State {
     HandleWrite(req, res, [&](const nlohmann::json& options) {
       auto it = objects.find(req.path);
       const std::string name = req.path.substr(req.path.rfind('/') + 1);
+      if (it == objects.end() && IsCollection(req.path)) {
+        // deletecollection (staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go,
+        // DeleteCollection): every item the selectors match, answered as the list of them.
+        const std::string fields = req.get_param_value("fieldSelector");
+        const std::string labels = req.get_param_value("labelSelector");
+        std::vector<std::string> doomed;
+        for (const auto& [path, obj] : objects) {
+          if (InCollection(req.path, path) && Matches(obj, fields, labels)) doomed.push_back(path);
+        }
+        nlohmann::json items = nlohmann::json::array();
+        for (const std::string& path : doomed) {
+          if (objects.count(path) == 0) continue;
+          items.push_back(DeleteObject(path, options.is_object() ? options
+                                                                 : nlohmann::json::object()));
+        }
+        res.set_content(nlohmann::json{{"kind", "List"},
+                                       {"apiVersion", "v1"},
+                                       {"metadata", {{"resourceVersion", std::to_string(version)}}},
+                                       {"items", items}}
+                            .dump(),
+                        "application/json");
+        return;
+      }
       if (it == objects.end()) {
         Fail(res, 404, "NotFound", "\"" + name + "\" not found");
         return;
@@ -982,7 +1236,8 @@ struct FakeApiServer::State {
     static const std::map<std::string, std::string> kinds = {
         {"pods", "Pod"},         {"nodes", "Node"},     {"configmaps", "ConfigMap"},
         {"leases", "Lease"},     {"statefulsets", "StatefulSet"},
-        {"resourceslices", "ResourceSlice"}, {"resourceclaims", "ResourceClaim"}};
+        {"resourceslices", "ResourceSlice"}, {"resourceclaims", "ResourceClaim"},
+        {"deviceclasses", "DeviceClass"}};
     const std::vector<std::string> seg = Segments(collection);
     if (seg.empty()) return "";
     auto it = kinds.find(seg.back());
@@ -1095,37 +1350,19 @@ void FakeApiServer::BeforeEachWrite(std::function<void(const RecordedRequest&)> 
   state_->before_write = std::move(hook);
 }
 
-void FakeApiServer::SendBookmarks() {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  ++state_->bookmark_generation;
-  state_->cv.notify_all();
-}
+void FakeApiServer::SendBookmarks() { state_->Signal(state_->bookmark_generation); }
 
-void FakeApiServer::ExpireWatches() {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  ++state_->gone_generation;
-  state_->cv.notify_all();
-}
+void FakeApiServer::ExpireWatches() { state_->Signal(state_->gone_generation); }
 
 void FakeApiServer::SendWatchError(int code, const std::string& reason,
                                    const std::string& message) {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  state_->watch_error = StatusBody(code, reason, message);
-  ++state_->error_generation;
-  state_->cv.notify_all();
+  state_->Signal(state_->error_generation,
+                 [&] { state_->watch_error = StatusBody(code, reason, message); });
 }
 
-void FakeApiServer::BreakWatches() {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  ++state_->break_generation;
-  state_->cv.notify_all();
-}
+void FakeApiServer::BreakWatches() { state_->Signal(state_->break_generation); }
 
-void FakeApiServer::CloseWatches() {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  ++state_->close_generation;
-  state_->cv.notify_all();
-}
+void FakeApiServer::CloseWatches() { state_->Signal(state_->close_generation); }
 
 void FakeApiServer::ExpireVersionsBefore(uint64_t version) {
   std::lock_guard<std::mutex> lock(state_->mu);

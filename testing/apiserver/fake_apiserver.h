@@ -19,6 +19,15 @@
 //          (a list or $-directive is refused, 422); a stale metadata.resourceVersion in the patch
 //          is 409; a patch that changes nothing bumps no version and sends no event
 //   PUT    <object path> → replace (404, 409 on a stale resourceVersion)
+//   GET/PATCH/PUT <object path>/status → the status subresource: only `status` changes; a
+//          resource.k8s.io/v1 ResourceClaim written through its main path keeps its status (and
+//          is created without one), as the scheduler's /status write is the only way in
+//   ResourceSlices (resource.k8s.io/v1, cluster-scoped) are validated on every write as the
+//          real server does where a publisher can go wrong (limits on devices, counter sets,
+//          counters, attributes+capacities, taints; devices or sharedCounters; exactly one node
+//          selection; driver and nodeName immutable): 422 Invalid naming the field
+//   DELETE <collection>[?fieldSelector][&labelSelector] → deletecollection: every matching item,
+//          answered as a List of them (the kubelet wipes a node's slices this way)
 //   DELETE <object path> → with DeleteOptions preconditions (409); a pod bound to a node and not
 //          finished goes Terminating (deletionTimestamp) and is removed after
 //          min(grace period, Options::pod_termination), as its kubelet would

@@ -423,5 +423,115 @@ TEST_F(FakeApiServerTest, PutAndDeleteHonourPreconditions) {
   EXPECT_FALSE(api_->Object("/api/v1/namespaces/ns/pods/p").has_value());
 }
 
+// resource.k8s.io/v1 as the DRA driver and the kubelet use it (issue 22): slices listed, watched
+// and wiped by spec.nodeName; a claim's status written only through /status (the scheduler's
+// way), its main-path writes keeping the status; slices the real server refuses are refused.
+const std::string kSlices = "/apis/resource.k8s.io/v1/resourceslices";
+const std::string kClaims = "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims";
+
+json Slice(const std::string& name, const std::string& node, size_t devices) {
+  json s = {{"apiVersion", "resource.k8s.io/v1"},
+            {"kind", "ResourceSlice"},
+            {"metadata", {{"name", name}}},
+            {"spec",
+             {{"driver", "gpu.gpulet.io"},
+              {"nodeName", node},
+              {"pool", {{"name", node}, {"generation", 1}, {"resourceSliceCount", 1}}},
+              {"devices", json::array()}}}};
+  for (size_t i = 0; i < devices; ++i) {
+    s["spec"]["devices"].push_back({{"name", "gpu-" + std::to_string(i)}});
+  }
+  return s;
+}
+
+TEST_F(FakeApiServerTest, SlicesAreSelectedWatchedAndWipedByNodeName) {
+  ASSERT_TRUE(client_->Post(kSlices, Slice("a-0", "node-a", 1)).ok());
+  ASSERT_TRUE(client_->Post(kSlices, Slice("a-1", "node-a", 1)).ok());
+  ASSERT_TRUE(client_->Post(kSlices, Slice("b-0", "node-b", 1)).ok());
+  const std::string sel = "fieldSelector=" + k8s::EscapeQueryValue("spec.nodeName=node-a");
+  auto list = client_->Get(kSlices + "?" + sel);
+  ASSERT_TRUE(list.ok()) << list.status().message();
+  ASSERT_EQ((*list)["items"].size(), 2u);
+  Watcher w(*client_, kSlices + "?watch=1&" + sel + "&resourceVersion=" +
+                          (*list)["metadata"]["resourceVersion"].get<std::string>());
+  ASSERT_TRUE(api_->WaitForOpenWatches(1, 10s));
+  auto wiped = client_->Delete(kSlices + "?" + sel);  // the kubelet's deletecollection
+  ASSERT_TRUE(wiped.ok()) << wiped.status().message();
+  EXPECT_EQ((*wiped)["items"].size(), 2u);
+  ASSERT_TRUE(w.WaitEvents(2));
+  EXPECT_EQ(w.events(), (std::vector<std::string>{"DELETED a-0", "DELETED a-1"}));
+  EXPECT_FALSE(api_->Object(kSlices + "/a-0").has_value());
+  EXPECT_TRUE(api_->Object(kSlices + "/b-0").has_value());
+  auto gone = client_->Delete(kSlices + "/a-0");
+  EXPECT_EQ(gone.http_status(), 404);
+}
+
+TEST_F(FakeApiServerTest, SlicesBeyondTheApiLimitsAreRefusedAsTheRealServerDoes) {
+  auto ok = client_->Post(kSlices, Slice("s", "n", 128));
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  auto too_many = client_->Post(kSlices, Slice("t", "n", 129));
+  EXPECT_EQ(too_many.http_status(), 422);
+  json counted = Slice("c", "n", 65);
+  counted["spec"]["devices"][0]["consumesCounters"] =
+      json::array({{{"counterSet", "gpu-0"}, {"counters", {{"memory", {{"value", "1"}}}}}}});
+  EXPECT_EQ(client_->Post(kSlices, counted).http_status(), 422);  // 64 with counters
+  json both = Slice("b", "n", 1);
+  both["spec"]["sharedCounters"] =
+      json::array({{{"name", "gpu-0"}, {"counters", {{"memory", {{"value", "1"}}}}}}});
+  EXPECT_EQ(client_->Post(kSlices, both).http_status(), 422);  // devices and counters
+  json sets = Slice("k", "n", 0);
+  for (int i = 0; i < 9; ++i) {
+    sets["spec"]["sharedCounters"].push_back(
+        {{"name", "gpu-" + std::to_string(i)}, {"counters", {{"memory", {{"value", "1"}}}}}});
+  }
+  EXPECT_EQ(client_->Post(kSlices, sets).http_status(), 422);  // 9 counter sets
+  sets["spec"]["sharedCounters"].erase(8);
+  EXPECT_TRUE(client_->Post(kSlices, sets).ok());
+  json attrs = Slice("a", "n", 1);
+  for (int i = 0; i < 33; ++i) {
+    attrs["spec"]["devices"][0]["attributes"]["a" + std::to_string(i)] = {{"int", i}};
+  }
+  EXPECT_EQ(client_->Post(kSlices, attrs).http_status(), 422);  // 33 attributes
+  // nodeName is immutable.
+  auto moved = client_->Patch(kSlices + "/s", {{"spec", {{"nodeName", "other"}}}},
+                              k8s::PatchType::kMerge);
+  EXPECT_EQ(moved.http_status(), 422);
+}
+
+TEST_F(FakeApiServerTest, ClaimStatusIsWrittenOnlyThroughTheStatusSubresource) {
+  json claim = {{"apiVersion", "resource.k8s.io/v1"},
+                {"kind", "ResourceClaim"},
+                {"metadata", {{"name", "c"}, {"namespace", "ns"}}},
+                {"spec", {{"devices", {{"requests", json::array()}}}}},
+                {"status", {{"allocation", {{"devices", {{"results", json::array()}}}}}}}};
+  auto created = client_->Post(kClaims, claim);
+  ASSERT_TRUE(created.ok()) << created.status().message();
+  EXPECT_FALSE(created->contains("status"));  // a create carries no status
+  const json allocation = {
+      {"devices",
+       {{"results", json::array({{{"request", "r"}, {"driver", "gpu.gpulet.io"},
+                                  {"pool", "n"}, {"device", "gpu-0"}}})}}}};
+  auto main = client_->Patch(kClaims + "/c", {{"status", {{"allocation", allocation}}}},
+                             k8s::PatchType::kMerge);
+  ASSERT_TRUE(main.ok()) << main.status().message();
+  EXPECT_FALSE(main->contains("status"));  // ignored on the main path
+  auto status = client_->Patch(kClaims + "/c/status",
+                               {{"status", {{"allocation", allocation}}},
+                                {"spec", {{"devices", {{"requests", "changed"}}}}}},
+                               k8s::PatchType::kMerge);
+  ASSERT_TRUE(status.ok()) << status.status().message();
+  EXPECT_EQ((*status)["status"]["allocation"], allocation);
+  EXPECT_EQ((*status)["spec"]["devices"]["requests"], json::array());  // spec kept
+  auto read = client_->Get(kClaims + "/c/status");
+  ASSERT_TRUE(read.ok());
+  EXPECT_EQ((*read)["status"]["allocation"], allocation);
+  // A later main-path write keeps the status the scheduler wrote.
+  auto labelled = client_->Patch(kClaims + "/c", {{"metadata", {{"labels", {{"x", "y"}}}}}},
+                                 k8s::PatchType::kMerge);
+  ASSERT_TRUE(labelled.ok());
+  EXPECT_EQ((*labelled)["status"]["allocation"], allocation);
+  EXPECT_EQ(client_->Get(kClaims + "/missing/status").http_status(), 404);
+}
+
 }  // namespace
 }  // namespace gpulet::testing

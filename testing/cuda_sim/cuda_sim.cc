@@ -724,6 +724,16 @@ SIM_EXPORT CUresult cuCtxSynchronize(void) {
   return CUDA_SUCCESS;
 }
 
+// CUDA 13's variant, what cuGetProcAddress answers for "cuCtxSynchronize" at version 13000 and
+// later: the context named, or the current one when none is.
+SIM_EXPORT CUresult cuCtxSynchronize_v2(CUcontext named) {
+  SIM_LOCK();
+  CUctx_st* ctx = named != nullptr ? named : Current();
+  if (ctx == nullptr || !d.Known(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  d.Synchronize();
+  return CUDA_SUCCESS;
+}
+
 // ---- streams and events ------------------------------------------------------------------------
 
 SIM_EXPORT CUresult cuStreamCreate(CUstream* phStream, unsigned int) {
@@ -1271,11 +1281,18 @@ SIM_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec* phGraphExec, CUgra
   if (params != nullptr) params->result_out = rc == CUDA_SUCCESS ? 0 : 1;
   return rc;
 }
+SIM_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                                      CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+  return cuGraphInstantiateWithParams(phGraphExec, hGraph, params);
+}
 // [GRAPH] cuGraphUpload: the launch's resources, memory included, are set up ahead: the model
 // reserves nothing there and takes memory at the launch.
 SIM_EXPORT CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream) {
   SIM_LOCK();
   return d.execs.count(hGraphExec) == 1 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+SIM_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream stream) {
+  return cuGraphUpload(hGraphExec, stream);
 }
 SIM_EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream) { return Launch(hGraphExec); }
 SIM_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream) {
@@ -1557,6 +1574,7 @@ const Entry kEntries[] = {
     E(cuCtxPushCurrent, cuCtxPushCurrent_v2, 4000, false),
     E(cuCtxPopCurrent, cuCtxPopCurrent_v2, 4000, false),
     E(cuCtxSynchronize, cuCtxSynchronize, 2000, false),
+    E(cuCtxSynchronize, cuCtxSynchronize_v2, 13000, false),
     E(cuStreamCreate, cuStreamCreate, 2000, false),
     E(cuStreamDestroy, cuStreamDestroy_v2, 4000, false),
     E(cuStreamGetCtx, cuStreamGetCtx, 9020, false),
@@ -1617,7 +1635,9 @@ const Entry kEntries[] = {
     E(cuGraphAddMemFreeNode, cuGraphAddMemFreeNode, 11040, false),
     E(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040, false),
     E(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams, 12000, false),
+    E(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams_ptsz, 12000, true),
     E(cuGraphUpload, cuGraphUpload, 11010, false),
+    E(cuGraphUpload, cuGraphUpload_ptsz, 11010, true),
     E(cuGraphLaunch, cuGraphLaunch, 10000, false),
     E(cuGraphLaunch, cuGraphLaunch_ptsz, 10000, true),
     E(cuGraphExecDestroy, cuGraphExecDestroy, 10000, false),

@@ -846,7 +846,24 @@ v1::ListPodResourcesResponse KubeletHarness::PodResourcesResponse() {
       container = pod->add_containers();
       container->set_name(a.container);
     }
-    if (a.resource.empty()) continue;  // a container without devices
+    for (const ClaimDevice& d : a.claims) {
+      v1::DynamicResource* claim = nullptr;
+      for (auto& r : *container->mutable_dynamic_resources()) {
+        if (r.claim_name() == d.claim_name && r.claim_namespace() == d.claim_namespace) claim = &r;
+      }
+      if (!claim) {
+        claim = container->add_dynamic_resources();
+        claim->set_claim_name(d.claim_name);
+        claim->set_claim_namespace(d.claim_namespace);
+      }
+      v1::ClaimResource* device = claim->add_claim_resources();
+      device->set_driver_name(d.driver);
+      device->set_pool_name(d.pool);
+      device->set_device_name(d.device);
+      for (const std::string& cdi : d.cdi_devices) device->add_cdi_devices()->set_name(cdi);
+      if (d.share_id) device->set_share_id(*d.share_id);
+    }
+    if (a.resource.empty()) continue;  // a container without device-plugin devices
     auto* devices = container->add_devices();
     devices->set_resource_name(a.resource);
     for (const auto& id : a.device_ids) devices->add_device_ids(id);

@@ -131,12 +131,26 @@ std::string FormatEvent(const HarnessEvent& event);
 // container with no devices (the kubelet lists every container of every pod it knows, devices or
 // not); a terminated pod stays listed until the kubelet forgets it, so the same device ID may
 // appear under a dead and a live container.
+// `claims`: devices Dynamic Resource Allocation gave the container, listed in its
+// dynamic_resources (one DynamicResource per claim, one ClaimResource per device), as the kubelet
+// does for prepared claims (pkg/kubelet/apis/podresources/server_v1.go with the DRA manager's
+// GetContainerClaimInfos).
+struct ClaimDevice {
+  std::string claim_name;
+  std::string claim_namespace;
+  std::string driver;
+  std::string pool;
+  std::string device;
+  std::vector<std::string> cdi_devices;  // "vendor/class=name"
+  std::optional<std::string> share_id;   // consumable capacity
+};
 struct PodAssignment {
   std::string namespace_name;
   std::string pod;
   std::string container;
   std::string resource;
   std::vector<std::string> device_ids;
+  std::vector<ClaimDevice> claims;
 };
 
 class KubeletHarness {

@@ -6,6 +6,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cstdlib>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,39 @@ inline std::vector<YAML::Node> RenderKustomization(const std::string& dir) {
   EXPECT_EQ(r.exit_code, 0) << "kubectl kustomize " << dir << ":\n" << r.output;
   if (r.exit_code != 0) return {};
   return YAML::LoadAll(r.output);
+}
+
+// Lookups in rendered manifests.
+inline std::vector<YAML::Node> OfKind(const std::vector<YAML::Node>& docs,
+                                      const std::string& kind) {
+  std::vector<YAML::Node> out;
+  for (const YAML::Node& d : docs) {
+    if (d["kind"].as<std::string>() == kind) out.push_back(d);
+  }
+  return out;
+}
+
+// The object of `kind` named `name`, or a null node.
+inline YAML::Node Find(const std::vector<YAML::Node>& docs, const std::string& kind,
+                       const std::string& name) {
+  for (const YAML::Node& d : OfKind(docs, kind)) {
+    if (d["metadata"]["name"].as<std::string>() == name) return d;
+  }
+  return YAML::Node();
+}
+
+// The item of a list of named items (containers, volumes, env) named `name`, or a null node.
+inline YAML::Node Named(const YAML::Node& list, const std::string& name) {
+  for (const YAML::Node& item : list) {
+    if (item["name"].as<std::string>() == name) return item;
+  }
+  return YAML::Node();
+}
+
+inline std::set<std::string> Strings(const YAML::Node& list) {
+  std::set<std::string> out;
+  for (const YAML::Node& s : list) out.insert(s.as<std::string>());
+  return out;
 }
 
 }  // namespace gpulet::testing

@@ -26,29 +26,6 @@ std::vector<YAML::Node> Render(const std::string& overlay) {
   return RenderKustomization("deploy/overlays/" + overlay);
 }
 
-YAML::Node Find(const std::vector<YAML::Node>& docs, const std::string& kind,
-                const std::string& name) {
-  for (const YAML::Node& d : docs) {
-    if (d["kind"].as<std::string>() == kind && d["metadata"]["name"].as<std::string>() == name) {
-      return d;
-    }
-  }
-  return YAML::Node();
-}
-
-YAML::Node Named(const YAML::Node& list, const std::string& name) {
-  for (const YAML::Node& item : list) {
-    if (item["name"].as<std::string>() == name) return item;
-  }
-  return YAML::Node();
-}
-
-std::set<std::string> Strings(const YAML::Node& list) {
-  std::set<std::string> out;
-  for (const YAML::Node& s : list) out.insert(s.as<std::string>());
-  return out;
-}
-
 class OverlayTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(OverlayTest, RendersALeastPrivilegeDaemonSetOnGpuNodesOnly) {

@@ -152,6 +152,10 @@ class TenantAbuseTest : public ::testing::Test {
     env["GPULET_CUDA_DIR"] = c.cuda;
     env["GPULET_CUDA_PASSTHROUGH"] = "1";  // the tenant's; ignored
     env["GPULET_CUDA_SIM_CONTEXT_BYTES"] = std::to_string(256ULL << 20);
+#ifdef GPULET_ASAN_RUNTIME
+    // ASan must be the first object of the process, ahead of the (ASan-built) library.
+    env["LD_PRELOAD"] = std::string(GPULET_ASAN_RUNTIME) + " " + env["LD_PRELOAD"];
+#endif
     CommandSpec spec;
     spec.argv = {BuildDir() + "/bin/memlimit_probe"};
     spec.argv.insert(spec.argv.end(), args.begin(), args.end());

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -67,6 +68,7 @@ class MemLimitTest : public ::testing::Test {
     std::filesystem::create_directories(acct_);
     auto node = sim::PrepareSimulation("hgx-h200", root_ + "/sim");
     ASSERT_TRUE(node.ok()) << node.status().message();
+    fixture_path_ = node->fixture_path;
     auto fixture = sim::LoadFixture(node->fixture_path);
     ASSERT_TRUE(fixture.ok());
     uuid0_ = fixture->gpus[0].uuid;
@@ -182,7 +184,7 @@ class MemLimitTest : public ::testing::Test {
         end == std::string::npos ? 0 : end - (start == std::string::npos ? 0 : start + 1) + 1);
   }
 
-  std::string root_, acct_, uuid0_, uuid1_;
+  std::string root_, acct_, uuid0_, uuid1_, fixture_path_;
   uint64_t physical_ = 0;
   uint64_t context_ = 4 * kMiB;
 };
@@ -242,6 +244,35 @@ TEST_F(MemLimitTest, ProcAddressAsTheCuda13RuntimeDoes) {
   auto ptsz = Line(out.out, "ptsz");
   EXPECT_EQ(ptsz["rc"], "0");
   EXPECT_EQ(ptsz["cuMemAllocAsync"], "libgpulet-cuda.so:cuMemAllocAsync_ptsz");
+  EXPECT_EQ(ptsz["cuGraphUpload"], "libgpulet-cuda.so:cuGraphUpload_ptsz");
+  EXPECT_EQ(ptsz["cuGraphInstantiateWithParams"],
+            "libgpulet-cuda.so:cuGraphInstantiateWithParams_ptsz");
+}
+
+// A CUDA 13 driver answers "cuCtxSynchronize" at 13000 with its _v2 (a context argument), as the
+// real H200's driver 580 did in scripts/device-check.sh: the library hands out its own _v2, so a
+// synchronize still settles the pools, and says nothing about an unknown variant.
+TEST_F(MemLimitTest, ACuda13DriverGetsTheContextSynchronizeVariant) {
+  // The fixture with a CUDA 13.0 driver: a copy of this test's own, never the shared one.
+  std::string text;
+  {
+    std::ifstream in(fixture_path_);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const auto at = text.find("cuda_version: 12040");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, std::strlen("cuda_version: 12040"), "cuda_version: 13000");
+  const std::string cuda13 = root_ + "/hgx-h200-cuda13.yaml";
+  std::ofstream(cuda13) << text;
+  MakeRegion(64 * kMiB);
+  const CommandOutput out =
+      Probe({"--via", "procaddr", "init", "owners", "sync"}, {{"GPULET_SIM_FIXTURE", cuda13}});
+  auto owners = Line(out.out, "owners");
+  EXPECT_EQ(owners["cuCtxSynchronize_v2"], "libgpulet-cuda.so:cuCtxSynchronize_v2");
+  EXPECT_EQ(owners["cuCtxCreate_v4"], "libgpulet-cuda.so:cuCtxCreate_v4");
+  EXPECT_EQ(Line(out.out, "sync")["rc"], "0");
+  // (The model's made-up cuMemAllocManaged_v2 still draws its warning: that one is unknown.)
+  EXPECT_EQ(out.err.find("cuGetProcAddress(cuCtxSynchronize)"), std::string::npos) << out.err;
 }
 
 // Each counted API, past the limit: the first call that does not fit answers OUT_OF_MEMORY, and

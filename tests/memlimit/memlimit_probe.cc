@@ -330,13 +330,20 @@ int main(int argc, char** argv) {
       std::printf("\n");
     } else if (cmd == "ptsz") {
       // Per-thread default stream: the runtime built with --default-stream per-thread asks so.
-      void* fn = nullptr;
-      CUdriverProcAddressQueryResult st{};
-      const CUresult rc = g_gpa == nullptr
-                              ? CUDA_ERROR_NOT_FOUND
-                              : g_gpa("cuMemAllocAsync", &fn, 13000,
-                                      CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st);
-      std::printf("ptsz rc=%d cuMemAllocAsync=%s\n", rc, Owner(fn).c_str());
+      // (The CUDA 13 runtime asks for both tables at start, whatever it was built with.)
+      CUresult rc = CUDA_SUCCESS;
+      std::printf("ptsz");
+      for (const char* base : {"cuMemAllocAsync", "cuGraphUpload", "cuGraphInstantiateWithParams"}) {
+        void* fn = nullptr;
+        CUdriverProcAddressQueryResult st{};
+        const CUresult r = g_gpa == nullptr
+                               ? CUDA_ERROR_NOT_FOUND
+                               : g_gpa(base, &fn, 13000,
+                                       CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st);
+        if (r != CUDA_SUCCESS) rc = r;
+        std::printf(" %s=%s", base, Owner(fn).c_str());
+      }
+      std::printf(" rc=%d\n", rc);
     } else if (cmd == "rtldnext") {
       // From the program, the next cuMemAlloc_v2 after it is the preloaded library's.
       std::printf("rtldnext cuMemAlloc_v2=%s\n", Owner(dlsym(RTLD_NEXT, "cuMemAlloc_v2")).c_str());

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
 
 #include "kubelet/kubelet_harness.h"
 #include "process.h"
@@ -116,6 +118,58 @@ TEST_F(PodAttribution, MigDevicesMapToTheirGpuInstance) {
   StartExporter("dgx-a100");
   EXPECT_TRUE(Has(",GPU_I_PROFILE=\"" + profile + "\""));
   EXPECT_TRUE(Has("pod=\"mig-pod\"} ")) << exporter_.log();
+}
+
+// Dynamic Resource Allocation (issue 22 item 6): the devices of gpulet's driver (gpu.gpulet.io)
+// in a container's dynamic_resources get the pod's labels: a whole GPU, memory shares of one GPU
+// (one series per share with --kubernetes-virtual-gpus) and a MIG placement, found among GPU 1's
+// six 1g.5gb devices by where its GPU instance starts. Another driver's devices are not ours.
+TEST_F(PodAttribution, DraClaimDevicesGetLabels) {
+  auto claim = [](const std::string& name, const std::string& device,
+                  std::optional<std::string> share = std::nullopt) {
+    return ClaimDevice{name,   "ml",  "gpu.gpulet.io", "node-a",
+                       device, {"gpu.gpulet.io/claim=" + name + "-" + device}, std::move(share)};
+  };
+  Pods pods = {{"ml", "dra-whole", "main", "", {}, {claim("c1", "gpu-2")}},
+               {"ml", "dra-share-a", "main", "", {}, {claim("c2", "gpu-3-mem", "share-a")}},
+               {"ml", "dra-share-b", "main", "", {}, {claim("c3", "gpu-3-mem", "share-b")}},
+               {"ml", "dra-mig", "main", "", {}, {claim("c4", "gpu-1-mig-1g-5gb-3")}},
+               {"ml", "other-driver", "main", "", {},
+                {ClaimDevice{"c5", "ml", "gpu.nvidia.com", "node-a", "gpu-4", {}, std::nullopt}}}};
+  kubelet_.SetPodResources(pods);
+  ServeKubelet();
+  StartExporter("dgx-a100", {"--kubernetes-virtual-gpus"});
+  // A line of the exposition holding every one of `parts`.
+  auto line_with = [&](std::vector<std::string> parts) {
+    return WaitFor([&] {
+      std::istringstream lines(HttpGet(port_, "/metrics"));
+      for (std::string l; std::getline(lines, l);) {
+        if (l.rfind("DCGM_FI_DEV_GPU_TEMP{", 0) != 0) continue;
+        bool all = true;
+        for (const std::string& p : parts) all = all && l.find(p) != std::string::npos;
+        if (all) return true;
+      }
+      return false;
+    });
+  };
+  EXPECT_TRUE(line_with({"{gpu=\"2\"", "pod=\"dra-whole\"", "namespace=\"ml\""})) << exporter_.log();
+  EXPECT_TRUE(line_with({"{gpu=\"3\"", "pod=\"dra-share-a\",vgpu=\"share-a\""}));
+  EXPECT_TRUE(line_with({"{gpu=\"3\"", "pod=\"dra-share-b\",vgpu=\"share-b\""}));
+  // 1g.5gb at memory slice 3 on GPU 1 is GPU instance 10 (testing/fixtures/dgx-a100.yaml).
+  EXPECT_TRUE(line_with({"{gpu=\"1\"", "GPU_I_ID=\"10\"", "pod=\"dra-mig\""}));
+  const std::string text = HttpGet(port_, "/metrics");
+  EXPECT_EQ(text.find("pod=\"other-driver\""), std::string::npos);
+  size_t mig_pods = 0;
+  for (size_t p = text.find("pod=\"dra-mig\""); p != std::string::npos;
+       p = text.find("pod=\"dra-mig\"", p + 1)) {
+    const size_t start = text.rfind('\n', p);
+    const std::string l = text.substr(start + 1, text.find('\n', p) - start - 1);
+    if (l.rfind("DCGM_FI_DEV_GPU_TEMP{", 0) == 0) {
+      ++mig_pods;
+      EXPECT_NE(l.find("GPU_I_ID=\"10\""), std::string::npos) << l;
+    }
+  }
+  EXPECT_EQ(mig_pods, 1u) << "only GPU instance 10 of the six 1g.5gb devices";
 }
 
 TEST_F(PodAttribution, KubeletGoneKeepsServingAndReconnects) {

@@ -443,6 +443,35 @@ class SlurmPodStandIns : public ::testing::Test {
   TempDir dir_;
 };
 
+// Dynamic Resource Allocation (issue 22 item 6): the claim's devices come from
+// GPULET_DRA_DEVICES, which gpulet dra's CDI edits set; NVIDIA_VISIBLE_DEVICES is a CUDA image's
+// "all" there. A whole GPU and a memory share of another give a node with two GPUs.
+TEST_F(SlurmPodStandIns, GresComesFromTheDraAllocation) {
+  sim::Fixture h100 = Load("dgx-h100");
+  Pod::Spec spec = Spec("slurmd-dra", FreshRecord());
+  spec.allocated = "all";
+  spec.visible = Join({h100.gpus[2].uuid, h100.gpus[5].uuid});
+  spec.env["GPULET_DRA_DEVICES"] =
+      "gpu-2=" + h100.gpus[2].uuid + ",gpu-5-mem=" + h100.gpus[5].uuid;
+  Pod pod(dir_.path(), "", spec);
+  RunToRegistration(pod);
+  EXPECT_THAT(SlurmdArgs("slurmd-dra"), HasSubstr("Gres=gpu:h100:2 ")) << pod.Log();
+  const std::string gres = ReadFile(dir_.path() + "/slurmd-dra/etc/gres.conf");
+  EXPECT_THAT(gres, HasSubstr("GPULET_DRA_DEVICES=gpu-2=" + h100.gpus[2].uuid)) << gres;
+  EXPECT_THAT(pod.Log(), Not(HasSubstr("NVIDIA_VISIBLE_DEVICES=\"all\"")));
+
+  // The claim names GPU 2, the container's NVML sees GPU 3: refused, naming both sides.
+  Pod::Spec wrong = Spec("slurmd-dra-bad", FreshRecord());
+  wrong.allocated = "all";
+  wrong.visible = h100.gpus[3].uuid;
+  wrong.env["GPULET_DRA_DEVICES"] = "gpu-2=" + h100.gpus[2].uuid;
+  Pod bad(dir_.path(), "", wrong);
+  EXPECT_NE(bad.WaitExit(), 0);
+  EXPECT_THAT(bad.Log(), HasSubstr("GPULET_DRA_DEVICES names " + h100.gpus[2].uuid));
+  EXPECT_THAT(bad.Log(), HasSubstr("seen, not allocated: " + h100.gpus[3].uuid));
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/slurmd-dra-bad/etc/gres.conf"));
+}
+
 // A Secret mounted beside slurm.conf (a JWT key, slurmdbd.conf) stays readable by its owner only
 // in the pod's copy of the configuration, which every job user can list.
 TEST_F(SlurmPodStandIns, ConfigurationCopiesKeepEachFilesModeAndOwner) {
