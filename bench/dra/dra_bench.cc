@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -51,16 +52,21 @@ void Touch(const std::string& path) {
   std::ofstream(path) << "";
 }
 
-// VmRSS and VmHWM of `pid`, in KiB.
-std::pair<long, long> Rss(pid_t pid) {
+// VmRSS, VmHWM, RssAnon and RssFile of `pid`, in KiB.
+struct Memory {
+  long rss = 0, hwm = 0, anon = 0, file = 0;
+};
+Memory Rss(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
-  long rss = 0, hwm = 0;
+  Memory m;
   while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) rss = std::atol(line.c_str() + 6);
-    if (line.rfind("VmHWM:", 0) == 0) hwm = std::atol(line.c_str() + 6);
+    if (line.rfind("VmRSS:", 0) == 0) m.rss = std::atol(line.c_str() + 6);
+    if (line.rfind("VmHWM:", 0) == 0) m.hwm = std::atol(line.c_str() + 6);
+    if (line.rfind("RssAnon:", 0) == 0) m.anon = std::atol(line.c_str() + 8);
+    if (line.rfind("RssFile:", 0) == 0) m.file = std::atol(line.c_str() + 8);
   }
-  return {rss, hwm};
+  return m;
 }
 
 }  // namespace
@@ -200,7 +206,7 @@ int main(int argc, char** argv) {
         auto un = kubelet2.UnpreparePod({ref});
         auto t2 = std::chrono::steady_clock::now();
         if (!un.at(c.uid).empty()) Die(un.at(c.uid));
-          prep.push_back(Micros(t1 - t0).count());
+        prep.push_back(Micros(t1 - t0).count());
         unprep.push_back(Micros(t2 - t1).count());
       }
       for (auto [what, v] : {std::pair{"prepare", prep}, std::pair{"unprepare", unprep}}) {
@@ -210,10 +216,15 @@ int main(int argc, char** argv) {
                     what, gpus, gpus == 1 ? "" : "s", s.n, s.p50, s.p99, s.max);
       }
     }
-    auto [rss, hwm] = Rss(dra_process.pid());
+    const Memory m = Rss(dra_process.pid());
+    // For a breakdown by mapping: GPULET_BENCH_SMAPS=<file> keeps the process's smaps.
+    if (const char* keep = std::getenv("GPULET_BENCH_SMAPS"); keep != nullptr && *keep != 0) {
+      std::ifstream in("/proc/" + std::to_string(dra_process.pid()) + "/smaps");
+      std::ofstream(keep) << in.rdbuf();
+    }
     std::printf("\n`gpulet dra --simulate dgx-h100` after %d claims prepared and unprepared: "
-                "VmRSS %.1f MiB, VmHWM %.1f MiB.\n",
-                n, rss / 1024.0, hwm / 1024.0);
+                "VmRSS %.1f MiB (anonymous %.1f MiB, file-backed %.1f MiB), VmHWM %.1f MiB.\n",
+                n, m.rss / 1024.0, m.anon / 1024.0, m.file / 1024.0, m.hwm / 1024.0);
     dra_process.Stop(SIGTERM);
     kubelet2.Stop();
   }

@@ -71,6 +71,44 @@ struct CompanionAgent {
 int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
               const CompanionAgent* companion = nullptr);
 
+// `gpulet dra`'s flag values (cmd_dra.cc), also `gpulet node --dra`'s.
+struct DraArgs {
+  std::string node_name;
+  std::string kubeconfig;
+  std::string registry_dir = "/var/lib/kubelet/plugins_registry";
+  std::string plugins_dir = "/var/lib/kubelet/plugins";
+  std::string cdi_root = "/var/run/cdi";
+  std::string driver_root = "/";
+  std::string host_driver_root;
+  std::string state_dir;  // empty: the node preparer's default (on tmpfs, as the CDI specs)
+  std::string plugin_state_dir;
+  std::string cuda_library;
+  std::string instance;
+  std::string boot_id_file = "/proc/sys/kernel/random/boot_id";
+  bool device_status = true;
+  bool health = true;
+  bool publish_slices = true;
+  std::string memory_unit = "1Gi";
+  std::string placement_policy = "bestfit";
+  std::string mps_control_binary = "nvidia-cuda-mps-control";
+  std::string mps_root = "/run/gpulet/dra-mps";
+  // A device plugin serving nvidia.com/gpu or nvidia.com/mig-* here (a live nvidia-*.sock in this
+  // directory) makes the driver refuse to start, unless allowed: the shipped DeviceClasses map
+  // those extended resources to this driver, and one node must not serve them both ways.
+  std::string device_plugin_path = "/var/lib/kubelet/device-plugins";
+  bool allow_device_plugin = false;
+};
+
+// Adds the DRA driver's flags, each named --<prefix><name>: prefix "" for `gpulet dra`, "dra-"
+// inside `gpulet node` (where --plugin-dir and --driver-root are the device plugin's, and
+// --node-name and --kubeconfig are shared and not added again).
+void AddDraOptions(CLI::App* cmd, DraArgs& args, const std::string& prefix);
+
+// Runs the DRA kubelet plugin until SIGTERM/SIGINT; returns the exit code. `companion` (the
+// exporter of `gpulet node --dra`) starts on the same NVML session and inventory once the plugin
+// serves, is reloaded on SIGHUP and stopped first.
+int RunDra(const GlobalOptions& global, DraArgs args, const CompanionAgent* companion = nullptr);
+
 struct ExporterFlags {
   std::string collectors;
   std::string address = ":9400";

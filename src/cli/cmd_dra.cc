@@ -5,12 +5,19 @@
 // NVML health watch as the device plugin's; the node's ResourceSlices are published by
 // src/dra/publisher.h.
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "cli/agents.h"
 #include "cli/commands.h"
 #include "common/clock.h"
 #include "common/signals.h"
@@ -28,112 +35,154 @@
 #include "node/health_watch.h"
 
 namespace gpulet::cli {
-namespace {
 
-struct DraArgs {
-  std::string node_name;
-  std::string kubeconfig;
-  std::string registry_dir = dra::kDefaultRegistryDir;
-  std::string plugins_dir = dra::kDefaultPluginsDir;
-  std::string cdi_root = "/var/run/cdi";
-  std::string driver_root = "/";
-  std::string host_driver_root;
-  std::string state_dir;  // empty: the node preparer's default (on tmpfs, as the CDI specs)
-  std::string plugin_state_dir;
-  std::string cuda_library;
-  std::string instance;
-  std::string boot_id_file = "/proc/sys/kernel/random/boot_id";
-  bool device_status = true;
-  bool health = true;
-  bool publish_slices = true;
-  std::string memory_unit = "1Gi";
-  std::string placement_policy = "bestfit";
-  std::string mps_control_binary = "nvidia-cuda-mps-control";
-  std::string mps_root = "/run/gpulet/dra-mps";
-};
-
-void AddOptions(CLI::App* cmd, DraArgs& a) {
-  cmd->add_option("--node-name", a.node_name,
-                  "This node's name: the ResourceSlice pool and the node claims must be "
-                  "allocated to (default: the host name)")
-      ->envname("NODE_NAME");
-  cmd->add_option("--kubeconfig", a.kubeconfig,
-                  "kubeconfig file for the API server (default: in-cluster service account)")
-      ->envname("KUBECONFIG");
-  cmd->add_option("--plugins-registry", a.registry_dir,
+void AddDraOptions(CLI::App* cmd, DraArgs& a, const std::string& prefix) {
+  const auto flag = [&prefix](const char* name) { return "--" + prefix + name; };
+  // Inside `gpulet node` the node name and the API server are the device plugin's and the
+  // exporter's (--node-name, --kubeconfig), shared.
+  if (prefix.empty()) {
+    cmd->add_option(flag("node-name"), a.node_name,
+                    "This node's name: the ResourceSlice pool and the node claims must be "
+                    "allocated to (default: the host name)")
+        ->envname("NODE_NAME");
+    cmd->add_option(flag("kubeconfig"), a.kubeconfig,
+                    "kubeconfig file for the API server (default: in-cluster service account)")
+        ->envname("KUBECONFIG");
+  }
+  cmd->add_option(flag("plugins-registry"), a.registry_dir,
                   "The kubelet's plugin registration directory")
       ->envname("GPULET_DRA_PLUGINS_REGISTRY")
       ->capture_default_str();
-  cmd->add_option("--plugin-dir", a.plugins_dir,
+  cmd->add_option(flag("plugin-dir"), a.plugins_dir,
                   "The kubelet's plugins directory (the DRA socket goes in <dir>/gpu.gpulet.io/)")
       ->envname("GPULET_DRA_PLUGIN_DIR")
       ->capture_default_str();
-  cmd->add_option("--cdi-root", a.cdi_root, "Where the per-claim CDI specs are written")
+  cmd->add_option(flag("cdi-root"), a.cdi_root, "Where the per-claim CDI specs are written")
       ->envname("GPULET_CDI_ROOT")
       ->capture_default_str();
-  cmd->add_option("--driver-root", a.driver_root,
+  cmd->add_option(flag("driver-root"), a.driver_root,
                   "Root of the NVIDIA driver's files (libraries, binaries, device nodes)")
       ->envname("NVIDIA_DRIVER_ROOT")
       ->capture_default_str();
-  cmd->add_option("--host-driver-root", a.host_driver_root,
+  cmd->add_option(flag("host-driver-root"), a.host_driver_root,
                   "The driver root as the container runtime on the host sees it (the CDI specs' "
                   "host paths; default: --driver-root)")
       ->envname("NVIDIA_HOST_DRIVER_ROOT");
-  cmd->add_option("--cuda-library", a.cuda_library,
+  cmd->add_option(flag("cuda-library"), a.cuda_library,
                   "Host path of libgpulet-cuda.so, for memory shares (empty: shares are refused)")
       ->envname("GPULET_CUDA_LIBRARY");
-  cmd->add_option("--plugin-state-dir", a.plugin_state_dir,
+  cmd->add_option(flag("plugin-state-dir"), a.plugin_state_dir,
                   "The kubelet plugin's checkpoint and lock, shared by the instances of a rolling "
                   "update (default: <plugin-dir>/gpu.gpulet.io)")
       ->envname("GPULET_DRA_PLUGIN_STATE_DIR");
-  cmd->add_option("--boot-id-file", a.boot_id_file,
+  cmd->add_option(flag("boot-id-file"), a.boot_id_file,
                   "Where the boot ID is read (the checkpoint of another boot is set aside)")
       ->envname("GPULET_BOOT_ID_FILE")
       ->capture_default_str();
-  cmd->add_option("--state-dir", a.state_dir,
+  cmd->add_option(flag("state-dir"), a.state_dir,
                   "The device preparer's state (per-claim records, memory-limit directories; "
                   "default: the preparer's, /run/gpulet/dra)")
       ->envname("GPULET_DRA_STATE_DIR");
-  cmd->add_option("--instance", a.instance,
+  cmd->add_option(flag("instance"), a.instance,
                   "This pod's UID, for a rolling update: per-instance socket names "
                   "(<driver>-<uid>-reg.sock, dra-<uid>.sock) beside the other instance")
       ->envname("POD_UID");
-  cmd->add_option("--device-status", a.device_status,
+  cmd->add_option(flag("device-status"), a.device_status,
                   "Write status.devices to each prepared claim (needs resourceclaims/status patch)")
       ->envname("GPULET_DRA_DEVICE_STATUS")
       ->capture_default_str();
-  cmd->add_option("--publish-slices", a.publish_slices,
+  cmd->add_option(flag("publish-slices"), a.publish_slices,
                   "Publish this node's ResourceSlices (GPUs, memory shares, MIG placements)")
       ->envname("GPULET_DRA_PUBLISH_SLICES")
       ->capture_default_str();
-  cmd->add_option("--memory-unit", a.memory_unit,
+  cmd->add_option(flag("memory-unit"), a.memory_unit,
                   "The step of GPU memory shares (consumable capacity), a quantity")
       ->envname("GPULET_DRA_MEMORY_UNIT")
       ->capture_default_str();
-  cmd->add_option("--placement-policy", a.placement_policy,
+  cmd->add_option(flag("placement-policy"), a.placement_policy,
                   "The device order in the slices (a src/placement policy)")
       ->envname("GPULET_DRA_PLACEMENT_POLICY")
       ->capture_default_str();
-  cmd->add_option("--mps-control-binary", a.mps_control_binary,
+  cmd->add_option(flag("mps-control-binary"), a.mps_control_binary,
                   "The MPS control program started for claims whose config asks for MPS (a "
                   "path, or a name looked up in PATH)")
       ->capture_default_str();
-  cmd->add_option("--mps-root", a.mps_root,
+  cmd->add_option(flag("mps-root"), a.mps_root,
                   "Where each MPS-configured claim's daemon keeps its pipe and log directories "
                   "(mounted into the claim's containers)")
       ->capture_default_str();
-  cmd->add_option("--health", a.health,
+  if (prefix.empty()) {
+    cmd->add_option(flag("device-plugin-path"), a.device_plugin_path,
+                    "The kubelet's device-plugin directory, where a device plugin serving "
+                    "nvidia.com/gpu or nvidia.com/mig-* is looked for (see --allow-device-plugin)")
+        ->envname("GPULET_DEVICE_PLUGIN_PATH")
+        ->capture_default_str();
+  }
+  cmd->add_option(flag("allow-device-plugin"), a.allow_device_plugin,
+                  "Start even though a device plugin serves nvidia.com/gpu or nvidia.com/mig-* on "
+                  "this node (only where no DeviceClass maps them to this driver)")
+      ->envname("GPULET_DRA_ALLOW_DEVICE_PLUGIN")
+      ->capture_default_str();
+  cmd->add_option(flag("health"), a.health,
                   "Serve the v1alpha1.DRAResourceHealth stream from the NVML health watch")
       ->capture_default_str();
 }
 
-int RunDra(const GlobalOptions& global, DraArgs args) {
+namespace {
+
+// The live device-plugin sockets in `dir` that serve an extended resource the shipped DeviceClasses
+// map to this driver: nvidia-gpu.sock (nvidia.com/gpu) and nvidia-mig-<profile>.sock. Live: it
+// accepts a connection (a plugin that died leaves its socket behind, refused).
+std::vector<std::string> LiveMappedDevicePlugins(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name != "nvidia-gpu.sock" && !(name.rfind("nvidia-mig-", 0) == 0 && name.size() > 16 &&
+                                       name.compare(name.size() - 5, 5, ".sock") == 0)) {
+      continue;
+    }
+    std::error_code sec;
+    if (!std::filesystem::is_socket(e.symlink_status(sec))) continue;
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    const std::string path = e.path().string();
+    if (path.size() >= sizeof(addr.sun_path)) continue;
+    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0) {
+      out.push_back(path);
+    }
+    ::close(fd);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+int RunDra(const GlobalOptions& global, DraArgs args, const CompanionAgent* companion) {
   if (args.node_name.empty()) {
     char host[256] = {};
     if (::gethostname(host, sizeof(host) - 1) == 0) args.node_name = host;
   }
   if (args.node_name.empty()) {
     return ReportError(Status(ErrorCode::kUsage, "dra: --node-name is required (NODE_NAME)"));
+  }
+  if (!args.allow_device_plugin && !args.device_plugin_path.empty()) {
+    const std::vector<std::string> live = LiveMappedDevicePlugins(args.device_plugin_path);
+    if (!live.empty()) {
+      std::string names;
+      for (const std::string& l : live) names += (names.empty() ? "" : ", ") + l;
+      return ReportError(Status(
+          ErrorCode::kUsage,
+          "dra: a device plugin serves this node's GPUs (" + names +
+              "): the DeviceClasses of deploy/overlays/dra map nvidia.com/gpu and "
+              "nvidia.com/mig-* to this driver, and one node must not serve them both ways. Move "
+              "the node off the device plugin (label gpulet.io/dra=true, docs/dra-migration.md), "
+              "or pass --allow-device-plugin where no class maps them"));
+    }
   }
   Result<int64_t> unit = k8s::ParseWholeQuantity(args.memory_unit);
   if (!unit.ok() || *unit <= 0) {
@@ -167,6 +216,7 @@ int RunDra(const GlobalOptions& global, DraArgs args) {
   po.driver_root = args.driver_root;
   po.host_driver_root = args.host_driver_root;
   if (!args.state_dir.empty()) po.state_dir = args.state_dir;
+  const std::string preparer_state_dir = po.state_dir;
   po.cuda_library = args.cuda_library;
   // One MPS control daemon per claim whose opaque config asks for MPS; without the supervisor
   // such claims are refused with a message naming the claim and its config.
@@ -219,6 +269,10 @@ int RunDra(const GlobalOptions& global, DraArgs args) {
     if (!mig_state.ok()) {
       spdlog::warn("event=dra_mig_state_unread error=\"{}\" (no MIG devices published)",
                    mig_state.status().message());
+    } else if (const size_t ours = dra::ForgetDraMadeMigInstances(preparer_state_dir, *mig_state);
+               ours > 0) {
+      // Made for claims before a restart: not a static layout (their placements stay published).
+      spdlog::info("event=dra_mig_instances_of_claims count={}", ours);
     }
     publisher->SetDevices(inventory, mig_state.ok() ? *mig_state : std::vector<mig::GpuState>{});
     Status ps = publisher->Start();
@@ -228,10 +282,24 @@ int RunDra(const GlobalOptions& global, DraArgs args) {
   Status started = plugin.Start();
   if (!started.ok()) return ReportError(started);
   if (feeder) feeder->Start();
+  // `gpulet node --dra`: the exporter, on the same NVML session and inventory.
+  if (companion != nullptr) {
+    Status cs = companion->start(*node, *inventory);
+    if (!cs.ok()) {
+      if (feeder) feeder->Stop();
+      plugin.Stop();
+      if (publisher) publisher->Stop();
+      if (health) health->Stop();
+      return ReportError(cs);
+    }
+  }
   spdlog::info("event=dra_started node={} gpus={} simulated={}", args.node_name,
                inventory->gpus.size(), node->simulated);
-  const int sig = RunUntilStopped(signals, std::chrono::seconds(1), {}, {});
+  std::function<void()> reload;
+  if (companion != nullptr && companion->reload) reload = companion->reload;
+  const int sig = RunUntilStopped(signals, std::chrono::seconds(1), reload, {});
   spdlog::info("event=dra_stopping signal={}", sig);
+  if (companion != nullptr && companion->stop) companion->stop();
   if (feeder) feeder->Stop();
   plugin.Stop();
   if (publisher) publisher->Stop();
@@ -239,13 +307,11 @@ int RunDra(const GlobalOptions& global, DraArgs args) {
   return 0;
 }
 
-}  // namespace
-
 void RegisterDra(CLI::App& app, GlobalOptions& global, int& exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "dra", "Kubelet DRA plugin for driver gpu.gpulet.io (resource.k8s.io/v1 ResourceClaims)");
   auto args = std::make_shared<DraArgs>();
-  AddOptions(cmd, *args);
+  AddDraOptions(cmd, *args, "");
   cmd->callback([&global, &exit_code, args] { exit_code = RunDra(global, *args); });
 }
 

@@ -1,5 +1,10 @@
 // gpulet node: the device plugin and the metrics exporter in one process, over one NVML session
 // and one discovery (what the DaemonSet runs). Flags are the union of `plugin` and `exporter`.
+// With --dra the kubelet DRA plugin (driver gpu.gpulet.io, `gpulet dra`'s flags as --dra-*) serves
+// the GPUs instead of the device plugin, beside the same exporter: one node must not offer the same
+// GPUs both as nvidia.com/gpu and as DRA devices (docs/dra-migration.md).
+#include <spdlog/spdlog.h>
+
 #include <memory>
 
 #include "cli/agents.h"
@@ -15,11 +20,41 @@ void RegisterNode(CLI::App& app, GlobalOptions& global, int& exit_code) {
   // The exporter's options first: its --kubeconfig serves the plugin too (memory pool).
   AddExporterOptions(cmd, exporter_flags.get());
   std::function<void()> finish = AddPluginOptions(cmd, plugin.get());
+  auto dra = std::make_shared<DraArgs>();
+  auto use_dra = std::make_shared<bool>(false);
+  cmd->add_flag("--dra", *use_dra,
+                "Serve the GPUs through the kubelet's DRA plugin (driver gpu.gpulet.io, "
+                "resource.k8s.io/v1) instead of the device plugin; the --dra-* flags are "
+                "`gpulet dra`'s")
+      ->envname("GPULET_DRA");
+  AddDraOptions(cmd, *dra, "dra-");
   // The plugin's memory-pool publications, as the exporter's gauges.
   exporter_flags->memory_pool = std::make_shared<metrics::MemoryPoolGauges>();
-  cmd->callback([&global, &exit_code, plugin, exporter_flags, finish] {
+  cmd->callback([&global, &exit_code, plugin, exporter_flags, finish, dra, use_dra] {
     finish();
     if (plugin->kubeconfig.empty()) plugin->kubeconfig = exporter_flags->kubeconfig;
+    if (*use_dra) {
+      spdlog::info("event=node_dra (the device plugin is not started: the DRA driver serves this "
+                   "node's GPUs)");
+      DraArgs d = *dra;
+      d.node_name = plugin->node_name;
+      d.kubeconfig = plugin->kubeconfig;
+      d.device_plugin_path = plugin->plugin_dir;
+      std::unique_ptr<ExporterHost> host;
+      CompanionAgent companion;
+      companion.start = [&](const NodeContext& node, const gpu::Inventory& inventory) -> Status {
+        host = std::make_unique<ExporterHost>(node.nvml, *exporter_flags, "node_exporter");
+        return host->Start(inventory);
+      };
+      companion.reload = [&] {
+        if (host) host->ReloadCounters();
+      };
+      companion.stop = [&] {
+        if (host) host->Stop();
+      };
+      exit_code = RunDra(global, std::move(d), &companion);
+      return;
+    }
     // The exporter is replaced when the plugin's rescan finds other GPUs or MIG devices; the
     // SIGHUP thread (reload) and the manager thread (inventory_changed) reach it through the host.
     std::unique_ptr<ExporterHost> host;

@@ -38,6 +38,7 @@ Result<PrepareResult> FakePreparer::Prepare(const Claim& claim) {
     p.device = d.device;
     p.share_id = d.share_id;
     p.cdi_device_ids = {std::string(kDriverName) + "/gpu=" + claim.ref.uid + "-" + d.device};
+    p.status_data = nlohmann::json{{"fakeKey", key}}.dump();
     out.devices.push_back(std::move(p));
   }
   if (fail) return roll_back();  // failing after the last device: still all-or-nothing

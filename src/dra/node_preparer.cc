@@ -153,9 +153,21 @@ Result<Record> RecordFromJson(const std::string& text, const std::string& source
   }
 }
 
+// status.devices[].data for one device: only the keys that apply.
+std::string StatusDataOf(const DeviceRecord& d) {
+  json data = {{"uuid", d.uuid}};
+  if (!d.mig_uuid.empty()) data["migUuid"] = d.mig_uuid;
+  if (d.memory_limit != 0) data["memoryLimit"] = d.memory_limit;
+  if (!d.sharing.empty()) data["sharing"] = d.sharing;
+  return data.dump();
+}
+
 PrepareResult ResultOf(const Record& r) {
   PrepareResult out;
-  for (const DeviceRecord& d : r.devices) out.devices.push_back(d.prepared);
+  for (const DeviceRecord& d : r.devices) {
+    out.devices.push_back(d.prepared);
+    out.devices.back().status_data = StatusDataOf(d);
+  }
   out.record_json = RecordToJson(r);
   return out;
 }
@@ -712,16 +724,40 @@ Result<std::unique_ptr<Preparer>> MakeNodePreparer(NodePreparerOptions options) 
   return std::unique_ptr<Preparer>(std::make_unique<NodePreparer>(std::move(options)));
 }
 
+size_t ForgetDraMadeMigInstances(const std::string& state_dir, std::vector<mig::GpuState>& state) {
+  std::error_code ec;
+  size_t removed = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(state_dir + "/" + kClaimsDir, ec)) {
+    if (e.path().extension() != ".json") continue;
+    Result<std::string> text = ReadFileBounded(e.path().string(), kMaxRecordBytes);
+    Result<Record> r = text.ok() ? RecordFromJson(*text, e.path().string())
+                                 : Result<Record>(text.status());
+    if (!r.ok()) {
+      spdlog::warn("event=dra_record_unread file={} error=\"{}\"", e.path().string(),
+                   r.status().message());
+      continue;
+    }
+    for (const MigRecord& m : r->mig) {
+      if (!m.gi) continue;  // only intended: nothing was made
+      for (mig::GpuState& g : state) {
+        if (g.index != m.gpu || (!m.gpu_uuid.empty() && g.uuid != m.gpu_uuid)) continue;
+        const size_t before = g.instances.size();
+        std::erase_if(g.instances, [&](const mig::GpuInstance& i) {
+          return i.start == m.start && i.gi == m.gi && i.profile == m.profile;
+        });
+        removed += before - g.instances.size();
+      }
+    }
+  }
+  return removed;
+}
+
 std::vector<DeviceStatus> DeviceStatusData(const std::string& record_json) {
   std::vector<DeviceStatus> out;
   Result<Record> r = RecordFromJson(record_json, "record");
   if (!r.ok()) return out;
   for (const DeviceRecord& d : r->devices) {
-    json data = {{"uuid", d.uuid}};
-    if (!d.mig_uuid.empty()) data["migUuid"] = d.mig_uuid;
-    if (d.memory_limit != 0) data["memoryLimit"] = d.memory_limit;
-    if (!d.sharing.empty()) data["sharing"] = d.sharing;
-    out.push_back({d.prepared.pool, d.prepared.device, d.prepared.share_id, data.dump()});
+    out.push_back({d.prepared.pool, d.prepared.device, d.prepared.share_id, StatusDataOf(d)});
   }
   return out;
 }

@@ -48,6 +48,7 @@
 #include "dra/preparer.h"
 #include "gpu/inventory.h"
 #include "gpu/nvml.h"
+#include "mig/plan.h"
 
 namespace gpulet::dra {
 
@@ -131,5 +132,12 @@ struct DeviceStatus {
   std::string data_json;
 };
 std::vector<DeviceStatus> DeviceStatusData(const std::string& record_json);
+
+// Removes from `state` the MIG instances this driver made for claims (those its per-claim
+// records under `state_dir` hold), so that after a restart the slice builder does not read them
+// as a static layout: their placements stay published (the claims holding them keep the GPU's
+// counters), and the whole GPU too. Records that cannot be read are skipped (logged). Returns how
+// many instances were removed.
+size_t ForgetDraMadeMigInstances(const std::string& state_dir, std::vector<mig::GpuState>& state);
 
 }  // namespace gpulet::dra

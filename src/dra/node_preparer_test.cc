@@ -393,6 +393,20 @@ TEST_F(NodePreparerTest, ADynamicMigDeviceIsCreatedAtItsPlacementAndDestroyedAtU
   EXPECT_EQ(json::parse(status[0].data_json),
             json({{"uuid", inventory_.gpus[0].uuid}, {"migUuid", m.uuid}}));
 
+  // After a restart the instance is known as the claim's, not a static layout: the slice
+  // builder's input loses it (a static instance beside it on GPU 1 stays).
+  {
+    Result<std::vector<mig::GpuState>> state = mig::ReadMigState(*node_.nvml);
+    ASSERT_TRUE(state.ok());
+    mig::GpuInstance foreign{"1g.10gb", 0, 9u, true};
+    (*state)[1].instances.push_back(foreign);
+    ASSERT_EQ((*state)[0].instances.size(), 1u);
+    EXPECT_EQ(ForgetDraMadeMigInstances(o.state_dir, *state), 1u);
+    EXPECT_TRUE((*state)[0].instances.empty());
+    ASSERT_EQ((*state)[1].instances.size(), 1u);
+    EXPECT_EQ((*state)[1].instances[0], foreign);
+  }
+
   // Unprepared by a restarted agent from the record alone: the instance goes, and MIG mode with
   // it (this claim turned it on and nothing else is on the GPU).
   auto restarted = Make(o);

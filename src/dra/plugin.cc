@@ -785,24 +785,22 @@ std::map<std::string, std::string> DraPlugin::Unprepare(const std::vector<ClaimR
   return out;
 }
 
-// status.devices: this driver's entries replaced, other drivers' kept; optimistic concurrency on
-// the resourceVersion read at Prepare. Best effort: a failure is logged (once as a warning).
+// status.devices: this driver's entries replaced, other drivers' kept, with optimistic
+// concurrency on the claim's resourceVersion. Off the kubelet's path and best effort, but retried:
+// a 5xx, 429, timeout or lost answer is tried again after 0.2, 0.4, … 3.2 s (or the server's
+// Retry-After, up to 10 s, when longer); a 409 (the claim
+// changed, or our own write landed and its answer was lost) re-reads the claim and merges again,
+// and stops when the claim is gone, replaced (another UID) or already says what we would write.
+// Stopping the plugin ends the retries. A write that never lands is logged (once as a warning).
 void DraPlugin::WriteDeviceStatus(const nlohmann::json& claim,
                                   const std::vector<CheckpointDevice>& devices) {
   if (client_ == nullptr) return;
-  nlohmann::json list = nlohmann::json::array();
-  if (auto st = claim.find("status"); st != claim.end() && st->is_object()) {
-    if (auto d = st->find("devices"); d != st->end() && d->is_array()) {
-      for (const nlohmann::json& e : *d) {
-        if (e.is_object() && e.value("driver", "") != kDriverName) list.push_back(e);
-      }
-    }
-  }
   char now[32];
   const std::time_t t = std::time(nullptr);
   std::tm tm{};
   ::gmtime_r(&t, &tm);
   std::strftime(now, sizeof(now), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  nlohmann::json ours = nlohmann::json::array();
   for (const CheckpointDevice& d : devices) {
     nlohmann::json e = {{"driver", kDriverName},
                         {"pool", d.pool},
@@ -814,16 +812,87 @@ void DraPlugin::WriteDeviceStatus(const nlohmann::json& claim,
                                                  {"message", "prepared by gpulet dra"},
                                                  {"lastTransitionTime", now}}})}};
     if (!d.share_id.empty()) e["shareID"] = d.share_id;
-    list.push_back(std::move(e));
+    if (!d.status_data.empty()) {
+      nlohmann::json data = nlohmann::json::parse(d.status_data, nullptr, false);
+      if (data.is_object()) e["data"] = std::move(data);
+    }
+    ours.push_back(std::move(e));
   }
+  // Our entries as a claim already holds them (conditions' times aside): nothing to write.
+  auto holds_ours = [&](const nlohmann::json& obj) {
+    auto st = obj.find("status");
+    if (st == obj.end() || !st->is_object()) return false;
+    auto d = st->find("devices");
+    if (d == st->end() || !d->is_array()) return false;
+    size_t found = 0;
+    for (const nlohmann::json& e : *d) {
+      if (!e.is_object() || e.value("driver", "") != kDriverName) continue;
+      for (const nlohmann::json& o : ours) {
+        if (e.value("pool", "") == o.value("pool", "") &&
+            e.value("device", "") == o.value("device", "") &&
+            e.value("shareID", "") == o.value("shareID", "") &&
+            e.value("data", nlohmann::json()) == o.value("data", nlohmann::json())) {
+          ++found;
+          break;
+        }
+      }
+    }
+    return found == ours.size();
+  };
+  nlohmann::json current = claim;
   const nlohmann::json& meta = claim["metadata"];
-  nlohmann::json patch = {
-      {"metadata", {{"resourceVersion", meta.value("resourceVersion", "")}}},
-      {"status", {{"devices", std::move(list)}}}};
-  ClaimRef ref{meta.value("namespace", ""), meta.value("name", ""), meta.value("uid", "")};
-  k8s::ApiResult<nlohmann::json> r =
-      client_->Patch(ClaimPath(ref) + "/status", patch, k8s::PatchType::kMerge);
-  if (r.ok()) return;
+  const ClaimRef ref{meta.value("namespace", ""), meta.value("name", ""), meta.value("uid", "")};
+  k8s::ApiResult<nlohmann::json> r = Status(ErrorCode::kUnavailable, "not written");
+  std::chrono::milliseconds backoff(200);
+  constexpr int kAttempts = 6;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    nlohmann::json list = nlohmann::json::array();
+    if (auto st = current.find("status"); st != current.end() && st->is_object()) {
+      if (auto d = st->find("devices"); d != st->end() && d->is_array()) {
+        for (const nlohmann::json& e : *d) {
+          if (e.is_object() && e.value("driver", "") != kDriverName) list.push_back(e);
+        }
+      }
+    }
+    for (const nlohmann::json& e : ours) list.push_back(e);
+    nlohmann::json patch = {
+        {"metadata", {{"resourceVersion", current["metadata"].value("resourceVersion", "")}}},
+        {"status", {{"devices", std::move(list)}}}};
+    r = client_->Patch(ClaimPath(ref) + "/status", patch, k8s::PatchType::kMerge);
+    if (r.ok()) {
+      if (attempt > 0) {
+        spdlog::info("event=dra_device_status_written claim={} attempts={}", Describe(ref),
+                     attempt + 1);
+      }
+      return;
+    }
+    const long code = r.http_status();
+    const bool conflict = code == 409;
+    const bool transient = code == 0 || code == 429 || code >= 500;
+    if (!conflict && !transient) break;  // 403 (RBAC), 404 (gone), 422: trying again cannot help
+    {
+      std::unique_lock<std::mutex> lk(status_mu_);
+      // The backoff, or the server's Retry-After when longer (bounded: a status is not worth
+      // holding the worker for a minute).
+      const std::chrono::milliseconds wait =
+          conflict ? std::chrono::milliseconds(0)
+                   : std::max<std::chrono::milliseconds>(
+                         backoff, std::min(r.retry_after(), std::chrono::seconds(10)));
+      if (status_cv_.wait_for(lk, wait, [this] { return status_stop_; })) {
+        return;
+      }
+    }
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(3200));
+    // Read it back: after a conflict, and after a lost answer (the write may have landed).
+    k8s::ApiResult<nlohmann::json> fresh = client_->Get(ClaimPath(ref));
+    if (!fresh.ok()) {
+      if (fresh.http_status() == 404) return;  // deleted: nothing to say
+      continue;                                // retry with what we had
+    }
+    if (!fresh->is_object() || (*fresh)["metadata"].value("uid", "") != ref.uid) return;
+    if (holds_ours(*fresh)) return;
+    current = std::move(*fresh);
+  }
   if (!status_warned_.exchange(true)) {
     spdlog::warn("event=dra_device_status_failed claim={} error=\"{}\" (needs resourceclaims/status "
                  "patch; logged once, then at debug level)",

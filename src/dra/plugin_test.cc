@@ -159,6 +159,68 @@ TEST_F(DraPluginTest, PreparesFromTheClaimAndIsIdempotent) {
   EXPECT_EQ(devices[1]["conditions"][0]["type"], "Ready");
 }
 
+// status.devices is written through every write fault the API server can answer with (issue 26
+// item 7): 503, 429, a timeout, a lost answer (the write landed; the plugin reads the claim back
+// and stops), and a conflict (another writer changed the claim after the plugin read it). Each
+// device carries the Preparer's data.
+TEST_F(DraPluginTest, DeviceStatusIsWrittenThroughWriteFaults) {
+  using gpulet::testing::WriteFault;
+  using namespace std::chrono_literals;
+  auto plugin = StartPlugin();
+  struct Case {
+    std::string name;
+    WriteFault fault;
+    bool conflict = false;
+  };
+  const std::string status_prefix = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/";
+  std::vector<Case> cases = {
+      {"s503", {"PATCH", status_prefix + "s503", WriteFault::Kind::kServerError, 503, 1, 0ms, 2}},
+      {"s429", {"PATCH", status_prefix + "s429", WriteFault::Kind::kTooManyRequests, 429, 1, 0ms, 1}},
+      {"stimeout", {"PATCH", status_prefix + "stimeout", WriteFault::Kind::kTimeout, 504, 1, 100ms, 1}},
+      {"slost", {"PATCH", status_prefix + "slost", WriteFault::Kind::kLostAnswer, 200, 1, 0ms, 1}},
+      {"sconflict", {}, true},
+  };
+  std::atomic<bool> bumped{false};
+  api_->BeforeEachWrite([&](const gpulet::testing::RecordedRequest& req) {
+    // Another controller writes the claim between the plugin's read and its status write.
+    if (req.path.find("/sconflict/status") == std::string::npos || bumped.exchange(true)) return;
+    std::optional<nlohmann::json> obj = api_->Object(ClaimObjectPath("default", "sconflict"));
+    if (!obj) return;
+    (*obj)["metadata"]["labels"]["touched"] = "yes";
+    api_->Put(ClaimObjectPath("default", "sconflict"), *obj);
+  });
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    if (!c.conflict) api_->InjectWriteFault(c.fault);
+    TestClaim claim = PutClaim(c.name, {TestResult{"gpu", "gpu-" + std::to_string(&c - &cases[0])}});
+    auto out = plugin->Prepare({Ref(claim)});
+    ASSERT_EQ(out.at(claim.uid).error, "");  // a status write never fails the Prepare
+    nlohmann::json devices;
+    gpulet::testing::WaitUntil(
+        [&] {
+          std::optional<nlohmann::json> obj = api_->Object(ClaimObjectPath("default", c.name));
+          if (obj && (*obj)["status"].contains("devices")) devices = (*obj)["status"]["devices"];
+          return !devices.empty();
+        },
+        std::chrono::seconds(10));
+    ASSERT_EQ(devices.size(), 1u);
+    EXPECT_EQ(devices[0]["driver"], "gpu.gpulet.io");
+    EXPECT_EQ(devices[0]["data"]["fakeKey"], claim.uid + "/" + devices[0]["device"].get<std::string>());
+    if (c.conflict) {
+      EXPECT_TRUE(bumped.load());
+      std::optional<nlohmann::json> obj = api_->Object(ClaimObjectPath("default", c.name));
+      ASSERT_TRUE(obj.has_value());
+      EXPECT_EQ((*obj)["metadata"]["labels"]["touched"], "yes");  // the other write is kept
+    }
+  }
+  // The lost answer's write landed once; the plugin read the claim back instead of writing again.
+  size_t lost_writes = 0;
+  for (const auto& r : api_->requests()) {
+    lost_writes += r.method == "PATCH" && r.path.find("/slost/status") != std::string::npos;
+  }
+  EXPECT_EQ(lost_writes, 1u);
+}
+
 TEST_F(DraPluginTest, RefusesClaimsNotForThisNode) {
   auto plugin = StartPlugin();
   TestClaim replaced = PutClaim("replaced", {TestResult{"gpu", "gpu-0"}});

@@ -19,6 +19,9 @@ struct PreparedDevice {
   std::string device;
   std::string share_id;
   std::vector<std::string> cdi_device_ids;  // "vendor/class=name"
+  // A JSON object the plugin writes to the claim's status.devices[].data (what the device is on
+  // this node: GPU and MIG UUIDs, memory limit, sharing); empty: none. Not checkpointed.
+  std::string status_data;
 };
 
 // What Unprepare needs to undo a Prepare after a restart, with the claim gone from the API

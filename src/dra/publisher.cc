@@ -154,16 +154,18 @@ Status SlicePublisher::Pass() {
     generation = generation_;
     if (so.node_uid.empty()) so.node_uid = node_uid_;
   }
-  auto failed = [&](Status s) {
+  // A failed request, with the server's Retry-After (the next pass waits at least that long).
+  auto failed = [&](Status s, std::chrono::seconds retry_after = std::chrono::seconds(0)) {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.failed_requests;
+    retry_after_ = std::max(retry_after_, retry_after);
     return s;
   };
   if (!inventory) return Status(ErrorCode::kUnavailable, "slices: no inventory yet");
   in.inventory = inventory.get();
   if (so.node_uid.empty()) {
     k8s::ApiResult<json> node = client_.Get("/api/v1/nodes/" + so.node_name);
-    if (!node.ok()) return failed(node.status());
+    if (!node.ok()) return failed(node.status(), node.retry_after());
     so.node_uid = (*node)["metadata"].value("uid", "");
     if (so.node_uid.empty()) {
       return failed(Status(ErrorCode::kUnavailable, "node " + so.node_name + " has no uid"));
@@ -173,7 +175,7 @@ Status SlicePublisher::Pass() {
   }
   k8s::ApiResult<json> list =
       client_.Get(std::string(kSlices) + "?" + Selector(so.node_name));
-  if (!list.ok()) return failed(list.status());
+  if (!list.ok()) return failed(list.status(), list.retry_after());
   std::map<std::string, json> existing;
   for (const json& item : list->value("items", json::array())) {
     // The selector is the server's; check it here too (a stand-in or an old server may ignore
@@ -228,7 +230,7 @@ Status SlicePublisher::Pass() {
       if (!res.ok()) {
         spdlog::warn("dra: publishing ResourceSlice {} (generation {}): {}", name, generation,
                      res.status().message());
-        return failed(res.status());
+        return failed(res.status(), res.retry_after());
       }
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.writes;
@@ -241,7 +243,7 @@ Status SlicePublisher::Pass() {
       k8s::ApiResult<json> res = client_.Delete(std::string(kSlices) + "/" + name);
       if (!res.ok() && res.http_status() != 404) {
         spdlog::warn("dra: deleting ResourceSlice {}: {}", name, res.status().message());
-        return failed(res.status());
+        return failed(res.status(), res.retry_after());
       }
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.writes;
@@ -314,7 +316,9 @@ void SlicePublisher::Run() {
       continue;
     }
     std::lock_guard<std::mutex> lock(mu_);
-    retry_at_ = now + backoff;
+    // The backoff, or longer when the API server asked for it (429/503 Retry-After).
+    retry_at_ = now + std::max<std::chrono::milliseconds>(backoff, retry_after_);
+    retry_after_ = std::chrono::seconds(0);
     dirty_ = true;
     backoff = std::min(backoff * 2, options_.max_backoff);
   }

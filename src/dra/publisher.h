@@ -131,6 +131,7 @@ class SlicePublisher {
   std::vector<nlohmann::json> desired_;
   PublisherStats stats_;
   std::optional<std::chrono::steady_clock::time_point> retry_at_;
+  std::chrono::seconds retry_after_{0};  // the largest Retry-After of the failed pass
 
   std::mutex pass_mu_;  // one pass at a time (thread and PublishOnce)
   std::atomic<bool> stop_{false};

@@ -2,10 +2,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <sstream>
+#include <vector>
 
 #include "k8s/curl_library.h"
 
@@ -36,12 +40,13 @@ void SetBlob(CURL* c, CURLoption option, const std::string& data) {
   Curl()->easy_setopt(c, option, &blob);
 }
 
-// A handle configured for `method url` with TLS and authentication from `a`. The header list is
-// returned through `headers` (it must outlive the transfer).
+// A handle configured for `method url` with TLS and authentication from `a`: `reuse` (reset, so
+// only its live connection and TLS session carry over) or a new one. The header list is returned
+// through `headers` (it must outlive the transfer).
 CurlPtr NewHandle(const ClusterAccess& a, const std::string& method, const std::string& path,
-                  const std::string& content_type, SlistPtr& headers) {
+                  const std::string& content_type, SlistPtr& headers, CurlPtr reuse = nullptr) {
   if (Curl() == nullptr) return nullptr;
-  CurlPtr c(Curl()->easy_init());
+  CurlPtr c = reuse ? std::move(reuse) : CurlPtr(Curl()->easy_init());
   if (!c) return c;
   CURL* h = c.get();
   const std::string url = a.server + path;
@@ -76,6 +81,32 @@ CurlPtr NewHandle(const ClusterAccess& a, const std::string& method, const std::
   return c;
 }
 
+// Keeps the Retry-After header's value (delay-seconds; an HTTP date is not used by the API
+// server and is ignored), bounded to an hour.
+size_t ReadRetryAfter(char* data, size_t size, size_t n, void* user) {
+  const size_t total = size * n;
+  static constexpr char kName[] = "retry-after:";
+  constexpr size_t kLen = sizeof(kName) - 1;
+  if (total > kLen) {
+    bool match = true;
+    for (size_t i = 0; i < kLen && match; ++i) {
+      match = std::tolower(static_cast<unsigned char>(data[i])) == kName[i];
+    }
+    if (match) {
+      long seconds = 0;
+      size_t i = kLen;
+      while (i < total && (data[i] == ' ' || data[i] == '\t')) ++i;
+      bool digits = false;
+      for (; i < total && std::isdigit(static_cast<unsigned char>(data[i])); ++i) {
+        digits = true;
+        seconds = std::min(3600L, seconds * 10 + (data[i] - '0'));
+      }
+      if (digits) *static_cast<long*>(user) = seconds;
+    }
+  }
+  return total;
+}
+
 size_t AppendBody(char* data, size_t size, size_t n, void* user) {
   static_cast<std::string*>(user)->append(data, size * n);
   return size * n;
@@ -99,12 +130,39 @@ Status HttpError(const std::string& method, const std::string& path, long code,
   return {ErrorCode::kUnavailable, text};
 }
 
+}  // namespace
+
+// At most kMaxIdle handles wait here between GETs, each holding the connection its last GET used.
+// A handle whose transfer failed is not kept (its connection is suspect).
+struct Client::HandlePool {
+  static constexpr size_t kMaxIdle = 4;
+  std::mutex mu;
+  std::vector<CurlPtr> idle;
+
+  CurlPtr Take() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (idle.empty()) return nullptr;
+    CurlPtr c = std::move(idle.back());
+    idle.pop_back();
+    return c;
+  }
+  void Give(CurlPtr c) {
+    Curl()->easy_reset(c.get());  // drops every option (and pointer into a finished call)
+    std::lock_guard<std::mutex> lock(mu);
+    if (idle.size() < kMaxIdle) idle.push_back(std::move(c));
+  }
+};
+
+namespace {
+
 ApiResult<nlohmann::json> Perform(const ClusterAccess& a, const std::string& method,
                                   const std::string& path, const std::string& content_type,
                                   const std::string& body,
-                                  std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+                                  std::chrono::milliseconds timeout = std::chrono::seconds(30),
+                                  Client::HandlePool* pool = nullptr) {
   SlistPtr headers;
-  CurlPtr c = NewHandle(a, method, path, content_type, headers);
+  CurlPtr reuse = (pool != nullptr && Curl() != nullptr) ? pool->Take() : nullptr;
+  CurlPtr c = NewHandle(a, method, path, content_type, headers, std::move(reuse));
   if (!c)
     return Status(ErrorCode::kInternal,
                   Curl() == nullptr ? CurlLoadError() : "curl_easy_init failed");
@@ -114,6 +172,9 @@ ApiResult<nlohmann::json> Perform(const ClusterAccess& a, const std::string& met
   Curl()->easy_setopt(c.get(), CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
   Curl()->easy_setopt(c.get(), CURLOPT_WRITEFUNCTION, AppendBody);
   Curl()->easy_setopt(c.get(), CURLOPT_WRITEDATA, &response);
+  long retry_after = 0;
+  Curl()->easy_setopt(c.get(), CURLOPT_HEADERFUNCTION, ReadRetryAfter);
+  Curl()->easy_setopt(c.get(), CURLOPT_HEADERDATA, &retry_after);
   if (!body.empty()) {
     Curl()->easy_setopt(c.get(), CURLOPT_POSTFIELDS, body.c_str());
     Curl()->easy_setopt(c.get(), CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
@@ -125,8 +186,10 @@ ApiResult<nlohmann::json> Perform(const ClusterAccess& a, const std::string& met
   }
   long code = 0;
   Curl()->easy_getinfo(c.get(), CURLINFO_RESPONSE_CODE, &code);
+  if (pool != nullptr) pool->Give(std::move(c));
   if (code < 200 || code >= 300) {
-    return ApiResult<nlohmann::json>(HttpError(method, path, code, response), code);
+    return ApiResult<nlohmann::json>(HttpError(method, path, code, response), code,
+                                     std::chrono::seconds(retry_after));
   }
   nlohmann::json j = nlohmann::json::parse(response, nullptr, false);
   if (j.is_discarded()) {
@@ -201,10 +264,11 @@ int WatchProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
 
 }  // namespace
 
-Client::Client(ClusterAccess access) : access_(std::move(access)) {}
+Client::Client(ClusterAccess access)
+    : access_(std::move(access)), pool_(std::make_shared<HandlePool>()) {}
 
 ApiResult<nlohmann::json> Client::Get(const std::string& path) const {
-  return Perform(access_, "GET", path, "", "");
+  return Perform(access_, "GET", path, "", "", std::chrono::seconds(30), pool_.get());
 }
 
 ApiResult<nlohmann::json> Client::Patch(const std::string& path, const nlohmann::json& patch,

@@ -1,6 +1,10 @@
 // A small Kubernetes API client on libcurl: GET, PATCH and WATCH of core resources, which is all
 // gpulet needs (its Node's labels, its ConfigMap). One Client may be used by several threads at
-// once: every request uses its own curl handle.
+// once: every request uses its own curl handle. GETs keep their connection: a few idle handles
+// are pooled per Client (and its copies), so a GET after another pays no TCP or TLS handshake.
+// Writes and watches use a fresh connection each: libcurl resends a request whose reused
+// connection died before any answer, which is safe for a GET and not for a POST or PATCH whose
+// answer was lost after the server acted (client-go's transport retries only idempotent ones).
 //
 // Errors: an HTTP error becomes an ApiResult whose Status names the method, path, HTTP code and
 // the API server's message (404 → kNotFound, 401/403 → kUnavailable "check RBAC", anything else
@@ -12,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -29,12 +34,17 @@ template <typename T>
 class ApiResult : public Result<T> {
  public:
   ApiResult(T value) : Result<T>(std::move(value)) {}  // NOLINT(google-explicit-constructor)
-  ApiResult(Status status, long http_status = 0)       // NOLINT(google-explicit-constructor)
-      : Result<T>(std::move(status)), http_status_(http_status) {}
+  ApiResult(Status status, long http_status = 0,  // NOLINT(google-explicit-constructor)
+            std::chrono::seconds retry_after = std::chrono::seconds(0))
+      : Result<T>(std::move(status)), http_status_(http_status), retry_after_(retry_after) {}
   long http_status() const { return http_status_; }
+  // The server's Retry-After on a failed call (429, 503; the API server's priority and fairness
+  // and its timeout filter send it), in seconds; 0 when it sent none.
+  std::chrono::seconds retry_after() const { return retry_after_; }
 
  private:
   long http_status_ = 0;
+  std::chrono::seconds retry_after_{0};
 };
 
 struct WatchEvent {
@@ -89,8 +99,11 @@ class Client {
 
   const ClusterAccess& access() const { return access_; }
 
+  struct HandlePool;  // idle GET handles with their live connections (client.cc)
+
  private:
   ClusterAccess access_;
+  std::shared_ptr<HandlePool> pool_;
 };
 
 // Percent-encodes a query value (fieldSelector=metadata.name%3Dnode-1).

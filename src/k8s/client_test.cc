@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "apiserver/fake_apiserver.h"
@@ -178,6 +180,68 @@ TEST_F(ApiTest, GetMapsHttpErrorsToCodesWithTheServersMessage) {
   EXPECT_EQ(denied.status().code(), ErrorCode::kUnavailable);
   EXPECT_NE(denied.status().message().find("HTTP 401"), std::string::npos)
       << denied.status().message();
+}
+
+// GETs keep their connection (no TCP or TLS handshake after the first), also across the
+// Client's copies and from several threads; writes each open their own, so a write whose answer
+// was lost is never sent again by libcurl on a reused connection.
+TEST_F(ApiTest, GetsReuseTheirConnectionWritesDoNot) {
+  StartServer();
+  Client client(Access());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(client.Get(kNodePath).ok());
+  Client copy = client;
+  ASSERT_TRUE(copy.Get(kNodePath).ok());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(client.Patch(kNodePath, {{"metadata", {{"labels", {{"k", std::to_string(i)}}}}}},
+                             PatchType::kMerge)
+                    .ok());
+  }
+  std::set<int> get_ports, patch_ports;
+  size_t gets = 0, patches = 0;
+  for (const auto& r : server_->requests()) {
+    if (r.method == "GET") {
+      get_ports.insert(r.remote_port);
+      ++gets;
+    }
+    if (r.method == "PATCH") {
+      patch_ports.insert(r.remote_port);
+      ++patches;
+    }
+  }
+  EXPECT_EQ(gets, 6u);
+  EXPECT_EQ(get_ports.size(), 1u);  // one connection for all six
+  EXPECT_EQ(patches, 3u);
+  EXPECT_EQ(patch_ports.size(), 3u);
+  EXPECT_EQ(patch_ports.count(*get_ports.begin()), 0u);
+
+  // Concurrent GETs each get a handle (at most 4 stay pooled); all succeed.
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 10; ++i) ok += client.Get(kNodePath).ok();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 80);
+}
+
+// A 429's Retry-After reaches the caller (the DRA publisher and status writer wait that long).
+TEST_F(ApiTest, RetryAfterOfA429IsPassedBack) {
+  StartServer();
+  Client client(Access());
+  server_->InjectWriteFault({"PATCH", kNodePath, gpulet::testing::WriteFault::Kind::kTooManyRequests,
+                             429, 7, std::chrono::milliseconds(0), 1});
+  const nlohmann::json patch = {{"metadata", {{"labels", {{"k", "v"}}}}}};
+  ApiResult<nlohmann::json> refused = client.Patch(kNodePath, patch, PatchType::kMerge);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.http_status(), 429);
+  EXPECT_EQ(refused.retry_after(), std::chrono::seconds(7));
+  ApiResult<nlohmann::json> done = client.Patch(kNodePath, patch, PatchType::kMerge);
+  ASSERT_TRUE(done.ok()) << done.status().message();
+  ApiResult<nlohmann::json> missing = client.Get("/api/v1/nodes/absent");
+  EXPECT_EQ(missing.http_status(), 404);
+  EXPECT_EQ(missing.retry_after(), std::chrono::seconds(0));
 }
 
 TEST_F(ApiTest, PatchMergesLabelsAndBumpsTheResourceVersion) {

@@ -37,6 +37,7 @@ const Loaded& Load() {
     resolve(l->api.easy_perform, "curl_easy_perform");
     resolve(l->api.easy_getinfo, "curl_easy_getinfo");
     resolve(l->api.easy_cleanup, "curl_easy_cleanup");
+    resolve(l->api.easy_reset, "curl_easy_reset");
     resolve(l->api.easy_strerror, "curl_easy_strerror");
     resolve(l->api.slist_append, "curl_slist_append");
     resolve(l->api.slist_free_all, "curl_slist_free_all");

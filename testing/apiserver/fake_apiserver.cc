@@ -510,7 +510,7 @@ struct FakeApiServer::State {
                           req.target.find('?') == std::string::npos
                               ? ""
                               : req.target.substr(req.target.find('?') + 1),
-                          req.get_header_value("Content-Type")});
+                          req.get_header_value("Content-Type"), req.remote_port});
     }
     if (req.get_header_value("Authorization") == "Bearer " + options.token) return true;
     Fail(res, 401, "Unauthorized", "Unauthorized");
@@ -634,7 +634,10 @@ struct FakeApiServer::State {
       std::lock_guard<std::mutex> lock(mu);
       hook = before_write;
     }
-    if (hook) hook(RecordedRequest{req.method, req.path, "", req.get_header_value("Content-Type")});
+    if (hook) {
+      hook(RecordedRequest{req.method, req.path, "", req.get_header_value("Content-Type"),
+                           req.remote_port});
+    }
     nlohmann::json body = nlohmann::json::object();
     if (!req.body.empty()) {
       body = nlohmann::json::parse(req.body, nullptr, false);
@@ -1256,7 +1259,13 @@ Result<std::unique_ptr<FakeApiServer>> FakeApiServer::Start(const TestPki& pki, 
   if (!state->server->is_valid()) {
     return Status(ErrorCode::kInternal, "fake API server: TLS setup failed for " + pki.server_cert);
   }
-  state->server->new_task_queue = [] { return new httplib::ThreadPool(32); };
+  // Every open connection holds one of these threads (watches for their whole life, a client's
+  // kept-alive connection until it has idled for keep_alive_timeout): enough for the tests' many
+  // watchers and pooled clients at once.
+  state->server->new_task_queue = [] { return new httplib::ThreadPool(64); };
+  // A Go API server keeps a connection for any number of requests; httplib's default closes it
+  // after 5, which would put a TLS handshake on every fifth call of a kept-alive client.
+  state->server->set_keep_alive_max_count(1000000);
   // As a real API server (Go sets TCP_NODELAY): without it, a response written as headers then
   // body waits for the client's delayed ACK (40 ms) on every call.
   state->server->set_tcp_nodelay(true);

@@ -74,6 +74,7 @@ struct RecordedRequest {
   std::string path;   // without the query
   std::string query;  // raw, e.g. "watch=1&resourceVersion=12"
   std::string content_type;
+  int remote_port = 0;  // the client's side of the connection: the same port, the same connection
 };
 
 // A fault the next matching writes meet (FakeApiServer::InjectWriteFault).

@@ -84,7 +84,7 @@ TEST_F(DraOverlay, TheDriverDaemonSetHasThePluginDirectoriesAndCdiAtTheHostsPath
   }
   // The kubelet and the runtime read what the driver writes there: same path, writable.
   for (const char* p : {"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins",
-                        "/var/run/cdi", "/var/lib/gpulet/dra", "/run/nvidia/mps"}) {
+                        "/var/run/cdi", "/run/gpulet/dra", "/run/nvidia/mps"}) {
     EXPECT_EQ(mounted[p], std::make_pair(std::string(p), false)) << p;
   }
   // The driver root, read only, where --driver-root says; the host's view in --host-driver-root.
@@ -93,7 +93,11 @@ TEST_F(DraOverlay, TheDriverDaemonSetHasThePluginDirectoriesAndCdiAtTheHostsPath
   EXPECT_TRUE(args.count("--driver-root=" + mounted["/"].first));
   EXPECT_TRUE(args.count("--host-driver-root=/"));
   EXPECT_TRUE(args.count("--cdi-root=/var/run/cdi"));
-  EXPECT_TRUE(args.count("--state-dir=/var/lib/gpulet/dra"));
+  EXPECT_TRUE(args.count("--state-dir=/run/gpulet/dra"));
+  // Read only, for the refusal to start beside a device plugin serving the mapped resources.
+  EXPECT_EQ(mounted["/var/lib/kubelet/device-plugins"],
+            std::make_pair(std::string("/var/lib/kubelet/device-plugins"), true));
+  EXPECT_TRUE(args.count("--device-plugin-path=/var/lib/kubelet/device-plugins"));
   EXPECT_TRUE(args.count("--mps-root=/run/nvidia/mps"));
   EXPECT_TRUE(mounted["/usr/lib/gpulet"].second);
   EXPECT_TRUE(args.count("--cuda-library=" + mounted["/usr/lib/gpulet"].first +
@@ -200,6 +204,7 @@ TEST_F(DraOverlay, TheDriverIsGrantedExactlyWhatItAsksFor) {
   EXPECT_EQ(grants, (std::set<std::string>{
                         "resource.k8s.io/resourceslices:create",
                         "resource.k8s.io/resourceslices:update",
+                        "resource.k8s.io/resourceslices:patch",
                         "resource.k8s.io/resourceslices:delete",
                         "resource.k8s.io/resourceslices:list",
                         "resource.k8s.io/resourceslices:watch",
@@ -207,7 +212,9 @@ TEST_F(DraOverlay, TheDriverIsGrantedExactlyWhatItAsksFor) {
                         "resource.k8s.io/resourceclaims:list",
                         "resource.k8s.io/resourceclaims:watch",
                         "resource.k8s.io/resourceclaims/status:update",
+                        "resource.k8s.io/resourceclaims/status:patch",
                         "resource.k8s.io/resourceclaims/driver:associated-node:update",
+                        "resource.k8s.io/resourceclaims/driver:associated-node:patch",
                         "/nodes:get",
                     }));
   // The device plugin's ServiceAccount gains nothing of resource.k8s.io.

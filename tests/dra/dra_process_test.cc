@@ -5,11 +5,17 @@
 // checkpoint (named in the log, kept aside, rebuilt from the API server), the API server
 // unreachable during Prepare (a per-claim error, nothing left behind).
 #include <gtest/gtest.h>
+#include <httplib.h>
+#include <yaml-cpp/yaml.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "apiserver/fake_apiserver.h"
@@ -84,7 +90,8 @@ class DraProcessTest : public ::testing::Test {
                                  "--plugins-registry", dir_ + "/reg", "--plugin-dir",
                                  dir_ + "/plugins", "--cdi-root", dir_ + "/cdi", "--driver-root",
                                  dir_ + "/driver", "--state-dir", dir_ + "/state",
-                                 "--boot-id-file", dir_ + "/boot_id"},
+                                 "--boot-id-file", dir_ + "/boot_id", "--device-plugin-path",
+                                 dir_ + "/dp"},
         dir_ + "/dra-" + std::to_string(++starts_) + ".log");
     ASSERT_TRUE(process_->Start());
     ASSERT_TRUE(process_->WaitForLog("event=dra_serving", milliseconds(30000)))
@@ -144,8 +151,183 @@ TEST_F(DraProcessTest, PreparesAndUnpreparesAClaim) {
   ASSERT_TRUE(claim.has_value());
   ASSERT_TRUE((*claim)["status"].contains("devices")) << claim->dump();
   EXPECT_EQ((*claim)["status"]["devices"][0]["device"], "gpu-0");
+  // status.devices[].data: what the device is on this node (the simulated GPU 0's UUID).
+  const nlohmann::json& data = (*claim)["status"]["devices"][0]["data"];
+  ASSERT_TRUE(data.is_object()) << claim->dump();
+  EXPECT_EQ(data.value("uuid", "").rfind("GPU-", 0), 0u) << data.dump();
   EXPECT_EQ(harness_->UnpreparePod({a}).at(a.uid), "");
   EXPECT_EQ(CdiSpecs(), 0u);
+}
+
+// `gpulet node --dra`: the DRA driver inside the node agent, beside the exporter on the same
+// NVML session; the device plugin does not start (one node must not serve the GPUs both ways).
+TEST_F(DraProcessTest, NodeWithDraServesClaimsBesideTheExporter) {
+  process_ = std::make_unique<GpuletProcess>(
+      std::vector<std::string>{"--simulate", "dgx-h100", "--sim-state", dir_ + "/sim", "node",
+                               "--dra", "--node-name", kNode, "--kubeconfig",
+                               dir_ + "/kubeconfig", "--device-plugin-path", dir_ + "/dp",
+                               "-a", "127.0.0.1:0", "-c", "500", "--dra-plugins-registry",
+                               dir_ + "/reg", "--dra-plugin-dir", dir_ + "/plugins",
+                               "--dra-cdi-root", dir_ + "/cdi", "--dra-driver-root",
+                               dir_ + "/driver", "--dra-state-dir", dir_ + "/state",
+                               "--dra-boot-id-file", dir_ + "/boot_id"},
+      dir_ + "/node.log");
+  ASSERT_TRUE(process_->Start());
+  ASSERT_TRUE(process_->WaitForLog("event=dra_serving", milliseconds(30000))) << process_->Log();
+  ASSERT_TRUE(harness_->WaitForDriver(kDriver, milliseconds(10000))) << process_->Log();
+  DraClaimRef a = PutClaim("a", {TestResult{"gpu", "gpu-3"}});
+  auto out = harness_->PreparePod({a});
+  ASSERT_EQ(out.at(a.uid).error, "") << process_->Log();
+  ASSERT_EQ(out.at(a.uid).devices.size(), 1u);
+  EXPECT_EQ(CdiSpecs(), 1u);
+  // The exporter serves the node's GPUs.
+  const int port = ListeningPort(*process_, milliseconds(30000));
+  ASSERT_GT(port, 0) << process_->Log();
+  httplib::Client http("127.0.0.1", port);
+  http.set_read_timeout(10, 0);
+  httplib::Result metrics = http.Get("/metrics");
+  ASSERT_TRUE(metrics) << process_->Log();
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_NE(metrics->body.find("DCGM_FI_DEV_FB_USED"), std::string::npos);
+  // No device-plugin socket: the device plugin did not start.
+  size_t sockets = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_ + "/dp", ec)) sockets += e.is_socket();
+  EXPECT_EQ(sockets, 0u);
+  EXPECT_NE(process_->Log().find("event=node_dra"), std::string::npos);
+  EXPECT_EQ(harness_->UnpreparePod({a}).at(a.uid), "");
+  EXPECT_EQ(CdiSpecs(), 0u);
+}
+
+// The RBAC verb each request needs ("group/resource[/subresource]:verb"), as the API server's
+// request-info resolver names it (staging/src/k8s.io/apiserver/pkg/endpoints/request/
+// requestinfo.go): GET of a collection is list (watch=1: watch), PUT update, PATCH patch. A write
+// of a claim's status also needs, from 1.36, the synthetic resourceclaims/driver subresource with
+// the node-aware verb (DRAResourceClaimGranularStatusAuthorization; ../shared/references/dra.md).
+std::set<std::string> VerbsNeeded(const std::vector<RecordedRequest>& requests) {
+  std::set<std::string> out;
+  for (const RecordedRequest& r : requests) {
+    std::vector<std::string> parts;
+    std::stringstream ss(r.path);
+    for (std::string p; std::getline(ss, p, '/');) {
+      if (!p.empty()) parts.push_back(p);
+    }
+    // /api/v1/... or /apis/<group>/<version>/...; then namespaces/<ns>/ optionally.
+    size_t i = 0;
+    std::string group;
+    if (parts.size() >= 2 && parts[0] == "api") {
+      i = 2;
+    } else if (parts.size() >= 3 && parts[0] == "apis") {
+      group = parts[1];
+      i = 3;
+    } else {
+      continue;
+    }
+    if (parts.size() > i + 2 && parts[i] == "namespaces") i += 2;
+    if (i >= parts.size()) continue;
+    std::string resource = parts[i];
+    const bool named = parts.size() > i + 1;
+    if (parts.size() > i + 2) resource += "/" + parts[i + 2];
+    std::string verb;
+    if (r.method == "GET") {
+      verb = !named ? (r.query.find("watch=1") != std::string::npos ||
+                               r.query.find("watch=true") != std::string::npos
+                           ? "watch"
+                           : "list")
+                    : "get";
+    } else if (r.method == "POST") {
+      verb = "create";
+    } else if (r.method == "PUT") {
+      verb = "update";
+    } else if (r.method == "PATCH") {
+      verb = "patch";
+    } else if (r.method == "DELETE") {
+      verb = named ? "delete" : "deletecollection";
+    }
+    out.insert(group + "/" + resource + ":" + verb);
+    if (resource == "resourceclaims/status" && (verb == "update" || verb == "patch")) {
+      out.insert(group + "/resourceclaims/driver:associated-node:" + verb);
+    }
+  }
+  return out;
+}
+
+// What deploy/overlays/dra's ClusterRole grants, in the same form.
+std::set<std::string> VerbsGranted() {
+  std::set<std::string> out;
+  for (const YAML::Node& doc :
+       YAML::LoadAllFromFile(std::string(GPULET_SOURCE_DIR) + "/deploy/overlays/dra/rbac.yaml")) {
+    if (!doc["kind"] || doc["kind"].as<std::string>() != "ClusterRole") continue;
+    for (const YAML::Node& rule : doc["rules"]) {
+      for (const YAML::Node& g : rule["apiGroups"]) {
+        for (const YAML::Node& res : rule["resources"]) {
+          for (const YAML::Node& v : rule["verbs"]) {
+            out.insert(g.as<std::string>() + "/" + res.as<std::string>() + ":" +
+                       v.as<std::string>());
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// Every request `gpulet dra` sends the API server, through a prepare, a status write, an
+// unprepare, the slices wiped and put back and a restart, is one the overlay's ClusterRole grants:
+// the fake API server checks no RBAC, so without this a missing verb shows only on a cluster (it
+// did: the slices' JSON patches and the status merge patches had no "patch" verb).
+TEST_F(DraProcessTest, EveryRequestIsGrantedByTheOverlaysRole) {
+  StartDra();
+  DraClaimRef a = PutClaim("a", {TestResult{"gpu", "gpu-2"}});
+  ASSERT_EQ(harness_->PreparePod({a}).at(a.uid).error, "") << process_->Log();
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] {
+        std::optional<nlohmann::json> c = api_->Object(ClaimObjectPath("default", "a"));
+        return c && (*c)["status"].contains("devices");
+      },
+      milliseconds(5000)));
+  EXPECT_EQ(harness_->UnpreparePod({a}).at(a.uid), "");
+  process_->Stop(SIGTERM);
+  StartDra();  // the slices are there: the publisher reconciles them
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] {
+        size_t lists = 0;  // one by each instance's publisher
+        for (const RecordedRequest& r : api_->requests()) {
+          lists += r.method == "GET" && r.path == "/apis/resource.k8s.io/v1/resourceslices";
+        }
+        return lists >= 2;
+      },
+      milliseconds(10000)));
+  const std::set<std::string> needed = VerbsNeeded(api_->requests());
+  const std::set<std::string> granted = VerbsGranted();
+  ASSERT_FALSE(granted.empty());
+  EXPECT_TRUE(needed.count("resource.k8s.io/resourceclaims/status:patch")) << "no status write seen";
+  for (const std::string& v : needed) EXPECT_TRUE(granted.count(v)) << "not granted: " << v;
+}
+
+// A device plugin serving nvidia.com/gpu on the node (a live nvidia-gpu.sock): `gpulet dra`
+// refuses to start and names the socket (the shipped DeviceClasses map nvidia.com/gpu to it); once
+// that plugin is gone (its socket left behind, refusing connections) it starts.
+TEST_F(DraProcessTest, RefusesToStartBesideALiveDevicePlugin) {
+  fs::create_directories(dir_ + "/dp");
+  const std::string sock = dir_ + "/dp/nvidia-gpu.sock";
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", sock.c_str());
+  ASSERT_EQ(::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(fd, 4), 0);
+  RunResult r = RunGpulet({"dra", "--simulate", "dgx-h100", "--sim-state", dir_ + "/sim",
+                           "--node-name", kNode, "--kubeconfig", dir_ + "/kubeconfig",
+                           "--plugins-registry", dir_ + "/reg", "--plugin-dir", dir_ + "/plugins",
+                           "--device-plugin-path", dir_ + "/dp"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find(sock), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("must not serve them both ways"), std::string::npos) << r.output;
+  ::close(fd);  // the plugin is gone; its socket file stays
+  ASSERT_TRUE(fs::exists(sock));
+  StartDra();
 }
 
 TEST_F(DraProcessTest, KilledBetweenPrepareAndUnprepare) {
