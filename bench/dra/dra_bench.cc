@@ -77,6 +77,12 @@ int main(int argc, char** argv) {
   char tmpl[] = "/tmp/bdra-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) Die("mkdtemp");
   const std::string dir = tmpl;
+  // The CDI specs and the preparer's records go where the deployment puts them: on tmpfs
+  // (/var/run/cdi, /run/gpulet/dra); /dev/shm stands for it. The plugin's checkpoint stays on
+  // disk (/var/lib/kubelet/plugins in a deployment, `dir` here).
+  char shm_tmpl[] = "/dev/shm/gpulet-dra-bench-XXXXXX";
+  const bool have_shm = std::filesystem::is_directory("/dev/shm") && mkdtemp(shm_tmpl) != nullptr;
+  const std::string tmpfs = have_shm ? std::string(shm_tmpl) : dir;
   std::filesystem::create_directories(dir + "/pki");
   Result<testing::TestPki> pki = testing::MakeTestPki(dir + "/pki");
   if (!pki.ok()) Die(pki.status().message());
@@ -180,8 +186,8 @@ int main(int argc, char** argv) {
     testing::GpuletProcess dra_process(
         {"dra", "--simulate", "dgx-h100", "--sim-state", dir + "/sim", "--node-name", "node-1",
          "--kubeconfig", dir + "/kubeconfig", "--plugins-registry", dir + "/reg2", "--plugin-dir",
-         dir + "/plugins2", "--cdi-root", dir + "/cdi", "--driver-root", root, "--state-dir",
-         dir + "/state", "--boot-id-file", dir + "/boot_id", "--publish-slices=false"},
+         dir + "/plugins2", "--cdi-root", tmpfs + "/cdi", "--driver-root", root, "--state-dir",
+         tmpfs + "/state", "--boot-id-file", dir + "/boot_id", "--publish-slices=false"},
         dir + "/dra.log");
     if (!dra_process.Start()) Die("cannot start gpulet dra");
     if (!kubelet2.WaitForDriver(dra::kDriverName, 30s)) Die("gpulet dra did not register:\n" + dra_process.Log());
@@ -230,5 +236,6 @@ int main(int argc, char** argv) {
   }
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
+  if (have_shm) std::filesystem::remove_all(tmpfs, ec);
   return 0;
 }

@@ -3,25 +3,38 @@
 # real gRPC, with the tests' Preparer in process and with `gpulet dra` and its node preparer; RSS.
 set -euo pipefail
 out=$(mktemp)
-trap 'rm -f "$out" "$out.md"' EXIT
-GPULET_BUILD_DIR="$BUILD" "$BUILD/bin/bench_dra" "${RUNS:-500}" 2>/dev/null | tee "$out"
+trap 'rm -f "$out" "$out.md" "$out.smaps"' EXIT
+GPULET_BUILD_DIR="$BUILD" GPULET_BENCH_SMAPS="$out.smaps" "$BUILD/bin/bench_dra" "${RUNS:-500}" \
+  2>/dev/null | tee "$out"
 {
   echo "## DRA kubelet plugin (issue 22)"
   echo
   echo "bench/dra/dra_bench.cc: the kubelet's DRA side (testing/kubelet/dra_harness.h) calls"
   echo "NodePrepareResources then NodeUnprepareResources over the plugin's Unix socket; each Prepare"
-  echo "GETs the claim from the fake API server over HTTPS and writes the checkpoint once (temp +"
-  echo "fsync + rename + directory fsync), each Unprepare writes it once. First with the tests'"
-  echo "recording Preparer in process (the plugin's own cost), then the product, \`gpulet dra"
-  echo "--simulate dgx-h100\`, with the node preparer writing a CDI spec per claim. The two"
-  echo "\"of which\" rows time a claim GET (k8s::Client opens a TLS connection per request) and one"
-  echo "checkpoint write alone: on this machine they are the whole cost, and their p99 is the disk's"
-  echo "and the CPU's under the other builds sharing it."
+  echo "GETs the claim from the fake API server over HTTPS (k8s::Client keeps the connection between"
+  echo "GETs) and writes the checkpoint once (temp + fsync + rename + directory fsync), each Unprepare"
+  echo "writes it once. First with the tests' recording Preparer in process (the plugin's own cost),"
+  echo "then the product, \`gpulet dra --simulate dgx-h100\`, with the node preparer writing a CDI"
+  echo "spec and its per-claim record on tmpfs (/dev/shm), as the deployment keeps them (/var/run/cdi,"
+  echo "/run/gpulet/dra); the checkpoint stays on disk (/tmp here, /var/lib/kubelet/plugins there)."
+  echo "The two \"of which\" rows time a claim GET and one checkpoint write alone."
   echo
   cat "$out"
   echo
-  echo "Against the issue's targets (prepare p99 under 5 ms without MIG, RSS under 16 MiB): see the"
-  echo "\"of which\" rows: one TLS handshake per claim GET and the fsync'd checkpoint write are the"
-  echo "cost; the RSS is the whole agent (NVML health watch, libcurl/OpenSSL, static gRPC)."
+  echo "Largest resident mappings of \`gpulet dra\` at that point (MiB):"
+  python3 - "$out.smaps" <<'PY'
+import collections, re, sys
+rss, cur = collections.Counter(), None
+for line in open(sys.argv[1]):
+    m = re.match(r"^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \S+\s*(.*)$", line)
+    if m:
+        cur = (m.group(1).strip() or "[anon]").split("/")[-1]
+    elif line.startswith("Rss:"):
+        rss[cur] += int(line.split()[1])
+print(", ".join(f"{k} {v / 1024:.1f}" for k, v in rss.most_common(12)) + ".")
+PY
+  echo
+  echo "Targets: prepare p99 under 5 ms without MIG (the \`gpulet dra\` rows), RSS under 16 MiB."
+  echo "Machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) when the run ended."
 } > "$out.md"
 python3 "$ROOT/bench/update_section.py" dra "$out.md"

@@ -1,7 +1,10 @@
 #include "apiserver/fake_apiserver.h"
 
+#include <dirent.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cctype>
@@ -1248,6 +1251,34 @@ struct FakeApiServer::State {
   }
 };
 
+namespace {
+
+// cpp-httplib (Debian's compiled libcpp-httplib) listens with a backlog of 5: a client opening a
+// few connections at once (the slice publisher's parallel writes) has its SYNs dropped and retried
+// a second later. A Go API server listens with the kernel's somaxconn. listen() again on the
+// listening socket (found by its port) raises the backlog; nothing else changes.
+void RaiseListenBacklog(int port) {
+  DIR* d = ::opendir("/proc/self/fd");
+  if (d == nullptr) return;
+  while (dirent* e = ::readdir(d)) {
+    const int fd = std::atoi(e->d_name);
+    if (fd <= 2 || fd == ::dirfd(d)) continue;
+    int listening = 0;
+    socklen_t len = sizeof(listening);
+    if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
+    sockaddr_in addr{};
+    socklen_t alen = sizeof(addr);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &alen) != 0 ||
+        addr.sin_family != AF_INET || ntohs(addr.sin_port) != port) {
+      continue;
+    }
+    ::listen(fd, SOMAXCONN);
+  }
+  ::closedir(d);
+}
+
+}  // namespace
+
 Result<std::unique_ptr<FakeApiServer>> FakeApiServer::Start(const TestPki& pki, Options options) {
   // A client that hangs up mid-stream must not kill the test process.
   signal(SIGPIPE, SIG_IGN);
@@ -1288,6 +1319,7 @@ Result<std::unique_ptr<FakeApiServer>> FakeApiServer::Start(const TestPki& pki, 
 
   state->port = state->server->bind_to_any_port("127.0.0.1");
   if (state->port <= 0) return Status(ErrorCode::kInternal, "fake API server: bind failed");
+  RaiseListenBacklog(state->port);
   httplib::SSLServer* srv = state->server.get();
   state->thread = std::thread([srv] { srv->listen_after_bind(); });
   state->reaper = std::thread([raw = state.get()] { raw->ReapDeletions(); });
