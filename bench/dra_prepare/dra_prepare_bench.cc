@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/gbench_percentiles.h"
 #include "dra/names.h"
 #include "dra/node_preparer.h"
 #include "gpu/inventory.h"
@@ -23,24 +24,13 @@
 #include "mig/layout_lock.h"
 #include "sim/simulation.h"
 
+
 namespace gpulet::dra {
 namespace {
 
 namespace fs = std::filesystem;
 
-double Percentile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))];
-}
-
-void Percentiles(benchmark::internal::Benchmark* b, int repetitions) {
-  b->Iterations(1)
-      ->Repetitions(repetitions)
-      ->ReportAggregatesOnly(true)
-      ->Unit(benchmark::kMicrosecond)
-      ->ComputeStatistics("p50", [](const std::vector<double>& v) { return Percentile(v, 0.50); })
-      ->ComputeStatistics("p99", [](const std::vector<double>& v) { return Percentile(v, 0.99); });
-}
+using bench::Percentiles;
 
 void Touch(const fs::path& p) {
   fs::create_directories(p.parent_path());

@@ -17,28 +17,18 @@
 #include <string>
 #include <vector>
 
+#include "../common/gbench_percentiles.h"
 #include "gpu/nvml.h"
 #include "mig/config.h"
 #include "mig/driver.h"
 #include "mig/plan.h"
 #include "sim/simulation.h"
 
+
 namespace gpulet::mig {
 namespace {
 
-double Percentile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))];
-}
-
-void Percentiles(benchmark::internal::Benchmark* b, int repetitions) {
-  b->Iterations(1)
-      ->Repetitions(repetitions)
-      ->ReportAggregatesOnly(true)
-      ->Unit(benchmark::kMicrosecond)
-      ->ComputeStatistics("p50", [](const std::vector<double>& v) { return Percentile(v, 0.50); })
-      ->ComputeStatistics("p99", [](const std::vector<double>& v) { return Percentile(v, 0.99); });
-}
+using bench::Percentiles;
 
 std::vector<ProfileSpec> A100() {
   return {{"1g.5gb", 0, 1, 4864, {0, 1, 2, 3, 4, 5, 6}, 1},

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "apiserver/fake_apiserver.h"
+#include "apiserver/rbac_check.h"
 #include "sharing/test_inventories.h"
 
 namespace gpulet::deviceplugin {
@@ -41,7 +42,17 @@ class PublisherTest : public ::testing::Test {
     plan_ = *plan;
     pool_ = *plan_.Find("gpulet.io/gpu-memory-1gi");
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void TearDown() override {
+    // Whatever the publisher sent (its ConfigMap read, created, patched) is granted by the node
+    // agent's shipped roles.
+    if (server_) {
+      for (const std::string& v :
+           gpulet::testing::RbacVerbsNotGranted(server_->requests(), {"deploy/base/rbac.yaml"})) {
+        ADD_FAILURE() << "deploy/base/rbac.yaml does not grant " << v;
+      }
+    }
+    std::filesystem::remove_all(dir_);
+  }
 
   // `absence`: one List that misses a unit releases it, unless a test asks for the default.
   std::unique_ptr<MemoryPoolPublisher> MakePublisher(AbsenceOptions absence = {1, 0s}) {

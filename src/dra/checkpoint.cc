@@ -16,16 +16,6 @@ namespace {
 
 constexpr int kVersion = 1;
 
-std::string Fnv64Hex(const std::string& text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
 
 const char* StateName(CheckpointEntry::State s) {
   return s == CheckpointEntry::State::kPrepared ? "prepared" : "preparing";
@@ -240,6 +230,17 @@ Result<std::string> ReadBootId(const std::string& path) {
     return Status(ErrorCode::kInvalidInput, path + ": not a boot ID");
   }
   return id;
+}
+
+std::string Fnv64Hex(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return buf;
 }
 
 }  // namespace gpulet::dra

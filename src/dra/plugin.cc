@@ -36,16 +36,6 @@ constexpr size_t kMaxClaimsPerCall = 1024;
 constexpr size_t kMaxHealthMessage = 1024;
 constexpr size_t kMaxQueuedStatus = 1024;
 
-std::string Fnv64Hex(const std::string& text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
 
 bool ValidInstance(const std::string& s) {
   if (s.size() > 64) return false;

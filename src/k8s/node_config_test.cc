@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "apiserver/fake_apiserver.h"
+#include "apiserver/rbac_check.h"
 
 namespace gpulet::k8s {
 namespace {
@@ -140,6 +141,12 @@ class SyncTest : public ::testing::Test {
   void TearDown() override {
     stop_.Stop();
     if (thread_.joinable()) thread_.join();
+    // The node agent's reads and watches of its Node and its ConfigMap are granted by its roles.
+    if (!server_) return;
+    for (const std::string& v :
+         gpulet::testing::RbacVerbsNotGranted(server_->requests(), {"deploy/base/rbac.yaml"})) {
+      ADD_FAILURE() << "deploy/base/rbac.yaml does not grant " << v;
+    }
   }
   // Bounded wait for the output file to hold `content`.
   bool WaitForFile(const std::string& content) {

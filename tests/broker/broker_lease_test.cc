@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "apiserver/rbac_check.h"
 #include "slurm/fake_runner.h"
 #include "tests/broker/broker_support.h"
 
@@ -30,6 +31,15 @@ class BrokerApi : public ::testing::Test {
     config_.lease_namespace = "kube-system";
     config_.lease_name = "gpulet-broker";
     config_.lease_duration = 30 * 1000;
+  }
+  // Whatever the broker sent in the test (lease, node reads and taint patches, pod lists,
+  // evictions) is granted by its shipped roles.
+  void TearDown() override {
+    if (!api_) return;
+    for (const std::string& v :
+         testing::RbacVerbsNotGranted(api_->requests(), {"deploy/broker/rbac.yaml"})) {
+      ADD_FAILURE() << "deploy/broker/rbac.yaml does not grant " << v;
+    }
   }
   TempDir dir_;
   std::unique_ptr<testing::FakeApiServer> api_;

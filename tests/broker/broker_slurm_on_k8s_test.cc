@@ -12,6 +12,7 @@
 #include <string>
 
 #include "apiserver/fake_apiserver.h"
+#include "apiserver/rbac_check.h"
 #include "apiserver/test_objects.h"
 #include "tests/slurm/slurm_test_support.h"
 
@@ -104,6 +105,16 @@ class SlurmOnK8sBroker : public ::testing::Test {
   int Replicas() const { return api_->Object(kSts).value_or(json())["spec"].value("replicas", -1); }
   std::string Calls() const { return ReadFile(dir_.path() + "/calls.log"); }
 
+  // What `gpulet broker` sent in Slurm-on-Kubernetes mode (StatefulSet reads and scale patches
+  // beside its node and pod calls) is granted by deploy/broker and the overlay's scaler Role.
+  void TearDown() override {
+    if (!api_) return;
+    for (const std::string& v : gpulet::testing::RbacVerbsNotGranted(
+             api_->requests(),
+             {"deploy/broker/rbac.yaml", "deploy/overlays/slurm-on-k8s/broker-rbac.yaml"})) {
+      ADD_FAILURE() << "the broker's roles do not grant " << v;
+    }
+  }
   TempDir dir_;
   std::unique_ptr<gpulet::testing::FakeApiServer> api_;
 };

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "apiserver/fake_apiserver.h"
+#include "apiserver/rbac_check.h"
 #include "extender/equivalence.h"
 #include "extender/scoring.h"
 #include "extender/service.h"
@@ -91,6 +92,11 @@ TEST_P(PolicyReplayTest, ReducedOpenbTraceSamePlacementsThroughHttp) {
     EXPECT_EQ((*p)["spec"].value("nodeName", ""), r->replay[i].node);
   }
   service.Stop();
+  // Every request the extender sent (watches, pod reads, Bindings) is one its shipped roles grant.
+  for (const std::string& v :
+       gpulet::testing::RbacVerbsNotGranted((*api)->requests(), {"deploy/extender/rbac.yaml"})) {
+    ADD_FAILURE() << "deploy/extender/rbac.yaml does not grant " << v;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, PolicyReplayTest,

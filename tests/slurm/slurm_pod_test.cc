@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "apiserver/fake_apiserver.h"
+#include "apiserver/rbac_check.h"
 #include "sim/fixture.h"
 #include "sim/simulation.h"
 #include "tests/slurm/slurm_test_support.h"
@@ -373,6 +374,11 @@ TEST_F(SlurmPods, LabelsItsPodBusyWhileAJobRuns) {
             "slurmd");  // a merge patch: the other labels stay
   pod->Terminate();
   EXPECT_EQ(pod->WaitExit(), 0) << pod->Log();
+  // Every request the pod's agent sent is one the slurmd ServiceAccount's Role grants.
+  for (const std::string& v : gpulet::testing::RbacVerbsNotGranted(
+           (*api)->requests(), {"deploy/overlays/slurm-on-k8s/slurmd-rbac.yaml"})) {
+    ADD_FAILURE() << "slurmd-rbac.yaml does not grant " << v;
+  }
 }
 
 // No Slurm needed: the pod refuses before it writes gres.conf or starts slurmd.
