@@ -69,6 +69,41 @@ Memory Rss(pid_t pid) {
   return m;
 }
 
+// `runs` claims of 1 GPU, then of 8, each prepared and unprepared through `kubelet` one after the
+// other; prints a table row (runs, p50, p99, max) per call and size, named after `label`. `claims`
+// numbers the claims (their names and UUIDs) across calls.
+void PrepareUnprepareRows(testing::DraKubeletHarness& kubelet, testing::FakeApiServer& api,
+                          int runs, const std::string& label, int& claims) {
+  for (int gpus : {1, 8}) {
+    std::vector<double> prep, unprep;
+    for (int i = 0; i < runs; ++i) {
+      dra::testing::TestClaim c;
+      c.name = "c" + std::to_string(++claims);
+      char uid[40];
+      std::snprintf(uid, sizeof(uid), "6f1c2e3a-0000-4000-8000-%012d", claims);
+      c.uid = uid;
+      c.node = "node-1";
+      for (int g = 0; g < gpus; ++g) c.results.push_back({"gpu", "gpu-" + std::to_string(g)});
+      api.Put(dra::testing::ClaimObjectPath(c.namespace_, c.name), dra::testing::MakeClaimObject(c));
+      testing::DraClaimRef ref{c.namespace_, c.name, c.uid, dra::kDriverName};
+      auto t0 = std::chrono::steady_clock::now();
+      auto out = kubelet.PreparePod({ref});
+      auto t1 = std::chrono::steady_clock::now();
+      if (!out.at(c.uid).error.empty()) Die(out.at(c.uid).error);
+      auto un = kubelet.UnpreparePod({ref});
+      auto t2 = std::chrono::steady_clock::now();
+      if (!un.at(c.uid).empty()) Die(un.at(c.uid));
+      prep.push_back(Micros(t1 - t0).count());
+      unprep.push_back(Micros(t2 - t1).count());
+    }
+    for (auto [what, v] : {std::pair{"prepare", prep}, std::pair{"unprepare", unprep}}) {
+      Stats s = Summarize(v);
+      std::printf("| %s%s, one claim of %d GPU%s | %zu | %.0f µs | %.0f µs | %.0f µs |\n",
+                  label.c_str(), what, gpus, gpus == 1 ? "" : "s", s.n, s.p50, s.p99, s.max);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -107,35 +142,10 @@ int main(int argc, char** argv) {
 
   std::printf("| NodePrepareResources (fake preparer, real gRPC + API server GET + checkpoint) "
               "| runs | p50 | p99 | max |\n|---|---|---|---|---|\n");
-  for (int gpus : {1, 8}) {
-    std::vector<double> prep, unprep;
-    for (int i = 0; i < runs; ++i) {
-      dra::testing::TestClaim c;
-      c.name = "c" + std::to_string(gpus) + "-" + std::to_string(i);
-      c.uid = "uid-" + c.name;
-      c.node = "node-1";
-      for (int g = 0; g < gpus; ++g) c.results.push_back({"gpu", "gpu-" + std::to_string(g)});
-      (*api)->Put(dra::testing::ClaimObjectPath(c.namespace_, c.name),
-                  dra::testing::MakeClaimObject(c));
-      testing::DraClaimRef ref{c.namespace_, c.name, c.uid, dra::kDriverName};
-      auto t0 = std::chrono::steady_clock::now();
-      auto out = kubelet.PreparePod({ref});
-      auto t1 = std::chrono::steady_clock::now();
-      if (!out.at(c.uid).error.empty()) Die(out.at(c.uid).error);
-      auto un = kubelet.UnpreparePod({ref});
-      auto t2 = std::chrono::steady_clock::now();
-      if (!un.at(c.uid).empty()) Die(un.at(c.uid));
-      prep.push_back(Micros(t1 - t0).count());
-      unprep.push_back(Micros(t2 - t1).count());
-    }
-    for (auto [what, v] : {std::pair{"prepare", prep}, std::pair{"unprepare", unprep}}) {
-      Stats s = Summarize(v);
-      std::printf("| %s, one claim of %d GPU%s | %zu | %.0f µs | %.0f µs | %.0f µs |\n", what, gpus,
-                  gpus == 1 ? "" : "s", s.n, s.p50, s.p99, s.max);
-    }
-  }
-  // Where the time goes: one GET of a claim from the API server (a new TLS connection per
-  // request, as k8s::Client makes them), one checkpoint write (temp + fsync + rename + fsync).
+  int claims = 0;
+  PrepareUnprepareRows(kubelet, **api, runs, "", claims);
+  // Where the time goes: one GET of a claim from the API server (on the connection k8s::Client
+  // keeps between GETs), one checkpoint write (temp + fsync + rename + fsync).
   {
     dra::testing::TestClaim c;
     c.name = "probe";
@@ -191,37 +201,8 @@ int main(int argc, char** argv) {
         dir + "/dra.log");
     if (!dra_process.Start()) Die("cannot start gpulet dra");
     if (!kubelet2.WaitForDriver(dra::kDriverName, 30s)) Die("gpulet dra did not register:\n" + dra_process.Log());
-    int n = 0;
-    for (int gpus : {1, 8}) {
-      std::vector<double> prep, unprep;
-      for (int i = 0; i < runs; ++i) {
-        dra::testing::TestClaim c;
-        c.name = "p" + std::to_string(gpus) + "-" + std::to_string(i);
-        char uid[40];
-        std::snprintf(uid, sizeof(uid), "6f1c2e3a-0000-4000-8000-%012d", ++n);
-        c.uid = uid;
-        c.node = "node-1";
-        for (int g = 0; g < gpus; ++g) c.results.push_back({"gpu", "gpu-" + std::to_string(g)});
-        (*api)->Put(dra::testing::ClaimObjectPath(c.namespace_, c.name),
-                    dra::testing::MakeClaimObject(c));
-        testing::DraClaimRef ref{c.namespace_, c.name, c.uid, dra::kDriverName};
-        auto t0 = std::chrono::steady_clock::now();
-        auto out = kubelet2.PreparePod({ref});
-        auto t1 = std::chrono::steady_clock::now();
-        if (!out.at(c.uid).error.empty()) Die(out.at(c.uid).error);
-        auto un = kubelet2.UnpreparePod({ref});
-        auto t2 = std::chrono::steady_clock::now();
-        if (!un.at(c.uid).empty()) Die(un.at(c.uid));
-        prep.push_back(Micros(t1 - t0).count());
-        unprep.push_back(Micros(t2 - t1).count());
-      }
-      for (auto [what, v] : {std::pair{"prepare", prep}, std::pair{"unprepare", unprep}}) {
-        Stats s = Summarize(v);
-        std::printf("| `gpulet dra` (node preparer, CDI spec written): %s, one claim of %d GPU%s "
-                    "| %zu | %.0f µs | %.0f µs | %.0f µs |\n",
-                    what, gpus, gpus == 1 ? "" : "s", s.n, s.p50, s.p99, s.max);
-      }
-    }
+    PrepareUnprepareRows(kubelet2, **api, runs,
+                         "`gpulet dra` (node preparer, CDI spec written): ", claims);
     const Memory m = Rss(dra_process.pid());
     // For a breakdown by mapping: GPULET_BENCH_SMAPS=<file> keeps the process's smaps.
     if (const char* keep = std::getenv("GPULET_BENCH_SMAPS"); keep != nullptr && *keep != 0) {
@@ -230,7 +211,7 @@ int main(int argc, char** argv) {
     }
     std::printf("\n`gpulet dra --simulate dgx-h100` after %d claims prepared and unprepared: "
                 "VmRSS %.1f MiB (anonymous %.1f MiB, file-backed %.1f MiB), VmHWM %.1f MiB.\n",
-                n, m.rss / 1024.0, m.anon / 1024.0, m.file / 1024.0, m.hwm / 1024.0);
+                runs * 2, m.rss / 1024.0, m.anon / 1024.0, m.file / 1024.0, m.hwm / 1024.0);
     dra_process.Stop(SIGTERM);
     kubelet2.Stop();
   }

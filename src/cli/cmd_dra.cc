@@ -5,24 +5,24 @@
 // NVML health watch as the device plugin's; the node's ResourceSlices are published by
 // src/dra/publisher.h.
 #include <spdlog/spdlog.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/agents.h"
 #include "cli/commands.h"
 #include "common/clock.h"
+#include "common/files.h"
 #include "common/signals.h"
 #include "dra/health_stream.h"
 #include "dra/mps_control.h"
+#include "dra/names.h"
 #include "dra/node_preparer.h"
 #include "dra/plugin.h"
 #include "dra/publisher.h"
@@ -131,30 +131,20 @@ void AddDraOptions(CLI::App* cmd, DraArgs& a, const std::string& prefix) {
 namespace {
 
 // The live device-plugin sockets in `dir` that serve an extended resource the shipped DeviceClasses
-// map to this driver: nvidia-gpu.sock (nvidia.com/gpu) and nvidia-mig-<profile>.sock. Live: it
-// accepts a connection (a plugin that died leaves its socket behind, refused).
+// map to this driver (nvidia-gpu.sock, nvidia-mig-<profile>.sock). Live: it accepts a connection
+// (a plugin that died leaves its socket behind, refused).
 std::vector<std::string> LiveMappedDevicePlugins(const std::string& dir) {
   std::vector<std::string> out;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name != "nvidia-gpu.sock" && !(name.rfind("nvidia-mig-", 0) == 0 && name.size() > 16 &&
-                                       name.compare(name.size() - 5, 5, ".sock") == 0)) {
-      continue;
-    }
+    const std::optional<std::string> resource =
+        dra::DevicePluginSocketResource(e.path().filename().string());
     std::error_code sec;
-    if (!std::filesystem::is_socket(e.symlink_status(sec))) continue;
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    const std::string path = e.path().string();
-    if (path.size() >= sizeof(addr.sun_path)) continue;
-    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0) {
-      out.push_back(path);
+    if (resource && dra::MappedByShippedDeviceClasses(*resource) &&
+        std::filesystem::is_socket(e.symlink_status(sec)) &&
+        UnixSocketAccepts(e.path().string())) {
+      out.push_back(e.path().string());
     }
-    ::close(fd);
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -282,14 +272,18 @@ int RunDra(const GlobalOptions& global, DraArgs args, const CompanionAgent* comp
   Status started = plugin.Start();
   if (!started.ok()) return ReportError(started);
   if (feeder) feeder->Start();
+  // Stops what runs, the newest first.
+  const auto stop_all = [&] {
+    if (feeder) feeder->Stop();
+    plugin.Stop();
+    if (publisher) publisher->Stop();
+    if (health) health->Stop();
+  };
   // `gpulet node --dra`: the exporter, on the same NVML session and inventory.
   if (companion != nullptr) {
     Status cs = companion->start(*node, *inventory);
     if (!cs.ok()) {
-      if (feeder) feeder->Stop();
-      plugin.Stop();
-      if (publisher) publisher->Stop();
-      if (health) health->Stop();
+      stop_all();
       return ReportError(cs);
     }
   }
@@ -300,10 +294,7 @@ int RunDra(const GlobalOptions& global, DraArgs args, const CompanionAgent* comp
   const int sig = RunUntilStopped(signals, std::chrono::seconds(1), reload, {});
   spdlog::info("event=dra_stopping signal={}", sig);
   if (companion != nullptr && companion->stop) companion->stop();
-  if (feeder) feeder->Stop();
-  plugin.Stop();
-  if (publisher) publisher->Stop();
-  if (health) health->Stop();
+  stop_all();
   return 0;
 }
 

@@ -33,33 +33,11 @@ void RegisterNode(CLI::App& app, GlobalOptions& global, int& exit_code) {
   cmd->callback([&global, &exit_code, plugin, exporter_flags, finish, dra, use_dra] {
     finish();
     if (plugin->kubeconfig.empty()) plugin->kubeconfig = exporter_flags->kubeconfig;
-    if (*use_dra) {
-      spdlog::info("event=node_dra (the device plugin is not started: the DRA driver serves this "
-                   "node's GPUs)");
-      DraArgs d = *dra;
-      d.node_name = plugin->node_name;
-      d.kubeconfig = plugin->kubeconfig;
-      d.device_plugin_path = plugin->plugin_dir;
-      std::unique_ptr<ExporterHost> host;
-      CompanionAgent companion;
-      companion.start = [&](const NodeContext& node, const gpu::Inventory& inventory) -> Status {
-        host = std::make_unique<ExporterHost>(node.nvml, *exporter_flags, "node_exporter");
-        return host->Start(inventory);
-      };
-      companion.reload = [&] {
-        if (host) host->ReloadCounters();
-      };
-      companion.stop = [&] {
-        if (host) host->Stop();
-      };
-      exit_code = RunDra(global, std::move(d), &companion);
-      return;
-    }
-    // The exporter is replaced when the plugin's rescan finds other GPUs or MIG devices; the
+    // The exporter, on the NVML session and inventory of the agent it runs beside. Under the
+    // device plugin it is replaced when the plugin's rescan finds other GPUs or MIG devices; the
     // SIGHUP thread (reload) and the manager thread (inventory_changed) reach it through the host.
     std::unique_ptr<ExporterHost> host;
     CompanionAgent companion;
-    companion.memory_pool = exporter_flags->memory_pool;
     companion.start = [&](const NodeContext& node, const gpu::Inventory& inventory) -> Status {
       host = std::make_unique<ExporterHost>(node.nvml, *exporter_flags, "node_exporter");
       return host->Start(inventory);
@@ -67,11 +45,22 @@ void RegisterNode(CLI::App& app, GlobalOptions& global, int& exit_code) {
     companion.reload = [&] {
       if (host) host->ReloadCounters();
     };
-    companion.inventory_changed = [&](const gpu::Inventory& inventory) {
-      host->Replace(inventory);
-    };
     companion.stop = [&] {
       if (host) host->Stop();
+    };
+    if (*use_dra) {
+      spdlog::info("event=node_dra (the device plugin is not started: the DRA driver serves this "
+                   "node's GPUs)");
+      DraArgs d = *dra;
+      d.node_name = plugin->node_name;
+      d.kubeconfig = plugin->kubeconfig;
+      d.device_plugin_path = plugin->plugin_dir;
+      exit_code = RunDra(global, std::move(d), &companion);
+      return;
+    }
+    companion.memory_pool = exporter_flags->memory_pool;
+    companion.inventory_changed = [&](const gpu::Inventory& inventory) {
+      host->Replace(inventory);
     };
     exit_code = RunPlugin(global, *plugin, &companion);
   });

@@ -23,4 +23,8 @@ Status WriteFileAtomic(const std::string& path, std::string_view content, mode_t
 // larger than `max_bytes` (the message says so), kInternal on other errors; each names the path.
 Result<std::string> ReadFileBounded(const std::string& path, size_t max_bytes = 16u << 20);
 
+// True when something accepts a connection on the Unix socket at `path` (a server that died
+// leaves its socket file behind, and connecting to it is refused).
+bool UnixSocketAccepts(const std::string& path);
+
 }  // namespace gpulet

@@ -13,6 +13,8 @@
 #include <set>
 #include <sstream>
 
+#include "common/files.h"
+#include "dra/names.h"
 #include "k8s/client.h"
 
 namespace gpulet::doctor {
@@ -42,29 +44,9 @@ bool IsSocket(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
 }
 
-// True when something accepts connections on the unix socket.
-bool Connects(const std::string& path) {
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof(addr.sun_path)) {
-    ::close(fd);
-    return false;
-  }
-  std::copy(path.begin(), path.end(), addr.sun_path);
-  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  ::close(fd);
-  return ok;
-}
 
-// "nvidia-gpu.sock" → "nvidia.com/gpu"; "nvidia-mig-1g.5gb.sock" → "nvidia.com/mig-1g.5gb".
-std::string ResourceOfSocket(const std::string& file) {
-  std::string stem = file.substr(0, file.size() - 5);  // without ".sock"
-  return "nvidia.com/" + stem.substr(7);
-}
 
-constexpr char kDraDriver[] = "gpu.gpulet.io";
+constexpr const char* kDraDriver = dra::kDriverName;
 
 // The DRA checks run here: forced by DoctorOptions::dra, else when the driver's registration
 // socket is in the kubelet's plugin registry. `why` says which.
@@ -212,11 +194,6 @@ std::optional<RuntimeConfig> ReadRuntimeConfig(const std::string& path) {
   return RuntimeConfig{path, ReadToml(ReadAll(path))};
 }
 
-// What the DeviceClasses of deploy/overlays/dra map, when the API cannot be asked.
-bool OverlayDefaultExtendedResource(const std::string& r) {
-  return r == "nvidia.com/gpu" || r.rfind("nvidia.com/mig-", 0) == 0;
-}
-
 }  // namespace
 
 const char* VerdictName(Verdict v) {
@@ -335,7 +312,7 @@ Check CheckKubelet(const std::string& dir) {
                 "start the kubelet (`systemctl status kubelet`); it creates kubelet.sock when "
                 "the DevicePlugins feature is on (default)");
   }
-  if (!Connects(sock)) {
+  if (!UnixSocketAccepts(sock)) {
     return Make("kubelet", Verdict::kFail, sock + " exists but nothing accepts connections",
                 "the kubelet is down or restarting: `systemctl status kubelet`, "
                 "`journalctl -u kubelet`");
@@ -350,8 +327,7 @@ Check CheckPluginRegistration(const std::string& dir, const std::string& checkpo
   if (fs::is_directory(dir, ec)) {
     for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
       const std::string name = e.path().filename().string();
-      if (name.rfind("nvidia-", 0) == 0 && name.size() > 12 &&
-          name.substr(name.size() - 5) == ".sock" && IsSocket(e.path().string())) {
+      if (dra::DevicePluginSocketResource(name) && IsSocket(e.path().string())) {
         sockets.push_back(name);
       }
     }
@@ -380,7 +356,7 @@ Check CheckPluginRegistration(const std::string& dir, const std::string& checkpo
   std::vector<std::string> ok, missing, stale;
   std::set<std::string> socket_resources;
   for (const std::string& s : sockets) {
-    const std::string r = ResourceOfSocket(s);
+    const std::string r = dra::DevicePluginSocketResource(s).value_or(s);
     socket_resources.insert(r);
     if (registered.is_object() && registered.contains(r) && registered[r].is_array()) {
       ok.push_back(r + " (" + std::to_string(registered[r].size()) + " devices)");
@@ -732,11 +708,9 @@ Check CheckDraResources(const DoctorOptions& o) {
   std::error_code ec;
   if (fs::is_directory(o.device_plugin_path, ec)) {
     for (const fs::directory_entry& e : fs::directory_iterator(o.device_plugin_path, ec)) {
-      const std::string name = e.path().filename().string();
-      if (name.rfind("nvidia-", 0) == 0 && name.size() > 12 &&
-          name.substr(name.size() - 5) == ".sock" && IsSocket(e.path().string())) {
-        plugin.insert(ResourceOfSocket(name));
-      }
+      const std::optional<std::string> r =
+          dra::DevicePluginSocketResource(e.path().filename().string());
+      if (r && IsSocket(e.path().string())) plugin.insert(*r);
     }
   }
   if (o.config) {
@@ -780,7 +754,7 @@ Check CheckDraResources(const DoctorOptions& o) {
   }
   std::vector<std::string> both;
   for (const std::string& r : plugin) {
-    if (from_api ? dra.count(r) > 0 : OverlayDefaultExtendedResource(r)) {
+    if (from_api ? dra.count(r) > 0 : dra::MappedByShippedDeviceClasses(r)) {
       both.push_back(r + (from_api ? " (DeviceClass " + dra[r] + ")" : ""));
     }
   }

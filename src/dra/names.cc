@@ -74,4 +74,19 @@ std::optional<DeviceName> ParseDeviceName(std::string_view name) {
   return out;
 }
 
+std::optional<std::string> DevicePluginSocketResource(std::string_view file_name) {
+  constexpr std::string_view kPrefix = "nvidia-", kSuffix = ".sock";
+  if (file_name.size() <= kPrefix.size() + kSuffix.size() || !file_name.starts_with(kPrefix) ||
+      !file_name.ends_with(kSuffix)) {
+    return std::nullopt;
+  }
+  file_name.remove_prefix(kPrefix.size());
+  file_name.remove_suffix(kSuffix.size());
+  return "nvidia.com/" + std::string(file_name);
+}
+
+bool MappedByShippedDeviceClasses(std::string_view extended_resource) {
+  return extended_resource == "nvidia.com/gpu" || extended_resource.starts_with("nvidia.com/mig-");
+}
+
 }  // namespace gpulet::dra

@@ -45,4 +45,14 @@ std::string FormatDeviceName(const DeviceName& name);
 // mig_profile comes back as the slug: match it against ProfileSlug() of the GPU's profiles.
 std::optional<DeviceName> ParseDeviceName(std::string_view name);
 
+// The extended resource a device plugin serves through a socket of this name in the kubelet's
+// device-plugins directory, by NVIDIA's and gpulet's naming: "nvidia-gpu.sock" → "nvidia.com/gpu",
+// "nvidia-mig-1g.10gb.sock" → "nvidia.com/mig-1g.10gb"; nullopt for any other name.
+std::optional<std::string> DevicePluginSocketResource(std::string_view file_name);
+
+// Whether deploy/overlays/dra's DeviceClasses map this extended resource to the driver
+// (extendedResourceName): nvidia.com/gpu and nvidia.com/mig-<profile>. One node must not serve
+// such a resource from a device plugin too.
+bool MappedByShippedDeviceClasses(std::string_view extended_resource);
+
 }  // namespace gpulet::dra

@@ -36,5 +36,16 @@ TEST(DraNames, NamesThisDriverNeverPublishesAreRefused) {
   EXPECT_FALSE(ParseDeviceName("gpu-1-mig-" + std::string(60, 'a') + "-0").has_value());
 }
 
+TEST(DraNames, DevicePluginSocketsNameTheirResource) {
+  EXPECT_EQ(DevicePluginSocketResource("nvidia-gpu.sock"), "nvidia.com/gpu");
+  EXPECT_EQ(DevicePluginSocketResource("nvidia-mig-1g.10gb.sock"), "nvidia.com/mig-1g.10gb");
+  EXPECT_EQ(DevicePluginSocketResource("nvidia-.sock"), std::nullopt);
+  EXPECT_EQ(DevicePluginSocketResource("kubelet.sock"), std::nullopt);
+  EXPECT_EQ(DevicePluginSocketResource("nvidia-gpu.sock.tmp"), std::nullopt);
+  EXPECT_TRUE(MappedByShippedDeviceClasses("nvidia.com/gpu"));
+  EXPECT_TRUE(MappedByShippedDeviceClasses("nvidia.com/mig-1g.10gb"));
+  EXPECT_FALSE(MappedByShippedDeviceClasses("nvidia.com/gpu.shared"));
+}
+
 }  // namespace
 }  // namespace gpulet::dra

@@ -68,6 +68,38 @@ DraDevice ToDevice(const DeviceMsg& d) {
   return out;
 }
 
+// One NodePrepareResources call on either DRAPlugin version (their messages have the same
+// shape): each claim's answer goes to `answer`.
+template <typename Service, typename Request, typename Response>
+grpc::Status CallPrepare(const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext* ctx,
+                         const std::vector<DraClaimRef>& claims,
+                         std::map<std::string, DraPrepared>* answer) {
+  Request req;
+  FillClaims(&req, claims);
+  Response resp;
+  grpc::Status s = Service::NewStub(channel)->NodePrepareResources(ctx, req, &resp);
+  for (const auto& [uid, r] : resp.claims()) {
+    DraPrepared p;
+    p.error = r.error();
+    for (const auto& d : r.devices()) p.devices.push_back(ToDevice(d));
+    (*answer)[uid] = std::move(p);
+  }
+  return s;
+}
+
+// The same for NodeUnprepareResources: each claim's error ("" when unprepared).
+template <typename Service, typename Request, typename Response>
+grpc::Status CallUnprepare(const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext* ctx,
+                           const std::vector<DraClaimRef>& claims,
+                           std::map<std::string, std::string>* answer) {
+  Request req;
+  FillClaims(&req, claims);
+  Response resp;
+  grpc::Status s = Service::NewStub(channel)->NodeUnprepareResources(ctx, req, &resp);
+  for (const auto& [uid, r] : resp.claims()) (*answer)[uid] = r.error();
+  return s;
+}
+
 const char* HealthName(::v1alpha1::HealthStatus h) {
   switch (h) {
     case ::v1alpha1::HEALTHY: return "Healthy";
@@ -349,27 +381,13 @@ std::map<std::string, DraPrepared> DraKubeletHarness::PreparePod(
         ctx.set_deadline(Deadline(options_.call_timeout));
         grpc::Status s;
         if (reg->info.service == "v1.DRAPlugin") {
-          drav1::NodePrepareResourcesRequest req;
-          FillClaims(&req, pending);
-          drav1::NodePrepareResourcesResponse resp;
-          s = drav1::DRAPlugin::NewStub(reg->channel)->NodePrepareResources(&ctx, req, &resp);
-          for (const auto& [uid, r] : resp.claims()) {
-            DraPrepared p;
-            p.error = r.error();
-            for (const auto& d : r.devices()) p.devices.push_back(ToDevice(d));
-            answer[uid] = std::move(p);
-          }
+          s = CallPrepare<drav1::DRAPlugin, drav1::NodePrepareResourcesRequest,
+                          drav1::NodePrepareResourcesResponse>(reg->channel, &ctx, pending,
+                                                               &answer);
         } else {
-          drav1beta1::NodePrepareResourcesRequest req;
-          FillClaims(&req, pending);
-          drav1beta1::NodePrepareResourcesResponse resp;
-          s = drav1beta1::DRAPlugin::NewStub(reg->channel)->NodePrepareResources(&ctx, req, &resp);
-          for (const auto& [uid, r] : resp.claims()) {
-            DraPrepared p;
-            p.error = r.error();
-            for (const auto& d : r.devices()) p.devices.push_back(ToDevice(d));
-            answer[uid] = std::move(p);
-          }
+          s = CallPrepare<drav1beta1::DRAPlugin, drav1beta1::NodePrepareResourcesRequest,
+                          drav1beta1::NodePrepareResourcesResponse>(reg->channel, &ctx, pending,
+                                                                    &answer);
         }
         // A gRPC error makes the kubelet ignore the whole response.
         if (!s.ok()) {
@@ -424,17 +442,13 @@ std::map<std::string, std::string> DraKubeletHarness::UnpreparePod(
         ctx.set_deadline(Deadline(options_.call_timeout));
         grpc::Status s;
         if (reg->info.service == "v1.DRAPlugin") {
-          drav1::NodeUnprepareResourcesRequest req;
-          FillClaims(&req, pending);
-          drav1::NodeUnprepareResourcesResponse resp;
-          s = drav1::DRAPlugin::NewStub(reg->channel)->NodeUnprepareResources(&ctx, req, &resp);
-          for (const auto& [uid, r] : resp.claims()) answer[uid] = r.error();
+          s = CallUnprepare<drav1::DRAPlugin, drav1::NodeUnprepareResourcesRequest,
+                            drav1::NodeUnprepareResourcesResponse>(reg->channel, &ctx, pending,
+                                                                   &answer);
         } else {
-          drav1beta1::NodeUnprepareResourcesRequest req;
-          FillClaims(&req, pending);
-          drav1beta1::NodeUnprepareResourcesResponse resp;
-          s = drav1beta1::DRAPlugin::NewStub(reg->channel)->NodeUnprepareResources(&ctx, req, &resp);
-          for (const auto& [uid, r] : resp.claims()) answer[uid] = r.error();
+          s = CallUnprepare<drav1beta1::DRAPlugin, drav1beta1::NodeUnprepareResourcesRequest,
+                            drav1beta1::NodeUnprepareResourcesResponse>(reg->channel, &ctx,
+                                                                         pending, &answer);
         }
         if (!s.ok()) {
           call_error = "NodeUnprepareResources: " + s.error_message();

@@ -70,18 +70,8 @@ TEST_F(DraOverlay, TheDriverDaemonSetHasThePluginDirectoriesAndCdiAtTheHostsPath
   const std::set<std::string> args = Strings(dra["args"]);
   EXPECT_TRUE(args.count("--node-name=$(NODE_NAME)"));
 
-  std::map<std::string, std::string> host_path_of_volume;
-  for (const YAML::Node& v : pod["volumes"]) {
-    if (v["hostPath"])
-      host_path_of_volume[v["name"].as<std::string>()] = v["hostPath"]["path"].as<std::string>();
-  }
-  std::map<std::string, std::pair<std::string, bool>> mounted;  // host path -> (mountPath, ro)
-  for (const YAML::Node& m : dra["volumeMounts"]) {
-    auto it = host_path_of_volume.find(m["name"].as<std::string>());
-    if (it == host_path_of_volume.end()) continue;
-    mounted[it->second] = {m["mountPath"].as<std::string>(),
-                           m["readOnly"].IsDefined() && m["readOnly"].as<bool>()};
-  }
+  // host path -> (mountPath, read only)
+  std::map<std::string, std::pair<std::string, bool>> mounted = MountedHostPaths(pod, dra);
   // The kubelet and the runtime read what the driver writes there: same path, writable.
   for (const char* p : {"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins",
                         "/var/run/cdi", "/run/gpulet/dra", "/run/nvidia/mps"}) {

@@ -6,8 +6,10 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cstdlib>
+#include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../cli/run_command.h"
@@ -60,6 +62,24 @@ inline std::set<std::string> Strings(const YAML::Node& list) {
   std::set<std::string> out;
   for (const YAML::Node& s : list) out.insert(s.as<std::string>());
   return out;
+}
+
+// The host paths `container` of `pod` (a PodSpec) mounts: host path -> (mountPath, readOnly).
+inline std::map<std::string, std::pair<std::string, bool>> MountedHostPaths(
+    const YAML::Node& pod, const YAML::Node& container) {
+  std::map<std::string, std::string> host_path_of_volume;
+  for (const YAML::Node& v : pod["volumes"]) {
+    if (v["hostPath"])
+      host_path_of_volume[v["name"].as<std::string>()] = v["hostPath"]["path"].as<std::string>();
+  }
+  std::map<std::string, std::pair<std::string, bool>> mounted;
+  for (const YAML::Node& m : container["volumeMounts"]) {
+    auto it = host_path_of_volume.find(m["name"].as<std::string>());
+    if (it == host_path_of_volume.end()) continue;
+    mounted[it->second] = {m["mountPath"].as<std::string>(),
+                           m["readOnly"].IsDefined() && m["readOnly"].as<bool>()};
+  }
+  return mounted;
 }
 
 }  // namespace gpulet::testing

@@ -92,18 +92,8 @@ TEST_P(OverlayTest, RendersALeastPrivilegeDaemonSetOnGpuNodesOnly) {
   EXPECT_EQ(Named(node["ports"], "metrics")["containerPort"].as<int>(), 9400);
 
   // Host paths, each mounted into the node container where gpulet expects it.
-  std::map<std::string, std::string> host_path_of_volume;
-  for (const YAML::Node& v : pod["volumes"]) {
-    if (v["hostPath"])
-      host_path_of_volume[v["name"].as<std::string>()] = v["hostPath"]["path"].as<std::string>();
-  }
-  std::map<std::string, std::pair<std::string, bool>> mounted;  // host path -> (mountPath, ro)
-  for (const YAML::Node& m : node["volumeMounts"]) {
-    auto it = host_path_of_volume.find(m["name"].as<std::string>());
-    if (it == host_path_of_volume.end()) continue;
-    mounted[it->second] = {m["mountPath"].as<std::string>(),
-                           m["readOnly"].IsDefined() && m["readOnly"].as<bool>()};
-  }
+  // host path -> (mountPath, read only)
+  std::map<std::string, std::pair<std::string, bool>> mounted = MountedHostPaths(pod, node);
   EXPECT_EQ(mounted["/var/lib/kubelet/device-plugins"],
             std::make_pair(std::string("/var/lib/kubelet/device-plugins"), false));
   EXPECT_EQ(mounted["/var/lib/kubelet/pod-resources"],
@@ -123,12 +113,7 @@ TEST_P(OverlayTest, RendersALeastPrivilegeDaemonSetOnGpuNodesOnly) {
     const YAML::Node install = Named(pod["initContainers"], "install-cuda-library");
     ASSERT_TRUE(install);
     EXPECT_FALSE(install["securityContext"]["capabilities"]["add"].IsDefined());
-    std::string install_mount;
-    for (const YAML::Node& m : install["volumeMounts"]) {
-      if (host_path_of_volume[m["name"].as<std::string>()] == "/usr/lib/gpulet") {
-        install_mount = m["mountPath"].as<std::string>();
-      }
-    }
+    const std::string install_mount = MountedHostPaths(pod, install)["/usr/lib/gpulet"].first;
     ASSERT_FALSE(install_mount.empty()) << "the host's /usr/lib/gpulet is not mounted";
     // Copies the image's library there under a temporary name and renames it into place.
     const std::string script = install["args"][0].as<std::string>();

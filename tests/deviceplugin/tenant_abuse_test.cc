@@ -30,6 +30,7 @@
 #include "common/process.h"
 #include "common/utf8.h"
 #include "cudashim/region.h"
+#include "support/build_dir.h"
 #include "support/wait_until.h"
 #include "testing/kubelet/kubelet_harness.h"
 #include "tests/deviceplugin/plugin_process.h"
@@ -44,11 +45,6 @@ using namespace std::chrono_literals;
 
 constexpr char kGpu[] = "nvidia.com/gpu";
 constexpr uint64_t kGiB = 1ULL << 30;
-
-std::string BuildDir() {
-  const char* b = std::getenv("GPULET_BUILD_DIR");
-  return b != nullptr ? b : GPULET_BUILD_DIR;
-}
 
 // One request on a fresh connection; the whole response.
 std::string Get(int port, const std::string& path) {

@@ -19,6 +19,7 @@
 #include "mig/layout_lock.h"
 #include "sim/fixture.h"
 #include "sim/sim_node.h"
+#include "support/build_dir.h"
 #include "support/require.h"
 
 namespace gpulet::dra {
@@ -26,20 +27,11 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using gpulet::testing::BuildDir;
+using gpulet::testing::ShellQuote;
 
 constexpr uint64_t kMiB = 1024ULL * 1024ULL;
 constexpr uint64_t kGiB = 1024 * kMiB;
-
-std::string BuildDir() {
-  const char* b = std::getenv("GPULET_BUILD_DIR");
-  return b != nullptr ? b : GPULET_BUILD_DIR;
-}
-
-std::string Quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 void Touch(const fs::path& p) {
   fs::create_directories(p.parent_path());
@@ -132,7 +124,7 @@ TEST(DraPrepareE2E, AMemoryShareHoldsInAContainerMadeFromTheCdiSpec) {
      << "/ew /etc\n"
      << "mount -t tmpfs tmpfs /run\n";
   for (const json& m : mounts) {
-    const std::string c = Quote(m["containerPath"]), h = Quote(m["hostPath"]);
+    const std::string c = ShellQuote(m["containerPath"]), h = ShellQuote(m["hostPath"]);
     bool ro = false;
     for (const json& opt : m.value("options", json::array())) ro = ro || opt == "ro";
     sh << "mkdir -p \"$(dirname " << c << ")\"\n"
@@ -143,11 +135,11 @@ TEST(DraPrepareE2E, AMemoryShareHoldsInAContainerMadeFromTheCdiSpec) {
   auto fixture = sim::LoadFixture(node->node.fixture_path);
   ASSERT_TRUE(fixture.ok()) << fixture.status().message();
   sh << "exec env -i";
-  for (const json& e : env) sh << " " << Quote(e.get<std::string>());
-  sh << " " << Quote("LD_LIBRARY_PATH=" + BuildDir() + "/sim:" + BuildDir() + "/cuda_sim") << " "
-     << Quote("GPULET_SIM_FIXTURE=" + fixture->path)
+  for (const json& e : env) sh << " " << ShellQuote(e.get<std::string>());
+  sh << " " << ShellQuote("LD_LIBRARY_PATH=" + BuildDir() + "/sim:" + BuildDir() + "/cuda_sim") << " "
+     << ShellQuote("GPULET_SIM_FIXTURE=" + fixture->path)
      << " GPULET_CUDA_SIM_CONTEXT_BYTES=" << 512 * kMiB << " "
-     << Quote(BuildDir() + "/bin/memlimit_probe") << " --via link init fill alloc " << kGiB
+     << ShellQuote(BuildDir() + "/bin/memlimit_probe") << " --via link init fill alloc " << kGiB
      << " info\n";
   CommandSpec cmd;
   cmd.argv = {"unshare", "-m", "--propagation", "private", "sh", "-c", sh.str()};

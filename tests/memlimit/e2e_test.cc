@@ -12,6 +12,7 @@
 #include "common/process.h"
 #include "cudashim/region.h"
 #include "sim/fixture.h"
+#include "support/build_dir.h"
 #include "support/require.h"
 #include "tests/deviceplugin/plugin_fixture.h"
 
@@ -19,17 +20,6 @@ namespace gpulet::testing {
 namespace {
 
 constexpr uint64_t kMiB = 1024ULL * 1024ULL;
-
-std::string BuildDir() {
-  const char* b = std::getenv("GPULET_BUILD_DIR");
-  return b != nullptr ? b : GPULET_BUILD_DIR;
-}
-
-std::string Quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 class MemoryLimitE2E : public PluginFixture {};
 
@@ -91,7 +81,7 @@ TEST_F(MemoryLimitE2E, TwoReplicasGetHalfTheGpuAndTheLimitHolds) {
      << "/ew /etc\n"
      << "mount -t tmpfs tmpfs /run\n";
   for (const auto& m : alloc->mounts()) {
-    const std::string c = Quote(m.container_path()), h = Quote(m.host_path());
+    const std::string c = ShellQuote(m.container_path()), h = ShellQuote(m.host_path());
     sh << "mkdir -p \"$(dirname " << c << ")\"\n"
        << "if [ -d " << h << " ]; then mkdir -p " << c << "; else touch " << c << "; fi\n"
        << "mount --bind " << h << " " << c << "\n";
@@ -99,11 +89,11 @@ TEST_F(MemoryLimitE2E, TwoReplicasGetHalfTheGpuAndTheLimitHolds) {
   }
   // Exactly the returned environment, plus what the simulated node needs to be found.
   sh << "exec env -i";
-  for (const auto& [k, v] : alloc->envs()) sh << " " << Quote(k + "=" + v);
-  sh << " " << Quote("LD_LIBRARY_PATH=" + BuildDir() + "/sim:" + BuildDir() + "/cuda_sim") << " "
-     << Quote("GPULET_SIM_FIXTURE=" + fixture->path)
+  for (const auto& [k, v] : alloc->envs()) sh << " " << ShellQuote(k + "=" + v);
+  sh << " " << ShellQuote("LD_LIBRARY_PATH=" + BuildDir() + "/sim:" + BuildDir() + "/cuda_sim") << " "
+     << ShellQuote("GPULET_SIM_FIXTURE=" + fixture->path)
      << " GPULET_CUDA_SIM_CONTEXT_BYTES=" << 512 * kMiB << " "
-     << Quote(BuildDir() + "/bin/memlimit_probe") << " --via link init fill alloc " << 1024 * kMiB
+     << ShellQuote(BuildDir() + "/bin/memlimit_probe") << " --via link init fill alloc " << 1024 * kMiB
      << " info\n";
   CommandSpec spec;
   spec.argv = {"unshare", "-m", "--propagation", "private", "sh", "-c", sh.str()};

@@ -21,18 +21,16 @@
 #include "cudashim/region.h"
 #include "sim/fixture.h"
 #include "sim/simulation.h"
+#include "support/build_dir.h"
 
 extern char** environ;
 
 namespace gpulet::cudashim {
 namespace {
 
-constexpr uint64_t kMiB = 1024ULL * 1024ULL;
+using gpulet::testing::BuildDir;
 
-std::string BuildDir() {
-  const char* b = std::getenv("GPULET_BUILD_DIR");
-  return b != nullptr ? b : GPULET_BUILD_DIR;
-}
+constexpr uint64_t kMiB = 1024ULL * 1024ULL;
 
 // "key=value key=value" of the line that starts with `head` (the last one printed).
 std::map<std::string, std::string> Line(const std::string& out, const std::string& head) {
