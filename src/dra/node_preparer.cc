@@ -153,7 +153,8 @@ Result<Record> RecordFromJson(const std::string& text, const std::string& source
   }
 }
 
-// status.devices[].data for one device: only the keys that apply.
+// status.devices[].data for one device (PreparedDevice::status_data): {"uuid": GPU UUID,
+// "migUuid": …, "memoryLimit": bytes, "sharing": "TimeSlicing"|"MPS"}, only the keys that apply.
 std::string StatusDataOf(const DeviceRecord& d) {
   json data = {{"uuid", d.uuid}};
   if (!d.mig_uuid.empty()) data["migUuid"] = d.mig_uuid;
@@ -750,16 +751,6 @@ size_t ForgetDraMadeMigInstances(const std::string& state_dir, std::vector<mig::
     }
   }
   return removed;
-}
-
-std::vector<DeviceStatus> DeviceStatusData(const std::string& record_json) {
-  std::vector<DeviceStatus> out;
-  Result<Record> r = RecordFromJson(record_json, "record");
-  if (!r.ok()) return out;
-  for (const DeviceRecord& d : r->devices) {
-    out.push_back({d.prepared.pool, d.prepared.device, d.prepared.share_id, StatusDataOf(d)});
-  }
-  return out;
 }
 
 }  // namespace gpulet::dra

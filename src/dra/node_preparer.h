@@ -124,15 +124,6 @@ struct NodePreparerOptions {
 // relative path.
 Result<std::unique_ptr<Preparer>> MakeNodePreparer(NodePreparerOptions options);
 
-// The per-device status the plugin may write to status.devices[].data, one per prepared device
-// of a record_json (empty when it does not parse): data_json is {"uuid": GPU UUID, "migUuid": …,
-// "memoryLimit": bytes, "sharing": "TimeSlicing"|"MPS"}, only the keys that apply.
-struct DeviceStatus {
-  std::string pool, device, share_id;
-  std::string data_json;
-};
-std::vector<DeviceStatus> DeviceStatusData(const std::string& record_json);
-
 // Removes from `state` the MIG instances this driver made for claims (those its per-claim
 // records under `state_dir` hold), so that after a restart the slice builder does not read them
 // as a static layout: their placements stay published (the claims holding them keep the GPU's

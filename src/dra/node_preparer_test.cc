@@ -344,10 +344,11 @@ TEST_F(NodePreparerTest, AMemoryShareIsALimitKeyedByUuidInTheDevicePluginsLayout
   EXPECT_EQ(spec["devices"][0]["name"], dev0);
   EXPECT_EQ(spec["devices"][0]["containerEdits"], want_edits) << spec.dump(2);
 
-  std::vector<DeviceStatus> status = DeviceStatusData(r->record_json);
+  // What the plugin writes to status.devices[].data.
+  const std::vector<PreparedDevice>& status = r->devices;
   ASSERT_EQ(status.size(), 3u);
   EXPECT_EQ(status[0].device, "gpu-3-mem");
-  EXPECT_EQ(json::parse(status[0].data_json),
+  EXPECT_EQ(json::parse(status[0].status_data),
             json({{"uuid", inventory_.gpus[3].uuid}, {"memoryLimit", 24 * kGiB}}));
 }
 
@@ -388,9 +389,9 @@ TEST_F(NodePreparerTest, ADynamicMigDeviceIsCreatedAtItsPlacementAndDestroyedAtU
             json({{"deviceNodes",
                    {{{"path", "/dev/nvidia0"}}, {{"path", m.gi_cap_path}}, {{"path", m.ci_cap_path}}}}}));
   EXPECT_EQ(spec["containerEdits"], CommonEdits("/", "gpu-0-mig-1g-10gb-3=" + m.uuid));
-  std::vector<DeviceStatus> status = DeviceStatusData(r->record_json);
+  const std::vector<PreparedDevice>& status = r->devices;
   ASSERT_EQ(status.size(), 1u);
-  EXPECT_EQ(json::parse(status[0].data_json),
+  EXPECT_EQ(json::parse(status[0].status_data),
             json({{"uuid", inventory_.gpus[0].uuid}, {"migUuid", m.uuid}}));
 
   // After a restart the instance is known as the claim's, not a static layout: the slice
@@ -591,8 +592,7 @@ TEST_F(NodePreparerTest, MpsConfigStartsADaemonPerClaimAndMountsItsPipe) {
   EXPECT_EQ(e["env"], json({"CUDA_MPS_PIPE_DIRECTORY=/run/gpulet/mps/pipe"}));
   EXPECT_EQ(e["mounts"][0]["hostPath"], "/run/gpulet/mps/" + std::string(kUidLetter) + "/pipe");
   EXPECT_FALSE(spec["devices"][1]["containerEdits"].contains("env"));  // gpu-3: no config
-  std::vector<DeviceStatus> status = DeviceStatusData(r->record_json);
-  EXPECT_EQ(json::parse(status[0].data_json)["sharing"], "MPS");
+  EXPECT_EQ(json::parse(r->devices.at(0).status_data)["sharing"], "MPS");
   ASSERT_TRUE(p->Unprepare(c.ref, r->record_json).ok());
   EXPECT_THAT(mps->stopped, ElementsAre(kUidLetter));
 }
