@@ -11,7 +11,7 @@ CMAKE_ARGS ?=
 DEB_PACKAGES := build-essential cmake ninja-build pkg-config git \
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libcpp-httplib-dev \
-  libcurl4-openssl-dev libssl-dev libgtest-dev libgmock-dev libbenchmark-dev \
+  lld-15 libssl-dev libgtest-dev libgmock-dev libbenchmark-dev \
   clang libclang-rt-14-dev prometheus slurmctld slurmd slurm-client munge \
   kubernetes-client procps python3 iproute2 curl openssl
 

@@ -20,6 +20,7 @@
 #include <fstream>
 #include <signal.h>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "apiserver/fake_apiserver.h"
@@ -189,6 +190,11 @@ int main(int argc, char** argv) {
         << (*api)->url() << "\n    certificate-authority: " << pki->ca_cert
         << "\nusers:\n- name: u\n  user:\n    token: test-token\n"
            "contexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n";
+    // The slices' owner: the Node.
+    (*api)->Put("/api/v1/nodes/node-1",
+                {{"apiVersion", "v1"},
+                 {"kind", "Node"},
+                 {"metadata", {{"name", "node-1"}, {"uid", "node-1-uid"}}}});
     testing::DraHarnessOptions ho2;
     ho2.registry_dir = dir + "/reg2";
     testing::DraKubeletHarness kubelet2(ho2);
@@ -197,10 +203,18 @@ int main(int argc, char** argv) {
         {"dra", "--simulate", "dgx-h100", "--sim-state", dir + "/sim", "--node-name", "node-1",
          "--kubeconfig", dir + "/kubeconfig", "--plugins-registry", dir + "/reg2", "--plugin-dir",
          dir + "/plugins2", "--cdi-root", tmpfs + "/cdi", "--driver-root", root, "--state-dir",
-         tmpfs + "/state", "--boot-id-file", dir + "/boot_id", "--publish-slices=false"},
+         tmpfs + "/state", "--boot-id-file", dir + "/boot_id"},
         dir + "/dra.log");
     if (!dra_process.Start()) Die("cannot start gpulet dra");
     if (!kubelet2.WaitForDriver(dra::kDriverName, 30s)) Die("gpulet dra did not register:\n" + dra_process.Log());
+    // As deployed, it publishes the node's ResourceSlices (and watches them): the timing starts
+    // once they are there.
+    for (auto until = std::chrono::steady_clock::now() + 30s;;) {
+      auto slices = client.Get("/apis/resource.k8s.io/v1/resourceslices");
+      if (slices.ok() && (*slices)["items"].is_array() && !(*slices)["items"].empty()) break;
+      if (std::chrono::steady_clock::now() > until) Die("gpulet dra published no slices:\n" + dra_process.Log());
+      std::this_thread::sleep_for(50ms);
+    }
     PrepareUnprepareRows(kubelet2, **api, runs,
                          "`gpulet dra` (node preparer, CDI spec written): ", claims);
     const Memory m = Rss(dra_process.pid());

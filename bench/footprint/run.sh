@@ -30,7 +30,7 @@ on `gpulet node`):
 - libssl loaded (dlopen) only when a web config asks for TLS or basic auth, and --as-needed:
   -0.25 MiB.
 - libcrypto off the start path too: web_config.cc's SHA-256, base64 decoding and constant-time
-  compare go through the same lazily loaded table (metrics/openssl_library.h), which loads
+  compare go through the same lazily loaded table (common/openssl_library.h), which loads
   libcrypto.so.3 by name for basic auth or TLS and libssl.so.3 only for TLS. gpulet no longer
   links OpenSSL at all: 14.9 -> 13.4-13.5 MiB on `gpulet node` (before and after on the same
   machine; the 14.4 MiB of the previous round had grown to 14.9 with the code since).

@@ -1,6 +1,9 @@
 #include "cli/agents.h"
 
+#include <malloc.h>
 #include <spdlog/spdlog.h>
+
+#include <cstdlib>
 
 namespace gpulet::cli {
 
@@ -42,6 +45,10 @@ void ExporterHost::Stop() {
   std::lock_guard<std::mutex> lock(mu_);
   if (exporter_) exporter_->Stop();
   exporter_.reset();
+}
+
+void LimitMallocArenas() {
+  if (std::getenv("MALLOC_ARENA_MAX") == nullptr) mallopt(M_ARENA_MAX, 2);
 }
 
 }  // namespace gpulet::cli

@@ -178,4 +178,11 @@ Result<std::unique_ptr<metrics::Exporter>> StartExporter(std::shared_ptr<gpu::Nv
                                                          gpu::Inventory inventory,
                                                          const ExporterFlags& flags);
 
+// For the long-running node agents (plugin, exporter, dra, node): at most two malloc arenas.
+// glibc gives each thread that allocates its own arena, up to 8 per core, and each keeps its
+// touched pages; the agents' threads mostly wait, and `gpulet dra` held 1.2 MiB less with two
+// (docs/benchmarks.md, "DRA kubelet plugin"). MALLOC_ARENA_MAX in the environment wins. Call it
+// before the agent starts its threads.
+void LimitMallocArenas();
+
 }  // namespace gpulet::cli

@@ -153,6 +153,7 @@ std::vector<std::string> LiveMappedDevicePlugins(const std::string& dir) {
 }  // namespace
 
 int RunDra(const GlobalOptions& global, DraArgs args, const CompanionAgent* companion) {
+  LimitMallocArenas();
   if (args.node_name.empty()) {
     char host[256] = {};
     if (::gethostname(host, sizeof(host) - 1) == 0) args.node_name = host;

@@ -26,6 +26,7 @@ namespace {
 // the node every --rescan-interval (and on SIGHUP), as the plugin does: after a MIG re-layout the
 // exporter is replaced, so its series follow the new devices.
 int Serve(const GlobalOptions& global, const ExporterFlags& f) {
+  LimitMallocArenas();
   // Block the signals before any thread starts, so they all reach the waiter below.
   const StopSignals signals = StopSignals::Block();
   Result<std::chrono::milliseconds> rescan_interval =

@@ -212,6 +212,7 @@ const char* Env(const char* name) {
 int RunPlugin(const GlobalOptions& global, const PluginArgs& args,
               const CompanionAgent* companion) {
   const StopSignals signals = StopSignals::Block();
+  LimitMallocArenas();
   Result<config::Flags> cli = CliFlags(args);
   if (!cli.ok()) return ReportError(cli.status());
   Result<config::Config> cfg = EffectiveConfig(args, *cli);

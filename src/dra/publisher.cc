@@ -1,5 +1,7 @@
 #include "dra/publisher.h"
 
+#include <malloc.h>
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -13,6 +15,13 @@
 namespace gpulet::dra {
 
 namespace {
+
+std::vector<std::string> Serialized(const std::vector<nlohmann::json>& slices) {
+  std::vector<std::string> out;
+  out.reserve(slices.size());
+  for (const nlohmann::json& s : slices) out.push_back(s.dump());
+  return out;
+}
 
 using nlohmann::json;
 
@@ -127,8 +136,15 @@ PublisherStats SlicePublisher::stats() const {
 }
 
 std::vector<nlohmann::json> SlicePublisher::desired() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return desired_;
+  std::vector<std::string> text;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    text = desired_;
+  }
+  std::vector<nlohmann::json> out;
+  out.reserve(text.size());
+  for (const std::string& t : text) out.push_back(nlohmann::json::parse(t));
+  return out;
 }
 
 Status SlicePublisher::PublishOnce() {
@@ -198,8 +214,8 @@ Status SlicePublisher::Pass() {
   }
   if (current) {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const json& d : *want) expected_[NameOf(d)] = d["spec"];
-    desired_ = std::move(*want);
+    for (const json& d : *want) expected_[NameOf(d)] = d["spec"].dump();
+    desired_ = Serialized(*want);
     stats_.published_input = std::max(stats_.published_input, version);
     stats_.generation = generation;
     cv_.notify_all();
@@ -256,7 +272,7 @@ Status SlicePublisher::Pass() {
     for (const auto& [name, obj] : existing) {
       if (!names.count(name)) expected_.erase(name);
     }
-    for (const json& d : *want) expected_[NameOf(d)] = d["spec"];
+    for (const json& d : *want) expected_[NameOf(d)] = d["spec"].dump();
   }
   // The slices of the new generation are written side by side (each request is its own TLS
   // connection: in sequence, a pool of 8 GPUs took 7 round trips per change), then the obsolete
@@ -269,8 +285,9 @@ Status SlicePublisher::Pass() {
       generation_ = std::max(generation_, generation);
     }
   }
+  std::vector<std::string> serialized = Serialized(*want);
   std::lock_guard<std::mutex> lock(mu_);
-  desired_ = std::move(*want);
+  desired_ = std::move(serialized);
   ++stats_.publications;
   stats_.generation = generation;
   stats_.published_input = std::max(stats_.published_input, version);
@@ -301,6 +318,10 @@ void SlicePublisher::Run() {
       std::lock_guard<std::mutex> pass(pass_mu_);
       s = Pass();
     }
+    // A pass parses the listed slices, builds the wanted ones and the server's answers: megabytes
+    // of JSON trees for a large node, all freed by now. glibc keeps freed pages in its arenas
+    // unless asked; this gives them back, so the driver's RSS between changes is what it holds.
+    malloc_trim(0);
     const auto now = std::chrono::steady_clock::now();
     // One line when publishing starts failing and one when it works again, not one per retry.
     if (!s.ok() && failing.empty()) {
@@ -340,7 +361,8 @@ void SlicePublisher::WatchLoop() {
           std::lock_guard<std::mutex> lock(mu_);
           auto it = expected_.find(name);
           const bool wanted = it != expected_.end();
-          const bool ours = wanted && e.object.contains("spec") && e.object["spec"] == it->second;
+          const bool ours =
+              wanted && e.object.contains("spec") && e.object["spec"].dump() == it->second;
           if ((e.type == "DELETED" && wanted) || (e.type != "DELETED" && !ours)) {
             if (e.type == "DELETED") ++stats_.wipes_seen;
             MarkDirty();

@@ -11,19 +11,15 @@
 #include <sstream>
 #include <vector>
 
-#include "k8s/curl_library.h"
+#include "k8s/http.h"
 
 namespace gpulet::k8s {
 namespace {
 
-struct CurlDeleter {
-  void operator()(CURL* c) const { Curl()->easy_cleanup(c); }
-};
-struct SlistDeleter {
-  void operator()(curl_slist* l) const { Curl()->slist_free_all(l); }
-};
-using CurlPtr = std::unique_ptr<CURL, CurlDeleter>;
-using SlistPtr = std::unique_ptr<curl_slist, SlistDeleter>;
+constexpr std::chrono::seconds kConnectTimeout{10};
+// A watch stream that stays silent this long is dead (API servers send bookmarks or time out
+// sooner).
+constexpr std::chrono::seconds kWatchSilence{600};
 
 std::string ReadToken(const ClusterAccess& a) {
   if (a.token_file.empty()) return a.token;
@@ -35,81 +31,19 @@ std::string ReadToken(const ClusterAccess& a) {
   return t;
 }
 
-void SetBlob(CURL* c, CURLoption option, const std::string& data) {
-  curl_blob blob{const_cast<char*>(data.data()), data.size(), CURL_BLOB_COPY};
-  Curl()->easy_setopt(c, option, &blob);
-}
-
-// A handle configured for `method url` with TLS and authentication from `a`: `reuse` (reset, so
-// only its live connection and TLS session carry over) or a new one. The header list is returned
-// through `headers` (it must outlive the transfer).
-CurlPtr NewHandle(const ClusterAccess& a, const std::string& method, const std::string& path,
-                  const std::string& content_type, SlistPtr& headers, CurlPtr reuse = nullptr) {
-  if (Curl() == nullptr) return nullptr;
-  CurlPtr c = reuse ? std::move(reuse) : CurlPtr(Curl()->easy_init());
-  if (!c) return c;
-  CURL* h = c.get();
-  const std::string url = a.server + path;
-  Curl()->easy_setopt(h, CURLOPT_URL, url.c_str());
-  Curl()->easy_setopt(h, CURLOPT_CUSTOMREQUEST, method.c_str());
-  Curl()->easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  Curl()->easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
-  Curl()->easy_setopt(h, CURLOPT_PROTOCOLS_STR, "https,http");
-  if (a.insecure_skip_tls_verify) {
-    Curl()->easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
-    Curl()->easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
-  }
-  if (!a.ca_data.empty())
-    SetBlob(h, CURLOPT_CAINFO_BLOB, a.ca_data);
-  else if (!a.ca_file.empty())
-    Curl()->easy_setopt(h, CURLOPT_CAINFO, a.ca_file.c_str());
-  if (!a.client_cert_data.empty())
-    SetBlob(h, CURLOPT_SSLCERT_BLOB, a.client_cert_data);
-  else if (!a.client_cert_file.empty())
-    Curl()->easy_setopt(h, CURLOPT_SSLCERT, a.client_cert_file.c_str());
-  if (!a.client_key_data.empty())
-    SetBlob(h, CURLOPT_SSLKEY_BLOB, a.client_key_data);
-  else if (!a.client_key_file.empty())
-    Curl()->easy_setopt(h, CURLOPT_SSLKEY, a.client_key_file.c_str());
-  curl_slist* list = Curl()->slist_append(nullptr, "Accept: application/json");
+http::Request MakeRequest(const ClusterAccess& a, const std::string& method,
+                          const std::string& path, const std::string& content_type,
+                          std::string body) {
+  http::Request r;
+  r.method = method;
+  r.target = path;
+  r.headers.emplace_back("Accept", "application/json");
+  r.headers.emplace_back("User-Agent", "gpulet");
   const std::string token = ReadToken(a);
-  if (!token.empty()) list = Curl()->slist_append(list, ("Authorization: Bearer " + token).c_str());
-  if (!content_type.empty())
-    list = Curl()->slist_append(list, ("Content-Type: " + content_type).c_str());
-  headers.reset(list);
-  Curl()->easy_setopt(h, CURLOPT_HTTPHEADER, list);
-  return c;
-}
-
-// Keeps the Retry-After header's value (delay-seconds; an HTTP date is not used by the API
-// server and is ignored), bounded to an hour.
-size_t ReadRetryAfter(char* data, size_t size, size_t n, void* user) {
-  const size_t total = size * n;
-  static constexpr char kName[] = "retry-after:";
-  constexpr size_t kLen = sizeof(kName) - 1;
-  if (total > kLen) {
-    bool match = true;
-    for (size_t i = 0; i < kLen && match; ++i) {
-      match = std::tolower(static_cast<unsigned char>(data[i])) == kName[i];
-    }
-    if (match) {
-      long seconds = 0;
-      size_t i = kLen;
-      while (i < total && (data[i] == ' ' || data[i] == '\t')) ++i;
-      bool digits = false;
-      for (; i < total && std::isdigit(static_cast<unsigned char>(data[i])); ++i) {
-        digits = true;
-        seconds = std::min(3600L, seconds * 10 + (data[i] - '0'));
-      }
-      if (digits) *static_cast<long*>(user) = seconds;
-    }
-  }
-  return total;
-}
-
-size_t AppendBody(char* data, size_t size, size_t n, void* user) {
-  static_cast<std::string*>(user)->append(data, size * n);
-  return size * n;
+  if (!token.empty()) r.headers.emplace_back("Authorization", "Bearer " + token);
+  if (!content_type.empty()) r.headers.emplace_back("Content-Type", content_type);
+  r.body = std::move(body);
+  return r;
 }
 
 // "METHOD PATH: HTTP 403: <message from the Status body>" as a Status.
@@ -132,64 +66,111 @@ Status HttpError(const std::string& method, const std::string& path, long code,
 
 }  // namespace
 
-// At most kMaxIdle handles wait here between GETs, each holding the connection its last GET used.
-// A handle whose transfer failed is not kept (its connection is suspect).
+// What a Client and its copies share: the parsed server URL, the TLS configuration (built on the
+// first https request, rebuilt when a CA, certificate or key file changes), and at most kMaxIdle
+// idle connections that GETs left open. A connection whose exchange failed is not kept.
 struct Client::HandlePool {
   static constexpr size_t kMaxIdle = 4;
   std::mutex mu;
-  std::vector<CurlPtr> idle;
+  std::vector<std::unique_ptr<http::Connection>> idle;
+  std::shared_ptr<http::TlsConfig> tls;
 
-  CurlPtr Take() {
+  std::unique_ptr<http::Connection> Take() {
     std::lock_guard<std::mutex> lock(mu);
-    if (idle.empty()) return nullptr;
-    CurlPtr c = std::move(idle.back());
-    idle.pop_back();
-    return c;
+    while (!idle.empty()) {
+      std::unique_ptr<http::Connection> c = std::move(idle.back());
+      idle.pop_back();
+      if (c->LooksAlive()) return c;
+    }
+    return nullptr;
   }
-  void Give(CurlPtr c) {
-    Curl()->easy_reset(c.get());  // drops every option (and pointer into a finished call)
+  void Give(std::unique_ptr<http::Connection> c) {
     std::lock_guard<std::mutex> lock(mu);
     if (idle.size() < kMaxIdle) idle.push_back(std::move(c));
+  }
+  // The TLS configuration to connect with (null for http://).
+  Result<std::shared_ptr<http::TlsConfig>> Tls(const ClusterAccess& a, const http::Endpoint& e) {
+    if (!e.tls) return std::shared_ptr<http::TlsConfig>();
+    std::lock_guard<std::mutex> lock(mu);
+    if (tls && !http::TlsConfigIsStale(*tls, a)) return tls;
+    Result<std::shared_ptr<http::TlsConfig>> made = http::MakeTlsConfig(a);
+    if (!made.ok()) return made.status();
+    if (tls) idle.clear();  // connections made with the old configuration
+    tls = *made;
+    return tls;
   }
 };
 
 namespace {
 
-ApiResult<nlohmann::json> Perform(const ClusterAccess& a, const std::string& method,
-                                  const std::string& path, const std::string& content_type,
-                                  const std::string& body,
-                                  std::chrono::milliseconds timeout = std::chrono::seconds(30),
-                                  Client::HandlePool* pool = nullptr) {
-  SlistPtr headers;
-  CurlPtr reuse = (pool != nullptr && Curl() != nullptr) ? pool->Take() : nullptr;
-  CurlPtr c = NewHandle(a, method, path, content_type, headers, std::move(reuse));
-  if (!c)
-    return Status(ErrorCode::kInternal,
-                  Curl() == nullptr ? CurlLoadError() : "curl_easy_init failed");
+// One request on a pooled connection (GETs) or a fresh one (writes, watches): a GET whose reused
+// connection had died before any byte of an answer is sent again on a fresh one; a write never is.
+struct Outcome {
+  http::ResponseHead head;
+  std::optional<http::ExchangeError> error;
+};
+
+Outcome RoundTrip(const ClusterAccess& a, Client::HandlePool& pool, const http::Request& req,
+                  const http::ExchangeOptions& options, bool reuse,
+                  const http::BodySink& on_body) {
+  Outcome out;
+  Result<http::Endpoint> endpoint = http::ParseServerUrl(a.server);
+  if (!endpoint.ok()) {
+    out.error = http::ExchangeError{endpoint.status()};
+    return out;
+  }
+  Result<std::shared_ptr<http::TlsConfig>> tls = pool.Tls(a, *endpoint);
+  if (!tls.ok()) {
+    out.error = http::ExchangeError{tls.status()};
+    return out;
+  }
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::unique_ptr<http::Connection> c = reuse && attempt == 0 ? pool.Take() : nullptr;
+    const bool reused = c != nullptr;
+    if (!c) {
+      Result<std::unique_ptr<http::Connection>> opened = http::Connection::Open(
+          *endpoint, tls->get(), std::chrono::duration_cast<std::chrono::milliseconds>(kConnectTimeout),
+          options.deadline);
+      if (!opened.ok()) {
+        out.error = http::ExchangeError{opened.status(), true};
+        return out;
+      }
+      c = std::move(*opened);
+    }
+    out.head = http::ResponseHead{};
+    out.error = http::Exchange(*c, *endpoint, req, options, out.head, on_body);
+    if (!out.error) {
+      if (!reused) c->KeepTlsSession();
+      if (reuse && out.head.reusable) pool.Give(std::move(c));
+      return out;
+    }
+    if (!(reused && out.error->nothing_received && !out.error->stopped)) return out;
+  }
+  return out;
+}
+
+ApiResult<nlohmann::json> Perform(const ClusterAccess& a, Client::HandlePool& pool,
+                                  const std::string& method, const std::string& path,
+                                  const std::string& content_type, std::string body,
+                                  std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  const bool is_get = method == "GET";
+  http::Request req = MakeRequest(a, method, path, content_type, std::move(body));
+  http::ExchangeOptions options;
+  options.deadline = http::Clock::now() + timeout;
   std::string response;
-  char errbuf[CURL_ERROR_SIZE] = {0};
-  Curl()->easy_setopt(c.get(), CURLOPT_ERRORBUFFER, errbuf);
-  Curl()->easy_setopt(c.get(), CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
-  Curl()->easy_setopt(c.get(), CURLOPT_WRITEFUNCTION, AppendBody);
-  Curl()->easy_setopt(c.get(), CURLOPT_WRITEDATA, &response);
-  long retry_after = 0;
-  Curl()->easy_setopt(c.get(), CURLOPT_HEADERFUNCTION, ReadRetryAfter);
-  Curl()->easy_setopt(c.get(), CURLOPT_HEADERDATA, &retry_after);
-  if (!body.empty()) {
-    Curl()->easy_setopt(c.get(), CURLOPT_POSTFIELDS, body.c_str());
-    Curl()->easy_setopt(c.get(), CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
+  Outcome o = RoundTrip(a, pool, req, options, is_get, [&](const http::ResponseHead&,
+                                                            std::string_view bytes) {
+    response.append(bytes);
+    return true;
+  });
+  if (o.error) {
+    return Status(ErrorCode::kUnavailable,
+                  method + " " + a.server + path + ": " + o.error->status.message());
   }
-  CURLcode rc = Curl()->easy_perform(c.get());
-  if (rc != CURLE_OK) {
-    return Status(ErrorCode::kUnavailable, method + " " + a.server + path + ": " +
-                                               (errbuf[0] ? errbuf : Curl()->easy_strerror(rc)));
-  }
-  long code = 0;
-  Curl()->easy_getinfo(c.get(), CURLINFO_RESPONSE_CODE, &code);
-  if (pool != nullptr) pool->Give(std::move(c));
+  const long code = o.head.status;
   if (code < 200 || code >= 300) {
     return ApiResult<nlohmann::json>(HttpError(method, path, code, response), code,
-                                     std::chrono::seconds(retry_after));
+                                     std::chrono::seconds(o.head.retry_after));
   }
   nlohmann::json j = nlohmann::json::parse(response, nullptr, false);
   if (j.is_discarded()) {
@@ -209,16 +190,13 @@ ApiResult<nlohmann::json> Perform(const ClusterAccess& a, const std::string& met
 
 struct WatchState {
   const std::function<bool(const WatchEvent&)>* on_event = nullptr;
-  const std::atomic<bool>* stop = nullptr;
   std::string pending;  // bytes after the last newline
   std::string body;     // whole body when the status is not 200 (an error Status)
-  long http_status = 0;
   bool gone = false;
   bool stopped_by_callback = false;
-  CURL* handle = nullptr;
 };
 
-// Returns false to abort the transfer.
+// Returns false to end the stream.
 bool HandleLine(WatchState& s, const std::string& line) {
   if (line.empty()) return true;
   nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
@@ -240,35 +218,13 @@ bool HandleLine(WatchState& s, const std::string& line) {
   return true;
 }
 
-size_t WatchWrite(char* data, size_t size, size_t n, void* user) {
-  auto& s = *static_cast<WatchState*>(user);
-  const size_t total = size * n;
-  if (s.http_status == 0) Curl()->easy_getinfo(s.handle, CURLINFO_RESPONSE_CODE, &s.http_status);
-  if (s.http_status != 200) {
-    s.body.append(data, total);
-    return total;
-  }
-  s.pending.append(data, total);
-  size_t start = 0;
-  for (size_t nl; (nl = s.pending.find('\n', start)) != std::string::npos; start = nl + 1) {
-    if (!HandleLine(s, s.pending.substr(start, nl - start))) return 0;  // aborts the transfer
-  }
-  s.pending.erase(0, start);
-  return total;
-}
-
-int WatchProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
-  auto& s = *static_cast<WatchState*>(user);
-  return (s.stop != nullptr && s.stop->load()) ? 1 : 0;
-}
-
 }  // namespace
 
 Client::Client(ClusterAccess access)
     : access_(std::move(access)), pool_(std::make_shared<HandlePool>()) {}
 
 ApiResult<nlohmann::json> Client::Get(const std::string& path) const {
-  return Perform(access_, "GET", path, "", "", std::chrono::seconds(30), pool_.get());
+  return Perform(access_, *pool_, "GET", path, "", "");
 }
 
 ApiResult<nlohmann::json> Client::Patch(const std::string& path, const nlohmann::json& patch,
@@ -276,50 +232,47 @@ ApiResult<nlohmann::json> Client::Patch(const std::string& path, const nlohmann:
   const char* ct = type == PatchType::kMerge            ? "application/merge-patch+json"
                    : type == PatchType::kStrategicMerge ? "application/strategic-merge-patch+json"
                                                         : "application/json-patch+json";
-  return Perform(access_, "PATCH", path, ct, patch.dump());
+  return Perform(access_, *pool_, "PATCH", path, ct, patch.dump());
 }
 
 ApiResult<nlohmann::json> Client::Post(const std::string& path, const nlohmann::json& body) const {
-  return Perform(access_, "POST", path, "application/json", body.dump());
+  return Perform(access_, *pool_, "POST", path, "application/json", body.dump());
 }
 
 ApiResult<nlohmann::json> Client::Post(const std::string& path, const nlohmann::json& body,
                                        std::chrono::milliseconds timeout) const {
-  return Perform(access_, "POST", path, "application/json", body.dump(), timeout);
+  return Perform(access_, *pool_, "POST", path, "application/json", body.dump(), timeout);
 }
 
 ApiResult<nlohmann::json> Client::Delete(const std::string& path) const {
-  return Perform(access_, "DELETE", path, "", "");
+  return Perform(access_, *pool_, "DELETE", path, "", "");
 }
 
 WatchResult Client::Watch(const std::string& path,
                           const std::function<bool(const WatchEvent&)>& on_event,
                           const std::atomic<bool>* stop) const {
   WatchResult result;
-  SlistPtr headers;
-  CurlPtr c = NewHandle(access_, "GET", path, "", headers);
-  if (!c) {
-    result.end = WatchEnd::kFailed;
-    result.error =
-        Status(ErrorCode::kInternal, Curl() == nullptr ? CurlLoadError() : "curl_easy_init failed");
-    return result;
-  }
   WatchState s;
   s.on_event = &on_event;
-  s.stop = stop;
-  s.handle = c.get();
-  char errbuf[CURL_ERROR_SIZE] = {0};
-  Curl()->easy_setopt(c.get(), CURLOPT_ERRORBUFFER, errbuf);
-  Curl()->easy_setopt(c.get(), CURLOPT_WRITEFUNCTION, WatchWrite);
-  Curl()->easy_setopt(c.get(), CURLOPT_WRITEDATA, &s);
-  Curl()->easy_setopt(c.get(), CURLOPT_NOPROGRESS, 0L);
-  Curl()->easy_setopt(c.get(), CURLOPT_XFERINFOFUNCTION, WatchProgress);
-  Curl()->easy_setopt(c.get(), CURLOPT_XFERINFODATA, &s);
-  // A stream that stays silent this long is dead (API servers send bookmarks or time out sooner).
-  Curl()->easy_setopt(c.get(), CURLOPT_LOW_SPEED_LIMIT, 1L);
-  Curl()->easy_setopt(c.get(), CURLOPT_LOW_SPEED_TIME, 600L);
-  CURLcode rc = Curl()->easy_perform(c.get());
-  Curl()->easy_getinfo(c.get(), CURLINFO_RESPONSE_CODE, &result.http_status);
+  http::Request req = MakeRequest(access_, "GET", path, "", "");
+  http::ExchangeOptions options;
+  options.idle_timeout = kWatchSilence;
+  options.stop = stop;
+  Outcome o = RoundTrip(access_, *pool_, req, options, false,
+                        [&](const http::ResponseHead& head, std::string_view bytes) {
+    if (head.status != 200) {  // an error Status, kept whole (bounded) for the message
+      if (s.body.size() < 64 * 1024) s.body.append(bytes.substr(0, 64 * 1024 - s.body.size()));
+      return true;
+    }
+    s.pending.append(bytes);
+    size_t start = 0;
+    for (size_t nl; (nl = s.pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+      if (!HandleLine(s, s.pending.substr(start, nl - start))) return false;
+    }
+    s.pending.erase(0, start);
+    return true;
+  });
+  result.http_status = o.head.status;
   if (s.gone || result.http_status == 410) {
     result.end = WatchEnd::kGone;
   } else if (s.stopped_by_callback || (stop != nullptr && stop->load())) {
@@ -327,11 +280,10 @@ WatchResult Client::Watch(const std::string& path,
   } else if (result.http_status != 0 && result.http_status != 200) {
     result.end = WatchEnd::kFailed;
     result.error = HttpError("WATCH", path, result.http_status, s.body);
-  } else if (rc != CURLE_OK) {
+  } else if (o.error) {
     result.end = WatchEnd::kBroken;
-    result.error =
-        Status(ErrorCode::kUnavailable, "WATCH " + access_.server + path + ": " +
-                                            (errbuf[0] ? errbuf : Curl()->easy_strerror(rc)));
+    result.error = Status(ErrorCode::kUnavailable,
+                          "WATCH " + access_.server + path + ": " + o.error->status.message());
   } else {
     if (!s.pending.empty()) HandleLine(s, s.pending);
     result.end = s.gone ? WatchEnd::kGone : WatchEnd::kClosed;

@@ -1,10 +1,11 @@
-// A small Kubernetes API client on libcurl: GET, PATCH and WATCH of core resources, which is all
-// gpulet needs (its Node's labels, its ConfigMap). One Client may be used by several threads at
-// once: every request uses its own curl handle. GETs keep their connection: a few idle handles
-// are pooled per Client (and its copies), so a GET after another pays no TCP or TLS handshake.
-// Writes and watches use a fresh connection each: libcurl resends a request whose reused
-// connection died before any answer, which is safe for a GET and not for a POST or PATCH whose
-// answer was lost after the server acted (client-go's transport retries only idempotent ones).
+// A small Kubernetes API client: GET, PATCH, POST, DELETE and WATCH, which is all gpulet needs,
+// over its own HTTP/1.1 transport (k8s/http.h; OpenSSL is loaded on the first https request). One
+// Client may be used by several threads at once. GETs keep their connection: a few idle ones are
+// pooled per Client (and its copies), so a GET after another pays no TCP or TLS handshake, and a
+// GET whose kept connection had died before any answer is sent again on a new one. Writes and
+// watches use a new connection each, never resent: a POST or PATCH whose answer was lost after
+// the server acted must not be applied twice (client-go's transport retries only idempotent
+// ones). A new connection resumes the last TLS session, so a write pays no key exchange either.
 //
 // Errors: an HTTP error becomes an ApiResult whose Status names the method, path, HTTP code and
 // the API server's message (404 → kNotFound, 401/403 → kUnavailable "check RBAC", anything else

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "common/listen_address.h"
-#include "metrics/openssl_library.h"
+#include "common/openssl_library.h"
 
 namespace gpulet::metrics {
 namespace {

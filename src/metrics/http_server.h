@@ -17,7 +17,7 @@
 //   nor a client retrying a wrong password pays a bcrypt each time. Unknown values are checked on
 //   `threads` worker(s), at most `max_pending_auth` queued; beyond that the answer is 429 at once.
 // - TLS (web config) is OpenSSL on the same non-blocking sockets, handshake inside the request
-//   timeout. OpenSSL is loaded (dlopen, metrics/openssl_library.h) only when the web config asks
+//   timeout. OpenSSL is loaded (dlopen, common/openssl_library.h) only when the web config asks
 //   for it: libcrypto for basic auth or TLS, libssl for TLS.
 #pragma once
 

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <memory>
 
-#include "metrics/openssl_library.h"
+#include "common/openssl_library.h"
 
 namespace gpulet::metrics {
 namespace {
@@ -37,7 +37,7 @@ Status CheckKeys(const std::string& path, const YAML::Node& map, const std::stri
   return Status::Ok();
 }
 
-// libcrypto's calls go through the lazily loaded table (metrics/openssl_library.h);
+// libcrypto's calls go through the lazily loaded table (common/openssl_library.h);
 // MetricsServer::Start loads it, with an error naming the web config, before serving basic auth.
 bool DecodeBase64(const LibCrypto& crypto, const std::string& in, std::string* out) {
   if (in.empty() || in.size() % 4 != 0 || in.size() > 4096) return false;

@@ -121,10 +121,10 @@ std::string PackageOf(const std::string& path) {
   return owner.output.substr(0, owner.output.find(':'));
 }
 
-// Libraries gpulet loads with dlopen rather than links: libcurl for the Kubernetes API
-// (k8s/curl_library.cc), libcrypto when a web config asks for basic auth or TLS and libssl when it
-// asks for TLS (metrics/openssl_library.cc).
-constexpr const char* kDlopened[] = {"libcurl.so.4", "libcrypto.so.3", "libssl.so.3"};
+// Libraries gpulet loads with dlopen rather than links (common/openssl_library.cc): libcrypto and
+// libssl for an https API server (k8s/http.cc) and when a web config asks for TLS, libcrypto alone
+// for basic auth.
+constexpr const char* kDlopened[] = {"libcrypto.so.3", "libssl.so.3"};
 
 class ImageTest : public ::testing::Test {
  protected:

@@ -1,11 +1,11 @@
-#include "metrics/openssl_library.h"
+#include "common/openssl_library.h"
 
 #include <dlfcn.h>
 
 #include <type_traits>
 #include <utility>
 
-namespace gpulet::metrics {
+namespace gpulet {
 namespace {
 
 template <typename Table>
@@ -55,6 +55,17 @@ void FillCrypto(LibCrypto& a, auto& resolve) {
   resolve(a.evp_decode_block, "EVP_DecodeBlock");
   resolve(a.crypto_memcmp, "CRYPTO_memcmp");
   resolve(a.err_clear_error, "ERR_clear_error");
+  resolve(a.err_get_error, "ERR_get_error");
+  resolve(a.err_error_string_n, "ERR_error_string_n");
+  resolve(a.bio_new_mem_buf, "BIO_new_mem_buf");
+  resolve(a.bio_free, "BIO_free");
+  resolve(a.pem_read_bio_x509, "PEM_read_bio_X509");
+  resolve(a.pem_read_bio_private_key, "PEM_read_bio_PrivateKey");
+  resolve(a.x509_free, "X509_free");
+  resolve(a.evp_pkey_free, "EVP_PKEY_free");
+  resolve(a.x509_store_add_cert, "X509_STORE_add_cert");
+  resolve(a.x509_verify_cert_error_string, "X509_verify_cert_error_string");
+  resolve(a.x509_verify_param_set1_ip_asc, "X509_VERIFY_PARAM_set1_ip_asc");
 }
 
 void FillSsl(LibSsl& a, auto& resolve) {
@@ -77,6 +88,21 @@ void FillSsl(LibSsl& a, auto& resolve) {
   resolve(a.read, "SSL_read");
   resolve(a.write, "SSL_write");
   resolve(a.shutdown, "SSL_shutdown");
+  resolve(a.tls_client_method, "TLS_client_method");
+  resolve(a.ctx_set_options, "SSL_CTX_set_options");
+  resolve(a.ctx_get_cert_store, "SSL_CTX_get_cert_store");
+  resolve(a.ctx_set_default_verify_paths, "SSL_CTX_set_default_verify_paths");
+  resolve(a.ctx_use_certificate, "SSL_CTX_use_certificate");
+  resolve(a.ctx_use_private_key, "SSL_CTX_use_PrivateKey");
+  resolve(a.ssl_ctrl, "SSL_ctrl");
+  resolve(a.set1_host, "SSL_set1_host");
+  resolve(a.get0_param, "SSL_get0_param");
+  resolve(a.get_verify_result, "SSL_get_verify_result");
+  resolve(a.connect, "SSL_connect");
+  resolve(a.get1_session, "SSL_get1_session");
+  resolve(a.set_session, "SSL_set_session");
+  resolve(a.session_free, "SSL_SESSION_free");
+  resolve(a.session_is_resumable, "SSL_SESSION_is_resumable");
 }
 
 }  // namespace
@@ -104,4 +130,4 @@ std::string Sha256(const LibCrypto& crypto, std::string_view data) {
   return std::string(reinterpret_cast<const char*>(md), len);
 }
 
-}  // namespace gpulet::metrics
+}  // namespace gpulet

@@ -1,11 +1,11 @@
-#include "metrics/openssl_library.h"
+#include "common/openssl_library.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <string>
 
-namespace gpulet::metrics {
+namespace gpulet {
 namespace {
 
 std::string Hex(const std::string& bytes) {
@@ -50,4 +50,4 @@ TEST(OpenSslLibrary, LoadsLibsslOnTopOfLibcrypto) {
 }
 
 }  // namespace
-}  // namespace gpulet::metrics
+}  // namespace gpulet

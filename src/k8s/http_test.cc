@@ -1,0 +1,304 @@
+// The HTTP/1.1 transport under k8s::Client against a raw TCP server that answers with scripted
+// bytes: framing (Content-Length, chunked, close-delimited, 1xx), the bounds on headers and
+// bodies, cut answers, Retry-After, stop, and which requests are sent again on a new connection
+// (a GET whose kept connection died unanswered; never a write). TLS is covered by client_test.cc
+// against the fake API server.
+#include "k8s/http.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "k8s/client.h"
+
+namespace gpulet::k8s::http {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Accepts connections on 127.0.0.1 and runs `serve(fd, index)` for each, one thread each.
+class RawServer {
+ public:
+  explicit RawServer(std::function<void(int fd, int index)> serve) : serve_(std::move(serve)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(fd_, 16), 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    accept_ = std::thread([this] {
+      for (int i = 0;; ++i) {
+        const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (c < 0) return;
+        connections_.fetch_add(1);
+        std::lock_guard<std::mutex> lock(mu_);
+        workers_.emplace_back([this, c, i] {
+          serve_(c, i);
+          ::close(c);
+        });
+      }
+    });
+  }
+  ~RawServer() {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    accept_.join();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& t : workers_) t.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  int connections() const { return connections_.load(); }
+
+ private:
+  std::function<void(int, int)> serve_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<int> connections_{0};
+  std::thread accept_;
+  std::mutex mu_;
+  std::vector<std::thread> workers_;
+};
+
+// Reads one request head (and a Content-Length body) from fd; empty at EOF.
+std::string ReadRequest(int fd) {
+  std::string in;
+  char buf[4096];
+  for (;;) {
+    const size_t end = in.find("\r\n\r\n");
+    if (end != std::string::npos) {
+      size_t body = 0;
+      if (const size_t cl = in.find("Content-Length: "); cl != std::string::npos && cl < end) {
+        body = std::stoul(in.substr(cl + 16));
+      }
+      if (in.size() >= end + 4 + body) return in;
+    }
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) return "";
+    in.append(buf, static_cast<size_t>(n));
+  }
+}
+
+void Send(int fd, const std::string& bytes) {
+  ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+}
+
+struct Got {
+  ResponseHead head;
+  std::string body;
+  std::optional<ExchangeError> error;
+};
+
+Got Fetch(const std::string& url, const std::string& method = "GET",
+          ExchangeOptions options = ExchangeOptions{}) {
+  Got g;
+  Result<Endpoint> e = ParseServerUrl(url);
+  EXPECT_TRUE(e.ok());
+  if (options.deadline == Clock::time_point::max()) options.deadline = Clock::now() + 10s;
+  Result<std::unique_ptr<Connection>> c = Connection::Open(*e, nullptr, 5000ms, options.deadline);
+  if (!c.ok()) {
+    g.error = ExchangeError{c.status(), true};
+    return g;
+  }
+  Request r;
+  r.method = method;
+  r.target = "/api/v1/nodes/n1";
+  g.error = Exchange(**c, *e, r, options, g.head, [&](const ResponseHead&, std::string_view b) {
+    g.body.append(b);
+    return true;
+  });
+  return g;
+}
+
+TEST(ParseServerUrl, TakesTheUrlApart) {
+  Result<Endpoint> a = ParseServerUrl("https://10.96.0.1:443");
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(a->tls);
+  EXPECT_EQ(a->host, "10.96.0.1");
+  EXPECT_EQ(a->port, "443");
+  EXPECT_TRUE(a->host_is_ip);
+  EXPECT_EQ(a->host_header, "10.96.0.1:443");
+  Result<Endpoint> b = ParseServerUrl("https://[fd00::1]:6443/k8s/clusters/c-1/");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->host, "fd00::1");
+  EXPECT_EQ(b->port, "6443");
+  EXPECT_EQ(b->path_prefix, "/k8s/clusters/c-1");
+  EXPECT_EQ(b->host_header, "[fd00::1]:6443");
+  Result<Endpoint> c = ParseServerUrl("https://api.example.com");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->port, "443");
+  EXPECT_FALSE(c->host_is_ip);
+  EXPECT_EQ(c->host_header, "api.example.com");
+  Result<Endpoint> d = ParseServerUrl("http://localhost:8080");
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(d->tls);
+  for (const char* bad : {"ftp://x", "https://", "https://h:0", "https://h:99999", "https://h:x1",
+                          "https://[::1"}) {
+    Result<Endpoint> r = ParseServerUrl(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) {
+      EXPECT_NE(r.status().message().find(bad), std::string::npos) << r.status().message();
+    }
+  }
+}
+
+TEST(Exchange, ReadsContentLengthChunkedAndCloseDelimitedBodies) {
+  RawServer server([](int fd, int i) {
+    const std::string req = ReadRequest(fd);
+    if (req.empty()) return;
+    if (i == 0) Send(fd, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello");
+    if (i == 1) {
+      Send(fd, "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+               "3;ext=1\r\nabc\r\n");
+      Send(fd, "A\r\n0123456789\r\n0\r\nX-Trailer: y\r\n\r\n");
+    }
+    if (i == 2) Send(fd, "HTTP/1.0 200 OK\r\n\r\nuntil the end");
+  });
+  Got a = Fetch(server.url());
+  ASSERT_FALSE(a.error) << a.error->status.message();
+  EXPECT_EQ(a.head.status, 200);
+  EXPECT_EQ(a.body, "hello");
+  EXPECT_TRUE(a.head.reusable);
+  Got b = Fetch(server.url());
+  ASSERT_FALSE(b.error) << b.error->status.message();
+  EXPECT_EQ(b.body, "abc0123456789");
+  EXPECT_TRUE(b.head.reusable);
+  Got c = Fetch(server.url());
+  ASSERT_FALSE(c.error) << c.error->status.message();
+  EXPECT_EQ(c.body, "until the end");
+  EXPECT_FALSE(c.head.reusable);
+}
+
+TEST(Exchange, CutAnswersAndOversizedHeadersAreErrors) {
+  RawServer server([](int fd, int i) {
+    if (ReadRequest(fd).empty()) return;
+    if (i == 0) Send(fd, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort");
+    if (i == 1) Send(fd, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab");
+    if (i == 2) Send(fd, "HTTP/1.1 200 OK\r\nX-Big: " + std::string(kMaxHeaderBytes + 10, 'x'));
+    if (i == 3) Send(fd, "SSH-2.0-OpenSSH\r\n\r\n");
+    if (i == 4) Send(fd, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n");
+  });
+  Got a = Fetch(server.url());
+  ASSERT_TRUE(a.error);
+  EXPECT_NE(a.error->status.message().find("mid-body"), std::string::npos) << a.error->status.message();
+  EXPECT_FALSE(a.error->nothing_received);
+  Got b = Fetch(server.url());
+  ASSERT_TRUE(b.error);
+  EXPECT_NE(b.error->status.message().find("mid-body"), std::string::npos) << b.error->status.message();
+  Got c = Fetch(server.url());
+  ASSERT_TRUE(c.error);
+  EXPECT_NE(c.error->status.message().find("longer than"), std::string::npos) << c.error->status.message();
+  Got d = Fetch(server.url());
+  ASSERT_TRUE(d.error);
+  EXPECT_NE(d.error->status.message().find("not HTTP/1.x"), std::string::npos) << d.error->status.message();
+  Got e = Fetch(server.url());
+  ASSERT_TRUE(e.error);
+  EXPECT_NE(e.error->status.message().find("chunk size"), std::string::npos) << e.error->status.message();
+}
+
+TEST(Exchange, RetryAfterAndTheConnectionHeaderAreRead) {
+  RawServer server([](int fd, int) {
+    if (ReadRequest(fd).empty()) return;
+    Send(fd, "HTTP/1.1 429 Too Many Requests\r\nretry-after:  12\r\nConnection: close\r\n"
+             "Content-Length: 2\r\n\r\n{}");
+  });
+  Got g = Fetch(server.url());
+  ASSERT_FALSE(g.error);
+  EXPECT_EQ(g.head.status, 429);
+  EXPECT_EQ(g.head.retry_after, 12);
+  EXPECT_FALSE(g.head.reusable);
+}
+
+TEST(Exchange, StopEndsASilentStreamAndSoDoesItsIdleTimeout) {
+  std::atomic<bool> release{false};
+  RawServer server([&](int fd, int) {
+    if (ReadRequest(fd).empty()) return;
+    Send(fd, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+    while (!release.load()) std::this_thread::sleep_for(10ms);
+  });
+  std::atomic<bool> stop{false};
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(200ms);
+    stop = true;
+  });
+  ExchangeOptions o;
+  o.stop = &stop;
+  Got g = Fetch(server.url(), "GET", o);
+  stopper.join();
+  ASSERT_TRUE(g.error);
+  EXPECT_TRUE(g.error->stopped);
+  ExchangeOptions idle;
+  idle.idle_timeout = 1s;
+  Got h = Fetch(server.url(), "GET", idle);
+  ASSERT_TRUE(h.error);
+  EXPECT_FALSE(h.error->stopped);
+  EXPECT_NE(h.error->status.message().find("timed out"), std::string::npos) << h.error->status.message();
+  release = true;
+}
+
+// Through the Client: a GET sent on a kept connection that the server then closes without an
+// answer is sent again on a new connection and succeeds; a kept connection the server has already
+// closed is not used; a PATCH whose connection dies unanswered fails and is not sent twice.
+TEST(ClientOverRawServer, AGetOnADeadKeptConnectionIsResentAWriteNever) {
+  std::atomic<int> gets{0}, patches{0};
+  RawServer server([&](int fd, int index) {
+    for (int n = 0;; ++n) {
+      const std::string req = ReadRequest(fd);
+      if (req.empty()) return;
+      if (req.rfind("PATCH", 0) == 0) {
+        ++patches;  // read, and the connection closed without an answer
+        return;
+      }
+      ++gets;
+      if (index == 0 && n == 1) return;  // the second GET on the first connection: no answer
+      Send(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}");
+      if (index == 1) {
+        ::shutdown(fd, SHUT_RDWR);  // answered, then closed while the client keeps it
+        return;
+      }
+    }
+  });
+  ClusterAccess a;
+  a.server = server.url();
+  Client client(a);
+  for (int i = 0; i < 3; ++i) {
+    ApiResult<nlohmann::json> r = client.Get("/api/v1/nodes/n1");
+    ASSERT_TRUE(r.ok()) << i << ": " << r.status().message();
+  }
+  // GET 1 on connection 0; GET 2 on connection 0 (unanswered), again on connection 1, which then
+  // closes; GET 3 finds it closed and opens connection 2.
+  EXPECT_EQ(gets.load(), 4);
+  EXPECT_EQ(server.connections(), 3);
+  ApiResult<nlohmann::json> p =
+      client.Patch("/api/v1/nodes/n1", {{"metadata", nlohmann::json::object()}}, PatchType::kMerge);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.http_status(), 0);
+  EXPECT_NE(p.status().message().find("PATCH " + a.server), std::string::npos) << p.status().message();
+  EXPECT_EQ(patches.load(), 1);
+}
+
+TEST(ClientOverRawServer, AnUnreachableServerIsAClearError) {
+  ClusterAccess a;
+  {
+    RawServer gone([](int, int) {});
+    a.server = gone.url();
+  }  // closed: nothing listens on the port now
+  ApiResult<nlohmann::json> r = Client(a).Get("/api/v1/nodes/n1");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), ErrorCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("connect to 127.0.0.1"), std::string::npos) << r.status().message();
+}
+
+}  // namespace
+}  // namespace gpulet::k8s::http
