@@ -103,6 +103,7 @@ void FillSsl(LibSsl& a, auto& resolve) {
   resolve(a.set_session, "SSL_set_session");
   resolve(a.session_free, "SSL_SESSION_free");
   resolve(a.session_is_resumable, "SSL_SESSION_is_resumable");
+  resolve(a.session_reused, "SSL_session_reused");
 }
 
 }  // namespace

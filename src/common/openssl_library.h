@@ -81,6 +81,7 @@ struct LibSsl {
   decltype(&::SSL_set_session) set_session;
   decltype(&::SSL_SESSION_free) session_free;
   decltype(&::SSL_SESSION_is_resumable) session_is_resumable;
+  decltype(&::SSL_session_reused) session_reused;
 };
 
 // The tables, each loaded once, thread-safely, on first call, and kept for the program. Null when

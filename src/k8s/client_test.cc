@@ -184,7 +184,7 @@ TEST_F(ApiTest, GetMapsHttpErrorsToCodesWithTheServersMessage) {
 
 // GETs keep their connection (no TCP or TLS handshake after the first), also across the
 // Client's copies and from several threads; writes each open their own, so a write whose answer
-// was lost is never sent again by libcurl on a reused connection.
+// was lost is never sent again on a reused connection.
 TEST_F(ApiTest, GetsReuseTheirConnectionWritesDoNot) {
   StartServer();
   Client client(Access());

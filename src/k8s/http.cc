@@ -475,6 +475,10 @@ void Connection::KeepTlsSession() {
   if (impl_->ssl != nullptr) impl_->tls->Keep(impl_->ssl);
 }
 
+bool Connection::ResumedTls() const {
+  return impl_->ssl != nullptr && impl_->tls->ssl()->session_reused(impl_->ssl) == 1;
+}
+
 bool Connection::LooksAlive() const {
   pollfd p{impl_->fd, POLLIN | POLLRDHUP, 0};
   const int r = ::poll(&p, 1, 0);

@@ -66,6 +66,8 @@ class Connection {
   // Offers this connection's TLS session for the next new connection to resume (call it after an
   // answer was read: a TLS 1.3 server sends its session ticket after the handshake).
   void KeepTlsSession();
+  // True when the TLS handshake resumed an earlier session (no key exchange, no certificates).
+  bool ResumedTls() const;
 
   Status WriteAll(std::string_view data, Clock::time_point deadline);
   // Reads what is available (waits for it until `deadline`, waking at least once a second to check

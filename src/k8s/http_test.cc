@@ -7,17 +7,20 @@
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "apiserver/fake_apiserver.h"
 #include "k8s/client.h"
 
 namespace gpulet::k8s::http {
@@ -298,6 +301,57 @@ TEST(ClientOverRawServer, AnUnreachableServerIsAClearError) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), ErrorCode::kUnavailable);
   EXPECT_NE(r.status().message().find("connect to 127.0.0.1"), std::string::npos) << r.status().message();
+}
+
+// Against the fake API server over TLS: a new connection resumes the session the last one kept
+// (a write, which opens its own connection, pays no key exchange), and still checks the server:
+// a configuration with another CA fails the handshake.
+TEST(Tls, ANewConnectionResumesTheKeptSessionAndAForeignCaFails) {
+  std::string dir = ::testing::TempDir() + "gpulet-http-XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  Result<gpulet::testing::TestPki> pki = gpulet::testing::MakeTestPki(dir + "/a");
+  ASSERT_TRUE(pki.ok()) << pki.status().message();
+  auto server = gpulet::testing::FakeApiServer::Start(*pki, {});
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  const ClusterAccess access = (*server)->Access(*pki);
+  Result<Endpoint> e = ParseServerUrl(access.server);
+  ASSERT_TRUE(e.ok());
+  Result<std::shared_ptr<TlsConfig>> tls = MakeTlsConfig(access);
+  ASSERT_TRUE(tls.ok()) << tls.status().message();
+  auto get = [&](Connection& c) {
+    Request r;
+    r.method = "GET";
+    r.target = "/api/v1/namespaces";
+    r.headers.emplace_back("Authorization", "Bearer " + access.token);
+    ResponseHead head;
+    ExchangeOptions o;
+    o.deadline = Clock::now() + 10s;
+    auto error = Exchange(c, *e, r, o, head, [](const ResponseHead&, std::string_view) { return true; });
+    EXPECT_FALSE(error) << error->status.message();
+    return head.status;
+  };
+  auto first = Connection::Open(*e, tls->get(), 5000ms, Clock::now() + 10s);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  EXPECT_FALSE((*first)->ResumedTls());
+  EXPECT_NE(get(**first), 0);
+  (*first)->KeepTlsSession();
+  auto second = Connection::Open(*e, tls->get(), 5000ms, Clock::now() + 10s);
+  ASSERT_TRUE(second.ok()) << second.status().message();
+  EXPECT_TRUE((*second)->ResumedTls());
+  EXPECT_NE(get(**second), 0);
+
+  Result<gpulet::testing::TestPki> other = gpulet::testing::MakeTestPki(dir + "/b");
+  ASSERT_TRUE(other.ok());
+  ClusterAccess foreign = access;
+  foreign.ca_file = other->ca_cert;
+  foreign.ca_data.clear();
+  Result<std::shared_ptr<TlsConfig>> foreign_tls = MakeTlsConfig(foreign);
+  ASSERT_TRUE(foreign_tls.ok()) << foreign_tls.status().message();
+  auto refused = Connection::Open(*e, foreign_tls->get(), 5000ms, Clock::now() + 10s);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("not trusted"), std::string::npos)
+      << refused.status().message();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
