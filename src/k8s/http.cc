@@ -692,6 +692,22 @@ std::optional<ExchangeError> Exchange(Connection& c, const Endpoint& e, const Re
   }
 
   auto deliver = [&](std::string_view bytes) { return on_body(head, bytes); };
+  // Delivers the next n bytes of the body, as they arrive.
+  auto deliver_exactly = [&](size_t n) -> std::optional<ExchangeError> {
+    while (n > 0) {
+      if (r.buffered() == 0) {
+        Result<bool> more = r.Fill();
+        if (!more.ok()) return failed(more.status());
+        if (!*more) return fail(Status(ErrorCode::kUnavailable, "connection closed mid-body"), false);
+      }
+      const size_t take = std::min(n, r.buffered());
+      const bool go_on = deliver(r.view().substr(0, take));
+      r.consume(take);
+      n -= take;
+      if (!go_on) return fail(Status(ErrorCode::kUnavailable, "stopped"), false, true);
+    }
+    return std::nullopt;
+  };
   const bool no_body = req.method == "HEAD" || head.status == 204 || head.status == 304;
   size_t total = 0;
   if (no_body) {
@@ -726,36 +742,13 @@ std::optional<ExchangeError> Exchange(Connection& c, const Endpoint& e, const Re
         return fail(Status(ErrorCode::kUnavailable, "the answer exceeds " +
                                                         std::to_string(kMaxBodyBytes) + " bytes"),
                     false);
-      while (size > 0) {
-        if (r.buffered() == 0) {
-          Result<bool> more = r.Fill();
-          if (!more.ok()) return failed(more.status());
-          if (!*more) return fail(Status(ErrorCode::kUnavailable, "connection closed mid-body"), false);
-        }
-        const size_t take = std::min(size, r.buffered());
-        const bool go_on = deliver(r.view().substr(0, take));
-        r.consume(take);
-        size -= take;
-        if (!go_on) return fail(Status(ErrorCode::kUnavailable, "stopped"), false, true);
-      }
+      if (auto e = deliver_exactly(size)) return e;
       Result<std::string> crlf = r.Line(2, "chunk end");
       if (!crlf.ok()) return failed(crlf.status());
       if (!crlf->empty()) return fail(Status(ErrorCode::kUnavailable, "bad chunk end"), false);
     }
   } else if (content_length >= 0) {
-    size_t left = static_cast<size_t>(content_length);
-    while (left > 0) {
-      if (r.buffered() == 0) {
-        Result<bool> more = r.Fill();
-        if (!more.ok()) return failed(more.status());
-        if (!*more) return fail(Status(ErrorCode::kUnavailable, "connection closed mid-body"), false);
-      }
-      const size_t take = std::min(left, r.buffered());
-      const bool go_on = deliver(r.view().substr(0, take));
-      r.consume(take);
-      left -= take;
-      if (!go_on) return fail(Status(ErrorCode::kUnavailable, "stopped"), false, true);
-    }
+    if (auto e = deliver_exactly(static_cast<size_t>(content_length))) return e;
   } else {
     close = true;  // the body ends with the connection
     for (;;) {

@@ -309,6 +309,8 @@ TEST(ClientOverRawServer, AnUnreachableServerIsAClearError) {
 TEST(Tls, ANewConnectionResumesTheKeptSessionAndAForeignCaFails) {
   std::string dir = ::testing::TempDir() + "gpulet-http-XXXXXX";
   ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  std::filesystem::create_directories(dir + "/a");
+  std::filesystem::create_directories(dir + "/b");
   Result<gpulet::testing::TestPki> pki = gpulet::testing::MakeTestPki(dir + "/a");
   ASSERT_TRUE(pki.ok()) << pki.status().message();
   auto server = gpulet::testing::FakeApiServer::Start(*pki, {});
