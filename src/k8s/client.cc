@@ -72,8 +72,8 @@ Status HttpError(const std::string& method, const std::string& path, long code,
 struct Client::HandlePool {
   static constexpr size_t kMaxIdle = 4;
   std::mutex mu;
-  std::vector<std::unique_ptr<http::Connection>> idle;
   std::shared_ptr<http::TlsConfig> tls;
+  std::vector<std::unique_ptr<http::Connection>> idle;
 
   std::unique_ptr<http::Connection> Take() {
     std::lock_guard<std::mutex> lock(mu);
@@ -129,7 +129,7 @@ Outcome RoundTrip(const ClusterAccess& a, Client::HandlePool& pool, const http::
     const bool reused = c != nullptr;
     if (!c) {
       Result<std::unique_ptr<http::Connection>> opened = http::Connection::Open(
-          *endpoint, tls->get(), std::chrono::duration_cast<std::chrono::milliseconds>(kConnectTimeout),
+          *endpoint, *tls, std::chrono::duration_cast<std::chrono::milliseconds>(kConnectTimeout),
           options.deadline);
       if (!opened.ok()) {
         out.error = http::ExchangeError{opened.status(), true};

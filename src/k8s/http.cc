@@ -330,7 +330,7 @@ bool TlsConfigIsStale(const TlsConfig& config, const ClusterAccess&) {
 struct Connection::Impl {
   int fd = -1;
   SSL* ssl = nullptr;
-  TlsConfig* tls = nullptr;
+  std::shared_ptr<TlsConfig> tls;
 
   ~Impl() {
     if (ssl != nullptr) {
@@ -396,7 +396,8 @@ struct Connection::Impl {
 Connection::Connection(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Connection::~Connection() = default;
 
-Result<std::unique_ptr<Connection>> Connection::Open(const Endpoint& e, TlsConfig* tls,
+Result<std::unique_ptr<Connection>> Connection::Open(const Endpoint& e,
+                                                     std::shared_ptr<TlsConfig> tls,
                                                      std::chrono::milliseconds connect_timeout,
                                                      Clock::time_point deadline) {
   addrinfo hints{};
@@ -447,7 +448,7 @@ Result<std::unique_ptr<Connection>> Connection::Open(const Endpoint& e, TlsConfi
 
   if (tls == nullptr) return Status(ErrorCode::kInternal, "https without a TLS configuration");
   const LibSsl& s = *tls->ssl();
-  impl->tls = tls;
+  impl->tls = tls;  // shared: the configuration outlives the connection
   impl->ssl = s.ssl_new(tls->ctx());
   if (impl->ssl == nullptr)
     return Status(ErrorCode::kInternal, "SSL_new: " + OpenSslError(*tls->crypto(), "failed"));

@@ -56,7 +56,9 @@ class Connection {
 
   // Connects within `connect_timeout` (and before `deadline`), then completes the TLS handshake
   // when the endpoint is https.
-  static Result<std::unique_ptr<Connection>> Open(const Endpoint& endpoint, TlsConfig* tls,
+  // The connection keeps `tls` alive (a Client may rebuild its configuration meanwhile).
+  static Result<std::unique_ptr<Connection>> Open(const Endpoint& endpoint,
+                                                  std::shared_ptr<TlsConfig> tls,
                                                   std::chrono::milliseconds connect_timeout,
                                                   Clock::time_point deadline);
 

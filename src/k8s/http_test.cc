@@ -332,12 +332,12 @@ TEST(Tls, ANewConnectionResumesTheKeptSessionAndAForeignCaFails) {
     EXPECT_FALSE(error) << error->status.message();
     return head.status;
   };
-  auto first = Connection::Open(*e, tls->get(), 5000ms, Clock::now() + 10s);
+  auto first = Connection::Open(*e, *tls, 5000ms, Clock::now() + 10s);
   ASSERT_TRUE(first.ok()) << first.status().message();
   EXPECT_FALSE((*first)->ResumedTls());
   EXPECT_NE(get(**first), 0);
   (*first)->KeepTlsSession();
-  auto second = Connection::Open(*e, tls->get(), 5000ms, Clock::now() + 10s);
+  auto second = Connection::Open(*e, *tls, 5000ms, Clock::now() + 10s);
   ASSERT_TRUE(second.ok()) << second.status().message();
   EXPECT_TRUE((*second)->ResumedTls());
   EXPECT_NE(get(**second), 0);
@@ -349,7 +349,7 @@ TEST(Tls, ANewConnectionResumesTheKeptSessionAndAForeignCaFails) {
   foreign.ca_data.clear();
   Result<std::shared_ptr<TlsConfig>> foreign_tls = MakeTlsConfig(foreign);
   ASSERT_TRUE(foreign_tls.ok()) << foreign_tls.status().message();
-  auto refused = Connection::Open(*e, foreign_tls->get(), 5000ms, Clock::now() + 10s);
+  auto refused = Connection::Open(*e, *foreign_tls, 5000ms, Clock::now() + 10s);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("not trusted"), std::string::npos)
       << refused.status().message();
