@@ -92,7 +92,7 @@ struct Client::HandlePool {
   Result<std::shared_ptr<http::TlsConfig>> Tls(const ClusterAccess& a, const http::Endpoint& e) {
     if (!e.tls) return std::shared_ptr<http::TlsConfig>();
     std::lock_guard<std::mutex> lock(mu);
-    if (tls && !http::TlsConfigIsStale(*tls, a)) return tls;
+    if (tls && !http::TlsConfigIsStale(*tls)) return tls;
     Result<std::shared_ptr<http::TlsConfig>> made = http::MakeTlsConfig(a);
     if (!made.ok()) return made.status();
     if (tls) idle.clear();  // connections made with the old configuration

@@ -321,7 +321,7 @@ Result<std::shared_ptr<TlsConfig>> MakeTlsConfig(const ClusterAccess& a) {
   return config;
 }
 
-bool TlsConfigIsStale(const TlsConfig& config, const ClusterAccess&) {
+bool TlsConfigIsStale(const TlsConfig& config) {
   return std::any_of(config.stamps.begin(), config.stamps.end(), Changed);
 }
 

@@ -44,8 +44,8 @@ class TlsConfig;
 
 // Builds the TLS configuration of `access`, or says which file or field is wrong.
 Result<std::shared_ptr<TlsConfig>> MakeTlsConfig(const ClusterAccess& access);
-// True when a file `access` names has changed since `config` was built.
-bool TlsConfigIsStale(const TlsConfig& config, const ClusterAccess& access);
+// True when a CA, certificate or key file `config` was built from has changed since.
+bool TlsConfigIsStale(const TlsConfig& config);
 
 // One connection (TCP, maybe TLS) to the endpoint.
 class Connection {

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -224,15 +225,19 @@ TEST(Exchange, RetryAfterAndTheConnectionHeaderAreRead) {
 }
 
 TEST(Exchange, StopEndsASilentStreamAndSoDoesItsIdleTimeout) {
-  std::atomic<bool> release{false};
-  RawServer server([&](int fd, int) {
+  // The server sends the head of a chunked stream, then nothing until the test releases it.
+  std::promise<void> head_sent, release;
+  std::shared_future<void> released = release.get_future().share();
+  RawServer server([&](int fd, int index) {
     if (ReadRequest(fd).empty()) return;
     Send(fd, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
-    while (!release.load()) std::this_thread::sleep_for(10ms);
+    if (index == 0) head_sent.set_value();
+    released.wait();
   });
+  // Stop is raised once the stream is open and silent.
   std::atomic<bool> stop{false};
   std::thread stopper([&] {
-    std::this_thread::sleep_for(200ms);
+    head_sent.get_future().wait();
     stop = true;
   });
   ExchangeOptions o;
@@ -244,10 +249,10 @@ TEST(Exchange, StopEndsASilentStreamAndSoDoesItsIdleTimeout) {
   ExchangeOptions idle;
   idle.idle_timeout = 1s;
   Got h = Fetch(server.url(), "GET", idle);
+  release.set_value();
   ASSERT_TRUE(h.error);
   EXPECT_FALSE(h.error->stopped);
   EXPECT_NE(h.error->status.message().find("timed out"), std::string::npos) << h.error->status.message();
-  release = true;
 }
 
 // Through the Client: a GET sent on a kept connection that the server then closes without an
