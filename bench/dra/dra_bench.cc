@@ -222,6 +222,15 @@ int main(int argc, char** argv) {
     if (const char* keep = std::getenv("GPULET_BENCH_SMAPS"); keep != nullptr && *keep != 0) {
       std::ifstream in("/proc/" + std::to_string(dra_process.pid()) + "/smaps");
       std::ofstream(keep) << in.rdbuf();
+      // And its threads' names, one line each, in <file>.threads.
+      std::ofstream threads(std::string(keep) + ".threads");
+      std::error_code ec;
+      for (const auto& t : std::filesystem::directory_iterator(
+               "/proc/" + std::to_string(dra_process.pid()) + "/task", ec)) {
+        std::string name;
+        std::getline(std::ifstream(t.path() / "comm"), name);
+        threads << name << "\n";
+      }
     }
     std::printf("\n`gpulet dra --simulate dgx-h100` after %d claims prepared and unprepared: "
                 "VmRSS %.1f MiB (anonymous %.1f MiB, file-backed %.1f MiB), VmHWM %.1f MiB.\n",

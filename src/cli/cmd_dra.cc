@@ -304,7 +304,8 @@ void RegisterDra(CLI::App& app, GlobalOptions& global, int& exit_code) {
       "dra", "Kubelet DRA plugin for driver gpu.gpulet.io (resource.k8s.io/v1 ResourceClaims)");
   auto args = std::make_shared<DraArgs>();
   AddDraOptions(cmd, *args, "");
-  cmd->callback([&global, &exit_code, args] { exit_code = RunDra(global, *args); });
+  (void)exit_code;  // the agent's result is main's (GlobalOptions::agent)
+  cmd->callback([&global, args] { global.agent = [&global, args] { return RunDra(global, *args); }; });
 }
 
 }  // namespace gpulet::cli

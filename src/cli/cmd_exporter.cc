@@ -279,7 +279,8 @@ void RegisterExporter(CLI::App& app, GlobalOptions& global, int& exit_code) {
                   "re-layout the series follow the new devices. 0 disables the timer")
       ->envname("GPULET_RESCAN_INTERVAL")
       ->capture_default_str();
-  cmd->callback([&global, &exit_code, f] { exit_code = Serve(global, *f); });
+  (void)exit_code;  // the agent's result is main's (GlobalOptions::agent)
+  cmd->callback([&global, f] { global.agent = [&global, f] { return Serve(global, *f); }; });
 }
 
 }  // namespace gpulet::cli

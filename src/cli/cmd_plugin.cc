@@ -538,9 +538,10 @@ void RegisterPlugin(CLI::App& app, GlobalOptions& global, int& exit_code) {
       "plugin", "Serve the kubelet device plugin API (nvidia.com/gpu) for this node's GPUs");
   auto args = std::make_shared<PluginArgs>();
   std::function<void()> finish = AddPluginOptions(cmd, args.get());
-  cmd->callback([&global, &exit_code, args, finish] {
+  (void)exit_code;  // the agent's result is main's (GlobalOptions::agent)
+  cmd->callback([&global, args, finish] {
     finish();
-    exit_code = RunPlugin(global, *args);
+    global.agent = [&global, args] { return RunPlugin(global, *args); };
   });
 }
 

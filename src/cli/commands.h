@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -22,6 +23,11 @@ struct GlobalOptions {
   std::string nvml_library;  // --nvml-library PATH / GPULET_NVML_LIBRARY
   std::string log_level = "info";   // --log-level / GPULET_LOG_LEVEL
   std::string log_format = "text";  // --log-format text|json / GPULET_LOG_FORMAT
+  // A long-running agent's body (dra, node, plugin, exporter), set by its command's callback and
+  // run by main once the command line's parser is freed: CLI11 keeps every subcommand's options,
+  // a few hundred KiB the agent would otherwise hold for its whole life. Its result is the exit
+  // code.
+  std::function<int()> agent;
 };
 
 // An open NVML session plus where discovery should look, for the real driver or a simulated node.

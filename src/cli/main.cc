@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -48,12 +50,15 @@ std::string TypedSubcommand(const CLI::App& app, int argc, char** argv) {
 
 int main(int argc, char** argv) {
   using namespace gpulet::cli;
-  CLI::App app{"gpulet: makes GPUs schedulable, shareable and observable for Kubernetes and Slurm"};
+  GlobalOptions global;
+  // Freed before a long-running agent starts (GlobalOptions::agent).
+  auto parser = std::make_unique<CLI::App>(
+      "gpulet: makes GPUs schedulable, shareable and observable for Kubernetes and Slurm");
+  CLI::App& app = *parser;
   app.require_subcommand(1);
   // Global flags are accepted after the subcommand too (`gpulet info --simulate dgx-h100`).
   app.fallthrough();
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
-  GlobalOptions global;
   app.add_option("--simulate", global.simulate,
                  "Use the simulated NVML driver with this fixture (name such as dgx-h100, or a path)")
       ->envname("GPULET_SIMULATE");
@@ -122,6 +127,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : static_cast<int>(gpulet::ErrorCode::kUsage);
+  }
+  if (global.agent) {
+    std::function<int()> agent = std::move(global.agent);
+    parser.reset();
+    return agent();
   }
   return exit_code;
 }

@@ -3,7 +3,7 @@
 add_library(gpulet_dra_plugin STATIC claim.cc checkpoint.cc plugin.cc)
 target_include_directories(gpulet_dra_plugin PUBLIC ${CMAKE_SOURCE_DIR}/src)
 target_link_libraries(gpulet_dra_plugin PUBLIC gpulet_dra_names gpulet_k8s gpulet_k8s_quantity
-                      gpulet_proto gpulet_common nlohmann_json::nlohmann_json spdlog::spdlog
+                      gpulet_proto gpulet_common nlohmann_json::nlohmann_json gpulet_log
                       Threads::Threads)
 
 gpulet_add_test(dra_claim_test SOURCES claim_test.cc LIBS gpulet_dra_plugin)

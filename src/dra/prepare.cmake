@@ -3,8 +3,8 @@
 add_library(gpulet_dra_prepare STATIC cdi.cc opaque_config.cc node_preparer.cc)
 target_include_directories(gpulet_dra_prepare PUBLIC ${CMAKE_SOURCE_DIR}/src)
 target_link_libraries(gpulet_dra_prepare PUBLIC gpulet_dra_names gpulet_gpu gpulet_mig
-                      gpulet_cudashim_limits_dir gpulet_k8s_quantity gpulet_common yaml-cpp
-                      nlohmann_json::nlohmann_json spdlog::spdlog)
+                      gpulet_cudashim_limits_dir gpulet_k8s_quantity gpulet_common gpulet_yaml
+                      nlohmann_json::nlohmann_json gpulet_log)
 
 gpulet_add_test(dra_prepare_test
   SOURCES cdi_test.cc opaque_config_test.cc node_preparer_test.cc

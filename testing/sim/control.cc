@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "sim/simulation.h"
+
 namespace gpulet::sim {
 namespace {
 
@@ -242,6 +244,21 @@ bool ControlFileWatch::Changed() {
   mtime_ns_ = mtime;
   size_ = exists ? st.st_size : 0;
   return changed;
+}
+
+// Declared in simulation.h; here so that the driver library, which sets overrides (the compute
+// mode), does not link the simulation's setup.
+Status SetOverrides(const ControlFile& control, unsigned gpu, const GpuOverrides& set) {
+  return control.Update([&](ControlState& st) {
+    GpuOverrides& o = st.gpus[gpu];
+    if (set.temperature_c) o.temperature_c = set.temperature_c;
+    if (set.gpu_util) o.gpu_util = set.gpu_util;
+    if (set.mem_util) o.mem_util = set.mem_util;
+    if (set.power_w) o.power_w = set.power_w;
+    if (set.memory_used_mib) o.memory_used_mib = set.memory_used_mib;
+    if (set.compute_mode) o.compute_mode = set.compute_mode;
+             })
+      .status();
 }
 
 }  // namespace gpulet::sim

@@ -118,7 +118,11 @@ struct Fixture {
   std::string CudaVersionString() const;
 };
 
-// Reads and validates a fixture. Errors: kNotFound (no such file), kInvalidInput
+// A UUID-shaped string derived from `key` ("GPU-" or "MIG-" `prefix`): stable across runs and
+// machines.
+std::string DerivedUuid(const std::string& prefix, const std::string& key);
+
+// Reads and validates a fixture (fixture_yaml.cc). Errors: kNotFound (no such file), kInvalidInput
 // "<file>:<line>: <field>: <problem>".
 Result<Fixture> LoadFixture(const std::string& path);
 // Same, from text; `file` names it in errors.

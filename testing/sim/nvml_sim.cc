@@ -4,6 +4,7 @@
 //
 // A C ABI library has no caller-owned object to keep its session in, so the session lives in one
 // Driver owned by this file; every entry point takes its mutex. Event waits block outside it.
+#include <dlfcn.h>
 #include <poll.h>
 #include <sys/inotify.h>
 #include <unistd.h>
@@ -12,10 +13,65 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
+#include "sim/fixture_json.h"
 #include "sim/nvml_sim_driver.h"
 
 namespace gpulet::sim {
+
+namespace {
+
+// The fixture at `path`: the parsed copy beside the state when it is current (fixture_json.h),
+// else the YAML parsed by the helper library beside this one, loaded now (and kept: it carries the
+// shared C++ runtime, which is not unloaded safely). The helper's answer is then written beside
+// the state for the next process.
+Result<Fixture> LoadDriverFixture(const std::string& path, const std::string& state_dir) {
+  if (std::optional<Fixture> parsed = ReadParsedFixture(path, state_dir)) return *parsed;
+  Dl_info self{};
+  if (::dladdr(reinterpret_cast<void*>(&LoadDriverFixture), &self) == 0 ||
+      self.dli_fname == nullptr) {
+    return Status(ErrorCode::kInternal, "cannot find the simulated driver's own file");
+  }
+  const std::filesystem::path dir = std::filesystem::path(self.dli_fname).parent_path();
+  void* helper = nullptr;
+  std::string tried;
+  for (const std::filesystem::path& candidate :
+       {dir / kFixtureHelperLibrary, dir.parent_path() / kFixtureHelperLibrary}) {
+    helper = ::dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (helper != nullptr) break;
+    const char* why = ::dlerror();
+    tried += (tried.empty() ? "" : "; ") + std::string(why != nullptr ? why : candidate.c_str());
+  }
+  if (helper == nullptr) {
+    return Status(ErrorCode::kNotFound, path + ": no parsed copy in " +
+                                            ParsedFixturePath(state_dir) +
+                                            ", and the YAML helper library cannot be loaded: " +
+                                            tried);
+  }
+  auto parse = reinterpret_cast<GpuletSimParseFixtureFn>(::dlsym(helper, kParseFixtureSymbol));
+  if (parse == nullptr) {
+    return Status(ErrorCode::kInternal,
+                  std::string(kFixtureHelperLibrary) + " has no " + kParseFixtureSymbol);
+  }
+  int ok = 0;
+  char* answer = parse(path.c_str(), &ok);
+  if (answer == nullptr) return Status(ErrorCode::kInternal, path + ": out of memory");
+  const std::string text(answer);
+  std::free(answer);
+  if (!ok) return Status(ErrorCode::kInvalidInput, text);
+  nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  Result<Fixture> fixture = FixtureFromJson(parsed);
+  if (!fixture.ok()) return fixture.status();
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream source;
+  source << in.rdbuf();
+  if (in) (void)WriteParsedFixture(*fixture, path, source.str(), state_dir);
+  return fixture;
+}
+
+}  // namespace
 
 nvmlReturn_t Driver::Start() {
   const char* fixture_env = std::getenv("GPULET_SIM_FIXTURE");
@@ -23,15 +79,15 @@ nvmlReturn_t Driver::Start() {
     std::fprintf(stderr, "gpulet-sim: GPULET_SIM_FIXTURE is not set (path of a fixture file)\n");
     return NVML_ERROR_UNKNOWN;
   }
-  Result<Fixture> loaded = LoadFixture(fixture_env);
+  const char* state_env = std::getenv("GPULET_SIM_STATE");
+  std::string state_dir =
+      state_env != nullptr && *state_env != '\0' ? state_env : DefaultStateDir(fixture_env);
+  Result<Fixture> loaded = LoadDriverFixture(fixture_env, state_dir);
   if (!loaded.ok()) {
     std::fprintf(stderr, "gpulet-sim: %s\n", loaded.status().message().c_str());
     return NVML_ERROR_UNKNOWN;
   }
   if (loaded->init_error) return *loaded->init_error;
-  const char* state_env = std::getenv("GPULET_SIM_STATE");
-  std::string state_dir =
-      state_env != nullptr && *state_env != '\0' ? state_env : DefaultStateDir(fixture_env);
   std::error_code ec;
   std::filesystem::create_directories(state_dir, ec);
   if (ec) {

@@ -10,8 +10,10 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 
 #include "gpu/nvml_api.h"
+#include "sim/fixture_json.h"
 
 namespace gpulet::sim {
 namespace fs = std::filesystem;
@@ -122,10 +124,6 @@ Result<std::string> ResolveFixture(const std::string& name_or_path) {
                                           (known.empty() ? "none" : known) + ")");
 }
 
-std::string DefaultStateDir(const std::string& fixture_path) {
-  return "/tmp/gpulet-sim/" + fs::path(fixture_path).stem().string();
-}
-
 // devices/system/cpu: online, and per CPU its socket, core and hyperthread siblings.
 static Status WriteCpuTopology(const Fixture::CpuTopology& t, const fs::path& cpu_dir) {
   const unsigned per_thread = t.sockets * t.cores_per_socket;  // CPUs in one thread rank
@@ -210,6 +208,16 @@ Result<SimulatedNode> PrepareSimulation(const std::string& fixture_name,
   if (ec) return Status(ErrorCode::kInternal, node.state_dir + ": " + ec.message());
   node.state_dir = fs::absolute(node.state_dir, ec).lexically_normal().string();
   if (Status s = WriteFakeSystemTree(*fixture, node.state_dir); !s.ok()) return s;
+  // The simulated driver library reads this parsed copy rather than the YAML (fixture_json.h).
+  {
+    std::ifstream in(*path, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (!in) return Status(ErrorCode::kNotFound, *path + ": cannot read fixture");
+    if (Status s = WriteParsedFixture(*fixture, *path, text.str(), node.state_dir); !s.ok()) {
+      return s;
+    }
+  }
   node.sysfs_root = node.state_dir + "/sysfs";
   node.procfs_root = node.state_dir + "/proc";
   node.library_path = FindLibrary();
@@ -298,18 +306,6 @@ Status InjectEcc(const ControlFile& control, const Fixture& fixture, const Devic
     if (double_bit > 0) {
       st.Queue(EventFor(fixture, device, nvmlEventTypeDoubleBitEccError, 0));
     }
-  });
-}
-
-Status SetOverrides(const ControlFile& control, unsigned gpu, const GpuOverrides& set) {
-  return Apply(control, [&](ControlState& st) {
-    GpuOverrides& o = st.gpus[gpu];
-    if (set.temperature_c) o.temperature_c = set.temperature_c;
-    if (set.gpu_util) o.gpu_util = set.gpu_util;
-    if (set.mem_util) o.mem_util = set.mem_util;
-    if (set.power_w) o.power_w = set.power_w;
-    if (set.memory_used_mib) o.memory_used_mib = set.memory_used_mib;
-    if (set.compute_mode) o.compute_mode = set.compute_mode;
   });
 }
 
