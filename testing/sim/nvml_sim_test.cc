@@ -157,6 +157,41 @@ TEST_F(SimDriverTest, InitFailsWithUnknownWhenTheFixtureIsMissingOrInvalid) {
   EXPECT_EQ(api_.nvmlInit_v2(), NVML_ERROR_UNKNOWN);
 }
 
+// The driver library reads the parsed copy PrepareSimulation writes (fixture_json.h); without a
+// current one it parses the YAML through its helper library, and keeps the copy for the next
+// process. A copy of another text is not used.
+TEST_F(SimDriverTest, WithoutACurrentParsedCopyTheYamlIsParsedByTheHelper) {
+  const std::string dir = MakeTempDir();
+  const std::string yaml = dir + "/two.yaml";
+  auto write_fixture = [&](unsigned gpus) {
+    std::ofstream out(yaml, std::ios::trunc);
+    out << "driver_version: 550.54.15\ncuda_version: 12040\ncount: " << gpus
+        << "\ndefaults: {name: NVIDIA L4, memory_mib: 23034}\n";
+  };
+  write_fixture(2);
+  const std::string state = dir + "/state";
+  fs::create_directories(state);
+  LoadLibrary(std::string(GPULET_BUILD_DIR) + "/sim/libnvidia-ml.so.1");
+  setenv("GPULET_SIM_FIXTURE", yaml.c_str(), 1);
+  setenv("GPULET_SIM_STATE", state.c_str(), 1);
+  ASSERT_FALSE(fs::exists(state + "/fixture.json"));
+  ASSERT_EQ(api_.nvmlInit_v2(), NVML_SUCCESS);
+  unsigned count = 0;
+  ASSERT_EQ(api_.nvmlDeviceGetCount_v2(&count), NVML_SUCCESS);
+  EXPECT_EQ(count, 2u);
+  ASSERT_EQ(api_.nvmlShutdown(), NVML_SUCCESS);
+  EXPECT_TRUE(fs::exists(state + "/fixture.json")) << "the helper's answer was not kept";
+
+  // The YAML changes: the kept copy is stale and the driver follows the file.
+  write_fixture(3);
+  ASSERT_EQ(api_.nvmlInit_v2(), NVML_SUCCESS);
+  ASSERT_EQ(api_.nvmlDeviceGetCount_v2(&count), NVML_SUCCESS);
+  EXPECT_EQ(count, 3u);
+  ASSERT_EQ(api_.nvmlShutdown(), NVML_SUCCESS);
+  unsetenv("GPULET_SIM_FIXTURE");
+  unsetenv("GPULET_SIM_STATE");
+}
+
 TEST_F(SimDriverTest, DgxH100ReportsEightGpusAndNv18BetweenEveryPair) {
   OpenAndInit("dgx-h100");
   char version[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE];

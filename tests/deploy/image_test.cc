@@ -4,6 +4,7 @@
 // build directory), every shared library the binary needs comes from a package the runtime stage
 // installs, and the shipped files carry no path of the machine that built them.
 #include <fnmatch.h>
+#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -188,39 +189,45 @@ TEST_F(ImageTest, EveryCopySourceResolvesAsTheBuildWould) {
 }
 
 // Every library the binary links (ELF NEEDED) comes from a package the runtime stage installs, or
-// from the essential packages every Debian image has.
+// from the essential packages every Debian image has; so does every library the simulated driver
+// shipped beside it (sim/) links: its YAML helper links yaml-cpp.
 TEST_F(ImageTest, RuntimeStageInstallsEveryLibraryTheBinaryNeeds) {
   const std::set<std::string> essential = {"libc6", "libgcc-s1", "libstdc++6", "zlib1g"};
   const std::vector<std::string>& installed = stages_.back().packages;
   ASSERT_FALSE(installed.empty()) << "the runtime stage installs nothing";
-  const CommandResult needed = RunCommand("readelf -d " + GpuletBinary());
-  ASSERT_EQ(needed.exit_code, 0) << needed.output;
-  const CommandResult ldd = RunCommand("ldd " + GpuletBinary());
-  ASSERT_EQ(ldd.exit_code, 0) << ldd.output;
-  std::regex needed_re(R"(\(NEEDED\)\s+Shared library: \[([^\]]+)\])");
   int checked = 0;
   std::set<std::string> used;  // packages of the libraries the binary links or loads
-  for (std::sregex_iterator it(needed.output.begin(), needed.output.end(), needed_re), end;
-       it != end; ++it) {
-    const std::string lib = (*it)[1];
-    // "lib.so => /path (…)", or "/path/lib.so (…)" for the dynamic loader.
-    const std::string quoted = std::regex_replace(lib, std::regex(R"([.+])"), R"(\$&)");
-    std::smatch m;
-    const std::regex where(R"(\s)" + quoted + R"( => (\S+))");
-    const std::regex loader(R"(\s(/\S*/)" + quoted + R"() \()");
-    ASSERT_TRUE(std::regex_search(ldd.output, m, where) || std::regex_search(ldd.output, m, loader))
-        << lib << " not resolved:\n"
-        << ldd.output;
-    const std::string pkg = PackageOf(m[1]);
-    ASSERT_FALSE(pkg.empty()) << lib << ": no package owns " << m[1];
-    ++checked;
-    used.insert(pkg);
-    if (essential.count(pkg)) continue;
-    EXPECT_NE(std::find(installed.begin(), installed.end(), pkg), installed.end())
-        << "build/gpulet needs " << lib << " from package " << pkg
-        << ", which deploy/Dockerfile's runtime stage does not install";
+  const std::string build = GPULET_BUILD_DIR;
+  for (const std::string& file : {GpuletBinary(), build + "/sim/libnvidia-ml.so.1",
+                                  build + "/sim/libgpulet-sim-yaml.so"}) {
+    const CommandResult needed = RunCommand("readelf -d " + file);
+    ASSERT_EQ(needed.exit_code, 0) << needed.output;
+    const CommandResult ldd = RunCommand("ldd " + file);
+    ASSERT_EQ(ldd.exit_code, 0) << ldd.output;
+    std::regex needed_re(R"(\(NEEDED\)\s+Shared library: \[([^\]]+)\])");
+    for (std::sregex_iterator it(needed.output.begin(), needed.output.end(), needed_re), end;
+         it != end; ++it) {
+      const std::string lib = (*it)[1];
+      // "lib.so => /path (…)", or "/path/lib.so (…)" for the dynamic loader.
+      const std::string quoted = std::regex_replace(lib, std::regex(R"([.+])"), R"(\$&)");
+      std::smatch m;
+      const std::regex where(R"(\s)" + quoted + R"( => (\S+))");
+      const std::regex loader(R"(\s(/\S*/)" + quoted + R"() \()");
+      ASSERT_TRUE(std::regex_search(ldd.output, m, where) ||
+                  std::regex_search(ldd.output, m, loader))
+          << file << ": " << lib << " not resolved:\n"
+          << ldd.output;
+      const std::string pkg = PackageOf(m[1]);
+      ASSERT_FALSE(pkg.empty()) << lib << ": no package owns " << m[1];
+      ++checked;
+      used.insert(pkg);
+      if (essential.count(pkg)) continue;
+      EXPECT_NE(std::find(installed.begin(), installed.end(), pkg), installed.end())
+          << file << " needs " << lib << " from package " << pkg
+          << ", which deploy/Dockerfile's runtime stage does not install";
+    }
   }
-  EXPECT_GE(checked, 5);
+  EXPECT_GE(checked, 6);
   // The other way round: every library package the runtime stage installs is one the binary links
   // or loads by name at run time (kDlopened; each must still be named in the binary).
   for (const char* soname : kDlopened) {
@@ -233,8 +240,44 @@ TEST_F(ImageTest, RuntimeStageInstallsEveryLibraryTheBinaryNeeds) {
   for (const std::string& pkg : installed) {
     if (pkg.rfind("lib", 0) != 0) continue;
     EXPECT_TRUE(used.count(pkg)) << "deploy/Dockerfile's runtime stage installs " << pkg
-                                 << ", which build/gpulet neither links nor loads: drop it";
+                                 << ", which neither build/gpulet nor sim/ links or loads: drop it";
   }
+}
+
+// The binary carries its C++ runtime, yaml-cpp, spdlog and fmt (GPULET_STATIC_CXX): none is
+// linked, and a simulated agent loads none either, because the simulated driver carries its own and
+// reads the parsed fixture `--simulate` writes, not the YAML (sim/fixture_json.h).
+TEST_F(ImageTest, TheBinaryAndTheSimulatedDriverLoadNoSharedCxxLibrary) {
+#ifndef GPULET_STATIC_CXX_BUILD
+  GTEST_SKIP() << "this build links the shared C++ libraries (GPULET_STATIC_CXX is off)";
+#else
+  const std::vector<std::string> cxx = {"libstdc++.so", "libgcc_s.so", "libyaml-cpp.so",
+                                        "libspdlog.so", "libfmt.so"};
+  const std::string build = GPULET_BUILD_DIR;
+  for (const std::string& file : {GpuletBinary(), build + "/sim/libnvidia-ml.so.1"}) {
+    const CommandResult needed = RunCommand("readelf -d " + file);
+    ASSERT_EQ(needed.exit_code, 0) << needed.output;
+    for (const std::string& lib : cxx) {
+      EXPECT_EQ(needed.output.find(lib), std::string::npos) << file << " links " << lib;
+    }
+  }
+  // What a simulated agent maps: the dynamic loader names every library it loads.
+  const std::string dir = ::testing::TempDir() + "/static-cxx-" + std::to_string(::getpid());
+  const CommandResult run =
+      RunCommand("LD_DEBUG=files " + GpuletBinary() + " --simulate dgx-h100 --sim-state " + dir +
+                 " info 2>&1 >/dev/null");
+  std::filesystem::remove_all(dir);
+  ASSERT_NE(run.output.find("libnvidia-ml.so.1"), std::string::npos)
+      << "the simulated driver was not loaded:\n"
+      << run.output;
+  for (const std::string& lib : cxx) {
+    EXPECT_EQ(run.output.find(lib), std::string::npos) << "`gpulet --simulate dgx-h100 info` loads "
+                                                       << lib << ":\n"
+                                                       << run.output;
+  }
+  EXPECT_EQ(run.output.find("libgpulet-sim-yaml.so"), std::string::npos)
+      << "the simulated driver parsed the YAML itself instead of reading the parsed fixture";
+#endif
 }
 
 // libssl3 is in the image for the metrics port's TLS and basic auth, loaded by name (kDlopened):
