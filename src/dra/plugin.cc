@@ -376,10 +376,11 @@ Status DraPlugin::Start() {
   }
   services_ = std::make_unique<Services>(*this);
   auto serve = [](const std::string& path, std::vector<grpc::Service*> services,
-                  std::unique_ptr<grpc::Server>* out) -> Status {
+                  std::unique_ptr<grpc::Server>* out, int max_pollers) -> Status {
     ::unlink(path.c_str());
     grpc::ServerBuilder builder;
     builder.AddListeningPort("unix:" + path, grpc::InsecureServerCredentials());
+    builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, max_pollers);
     for (grpc::Service* s : services) builder.RegisterService(s);
     *out = builder.BuildAndStart();
     if (!*out) return Status(ErrorCode::kUnavailable, "dra: cannot serve on " + path);
@@ -387,10 +388,12 @@ Status DraPlugin::Start() {
   };
   std::vector<grpc::Service*> dra = {&services_->v1, &services_->v1beta1};
   if (options_.serve_health) dra.push_back(&services_->health);
-  Status s = serve(dra_socket_, dra, &dra_server_);
+  // gRPC's default (at most 2 idle threads waiting for requests) for the DRA services; one for
+  // the registration service, which the kubelet calls twice per registration.
+  Status s = serve(dra_socket_, dra, &dra_server_, 2);
   if (!s.ok()) return s;
   dra_inode_ = InodeOf(dra_socket_);
-  s = serve(registration_socket_, {&services_->registration}, &registration_server_);
+  s = serve(registration_socket_, {&services_->registration}, &registration_server_, 1);
   if (!s.ok()) {
     Stop();
     return s;

@@ -125,11 +125,12 @@ class SlicePublisher {
   // What the API server holds from us, as far as we know.
   std::string node_uid_;
   int64_t generation_ = 0;
-  // Slice name → the spec this publisher last wrote (or is writing), serialized: a watch event
-  // carrying it is our own write's echo; any other content, or a DELETED of one of these, is
-  // someone else's. Kept as text, as is desired_: a JSON tree holds several times the memory of
-  // its text, and 16 GPUs' slices are hundreds of KiB of text.
-  std::map<std::string, std::string> expected_;
+  // Slice name → a digest (SpecDigest) of the spec this publisher last wrote (or is writing): a
+  // watch event whose spec has it is our own write's echo; any other content, or a DELETED of one
+  // of these, is someone else's. A digest, not the text: 16 GPUs' specs are hundreds of KiB, held
+  // for the agent's life.
+  std::map<std::string, uint64_t> expected_;
+  // The slices last published, as text (a JSON tree holds several times the memory of its text).
   std::vector<std::string> desired_;
   PublisherStats stats_;
   std::optional<std::chrono::steady_clock::time_point> retry_at_;
