@@ -3,9 +3,14 @@
 # real gRPC, with the tests' Preparer in process and with `gpulet dra` and its node preparer; RSS.
 set -euo pipefail
 out=$(mktemp)
-trap 'rm -f "$out" "$out.md" "$out.smaps"' EXIT
+trap 'rm -f "$out" "$out.md" "$out.smaps" "$out.smaps.threads" "$out.rss"' EXIT
 GPULET_BUILD_DIR="$BUILD" GPULET_BENCH_SMAPS="$out.smaps" "$BUILD/bin/bench_dra" "${RUNS:-500}" \
   2>/dev/null | tee "$out"
+# The RSS moves by up to a MiB from one start to the next (which malloc arena the threads' work
+# lands in, and how it interleaves): more starts of the product, 200 claims each, for its spread.
+for _ in $(seq 2 "${RSS_STARTS:-6}"); do
+  GPULET_BUILD_DIR="$BUILD" "$BUILD/bin/bench_dra" 100 2>/dev/null | grep '^`gpulet dra' >> "$out.rss"
+done
 {
   echo "## DRA kubelet plugin (issue 22)"
   echo
@@ -22,6 +27,16 @@ GPULET_BUILD_DIR="$BUILD" GPULET_BENCH_SMAPS="$out.smaps" "$BUILD/bin/bench_dra"
   echo "The two \"of which\" rows time a claim GET and one checkpoint write alone."
   echo
   cat "$out"
+  echo
+  python3 - "$out" "$out.rss" <<'PY'
+import re, statistics, sys
+rows = [l for f in sys.argv[1:] for l in open(f) if l.startswith("`gpulet dra")]
+rss = [float(re.search(r"VmRSS ([0-9.]+)", l).group(1)) for l in rows]
+anon = [float(re.search(r"anonymous ([0-9.]+)", l).group(1)) for l in rows]
+print(f"RSS over {len(rss)} starts of `gpulet dra` (the run above, then {len(rss) - 1} of 200 "
+      f"claims each): min {min(rss):.1f}, median {statistics.median(rss):.1f}, "
+      f"max {max(rss):.1f} MiB (anonymous {min(anon):.1f}-{max(anon):.1f} MiB).")
+PY
   echo
   echo "Largest resident mappings of \`gpulet dra\` at that point (MiB):"
   python3 - "$out.smaps" <<'PY'

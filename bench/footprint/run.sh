@@ -45,21 +45,28 @@ on `gpulet node`):
 - No libcurl: the API client is gpulet's own HTTP/1.1 over the same lazily loaded OpenSSL
   (k8s/http.h); `gpulet node` never loads it, `gpulet dra` no longer maps libcurl's 25 libraries.
 - At most two malloc arenas in the agents (mallopt M_ARENA_MAX, unless MALLOC_ARENA_MAX is set).
+- The C++ runtime linked in (GPULET_STATIC_CXX, docs/design.md "How the product binary is
+  linked"): static libstdc++ and libgcc, yaml-cpp's archive, spdlog and fmt compiled from their
+  headers; the simulated driver carries its own runtime too and reads its fixture parsed, not as
+  YAML. No process maps libstdc++.so, libgcc_s, libspdlog, libfmt or libyaml-cpp any more: they
+  held 2.6-3.3 MiB, mostly the loader's relocations and symbol lookups and pages mapped around
+  the few functions run; linked in and ordered, what the agents run adds 0.1-0.3 MiB to the
+  binary's resident text. The agents also start after the command-line parser is freed.
 
 Tried and not kept: static OpenSSL (-0.3 MiB only: its tables, relocated at start, grow the
 binary's resident pages by 1.1 MiB, and a libssl3 security update would need a rebuild);
--no-pie (-0.2 MiB, loses ASLR for the executable); static yaml-cpp (+0.5 MiB: the simulated
-NVML links the shared one anyway); one malloc arena (-0.1 MiB).
+-no-pie (-0.2 MiB, loses ASLR for the executable); one malloc arena (no gain, and a wider
+spread from one start to the next).
 
 The static link costs no measurable link time: relinking gpulet took 9-12 s static and 9-11 s
 against the shared libraries on the same (busy, 2-core) machine. The binary's text is 8.3 MiB
 instead of 4.0 MiB plus the gRPC, protobuf and Abseil shared libraries.
 
-The floor: glibc, libstdc++ and libm (~3.9 MiB, kept shared on purpose), the binary's touched
-code and tables, gRPC's included (~4 MiB with the function order; the kernel maps file pages
-around each fault, 64 KiB by default, so scattered code counts more than it runs), spdlog/fmt/yaml-cpp (~0.9 MiB) and the
-(simulated) NVML. Anonymous memory, gpulet's own, is under 2 MiB. A web config with basic auth
-adds libcrypto (~1.4 MiB); with TLS, libssl on top.
+The floor: glibc (libc and libm, ~2.2 MiB), the binary's touched code and tables (~4.5 MiB with
+the function order, of which about 2 MiB is gRPC's objects; the kernel maps file pages around each
+fault, 64 KiB by default, so scattered code counts more than it runs) and the (simulated) NVML.
+Anonymous memory, gpulet's own, is under 2 MiB. A web config with basic auth adds libcrypto
+(~1.4 MiB); with TLS, libssl on top.
 TEXT
 } > "$out.md"
 python3 "$ROOT/bench/update_section.py" footprint "$out.md"

@@ -215,16 +215,18 @@ Status WriteParsedFixture(const Fixture& fixture, const std::string& source_path
   return {};
 }
 
+std::optional<std::string> ReadFixtureText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return std::nullopt;
+  return ss.str();
+}
+
 std::optional<Fixture> ReadParsedFixture(const std::string& source_path,
                                          const std::string& state_dir) {
-  auto read = [](const std::string& path) -> std::optional<std::string> {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return std::nullopt;
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  };
-  std::optional<std::string> copy = read(ParsedFixturePath(state_dir));
+  std::optional<std::string> copy = ReadFixtureText(ParsedFixturePath(state_dir));
   if (!copy) return std::nullopt;
   json doc = json::parse(*copy, nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object() || !doc.contains("source") || !doc["source"].is_string() ||
@@ -232,7 +234,7 @@ std::optional<Fixture> ReadParsedFixture(const std::string& source_path,
       !doc["text"].is_string() || !doc.contains("fixture")) {
     return std::nullopt;
   }
-  std::optional<std::string> text = read(source_path);
+  std::optional<std::string> text = ReadFixtureText(source_path);
   if (!text || *text != doc["text"].get_ref<const std::string&>()) return std::nullopt;
   Result<Fixture> fixture = FixtureFromJson(doc["fixture"]);
   if (!fixture.ok()) return std::nullopt;

@@ -24,6 +24,9 @@ nlohmann::json FixtureToJson(const Fixture& fixture);
 // Errors (kInvalidInput) name the field that is missing or of the wrong type.
 Result<Fixture> FixtureFromJson(const nlohmann::json& j);
 
+// The whole of a fixture file; nullopt when it cannot be read.
+std::optional<std::string> ReadFixtureText(const std::string& path);
+
 // <state_dir>/fixture.json.
 std::string ParsedFixturePath(const std::string& state_dir);
 // Writes the parsed copy of the fixture read from `source_path`, whose text was `source_text`.

@@ -13,8 +13,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "sim/fixture_json.h"
 #include "sim/nvml_sim_driver.h"
@@ -64,10 +62,9 @@ Result<Fixture> LoadDriverFixture(const std::string& path, const std::string& st
   nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   Result<Fixture> fixture = FixtureFromJson(parsed);
   if (!fixture.ok()) return fixture.status();
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream source;
-  source << in.rdbuf();
-  if (in) (void)WriteParsedFixture(*fixture, path, source.str(), state_dir);
+  if (std::optional<std::string> source = ReadFixtureText(path)) {
+    (void)WriteParsedFixture(*fixture, path, *source, state_dir);
+  }
   return fixture;
 }
 

@@ -209,15 +209,9 @@ Result<SimulatedNode> PrepareSimulation(const std::string& fixture_name,
   node.state_dir = fs::absolute(node.state_dir, ec).lexically_normal().string();
   if (Status s = WriteFakeSystemTree(*fixture, node.state_dir); !s.ok()) return s;
   // The simulated driver library reads this parsed copy rather than the YAML (fixture_json.h).
-  {
-    std::ifstream in(*path, std::ios::binary);
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (!in) return Status(ErrorCode::kNotFound, *path + ": cannot read fixture");
-    if (Status s = WriteParsedFixture(*fixture, *path, text.str(), node.state_dir); !s.ok()) {
-      return s;
-    }
-  }
+  std::optional<std::string> text = ReadFixtureText(*path);
+  if (!text) return Status(ErrorCode::kNotFound, *path + ": cannot read fixture");
+  if (Status s = WriteParsedFixture(*fixture, *path, *text, node.state_dir); !s.ok()) return s;
   node.sysfs_root = node.state_dir + "/sysfs";
   node.procfs_root = node.state_dir + "/proc";
   node.library_path = FindLibrary();
