@@ -248,12 +248,14 @@ Status SlicePublisher::Pass() {
       const json patch = json::array({{{"op", "replace"}, {"path", "/spec"}, {"value", d["spec"]}}});
       k8s::ApiResult<json> res = Status(ErrorCode::kInternal, "unset");
       if (exists) {
-        res = client_.Patch(path, patch, k8s::PatchType::kJsonPatch);
-        if (!res.ok() && res.http_status() == 404) res = client_.Post(kSlices, d);
+        res = client_.Patch(path, patch, k8s::PatchType::kJsonPatch, k8s::Answer::kNothing);
+        if (!res.ok() && res.http_status() == 404) {
+          res = client_.Post(kSlices, d, k8s::Answer::kNothing);
+        }
       } else {
-        res = client_.Post(kSlices, d);
+        res = client_.Post(kSlices, d, k8s::Answer::kNothing);
         if (!res.ok() && res.http_status() == 409) {
-          res = client_.Patch(path, patch, k8s::PatchType::kJsonPatch);
+          res = client_.Patch(path, patch, k8s::PatchType::kJsonPatch, k8s::Answer::kNothing);
         }
       }
       if (!res.ok()) {

@@ -8,7 +8,9 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
+#include <variant>
 #include <vector>
 
 #include "k8s/http.h"
@@ -149,10 +151,59 @@ Outcome RoundTrip(const ClusterAccess& a, Client::HandlePool& pool, const http::
   return out;
 }
 
+// The top-level "kind", "status" and "code" of a JSON document, read without building its tree
+// (Answer::kNothing): a SAX handler that keeps only those three.
+class StatusFields final : public nlohmann::json::json_sax_t {
+ public:
+  std::string kind, status;
+  std::optional<long> code;
+
+  bool null() override { return Scalar(nullptr); }
+  bool boolean(bool) override { return Scalar(nullptr); }
+  bool number_integer(number_integer_t v) override { return Scalar(static_cast<long>(v)); }
+  bool number_unsigned(number_unsigned_t v) override { return Scalar(static_cast<long>(v)); }
+  bool number_float(number_float_t, const string_t&) override { return Scalar(nullptr); }
+  bool string(string_t& v) override { return Scalar(&v); }
+  bool binary(binary_t&) override { return Scalar(nullptr); }
+  bool start_object(std::size_t) override { return Open(); }
+  bool end_object() override { return Close(); }
+  bool start_array(std::size_t) override { return Open(); }
+  bool end_array() override { return Close(); }
+  bool key(string_t& k) override {
+    if (depth_ == 1) key_ = k;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+
+ private:
+  bool Open() {
+    ++depth_;
+    key_.clear();
+    return true;
+  }
+  bool Close() {
+    --depth_;
+    return true;
+  }
+  bool Scalar(std::variant<std::nullptr_t, long, string_t*> v) {
+    if (depth_ != 1) return true;
+    if (key_ == "kind" && std::holds_alternative<string_t*>(v)) kind = *std::get<string_t*>(v);
+    if (key_ == "status" && std::holds_alternative<string_t*>(v)) status = *std::get<string_t*>(v);
+    if (key_ == "code" && std::holds_alternative<long>(v)) code = std::get<long>(v);
+    key_.clear();
+    return true;
+  }
+  int depth_ = 0;
+  std::string key_;
+};
+
 ApiResult<nlohmann::json> Perform(const ClusterAccess& a, Client::HandlePool& pool,
                                   const std::string& method, const std::string& path,
                                   const std::string& content_type, std::string body,
-                                  std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+                                  std::chrono::milliseconds timeout = std::chrono::seconds(30),
+                                  Answer answer = Answer::kObject) {
   const bool is_get = method == "GET";
   http::Request req = MakeRequest(a, method, path, content_type, std::move(body));
   http::ExchangeOptions options;
@@ -171,6 +222,18 @@ ApiResult<nlohmann::json> Perform(const ClusterAccess& a, Client::HandlePool& po
   if (code < 200 || code >= 300) {
     return ApiResult<nlohmann::json>(HttpError(method, path, code, response), code,
                                      std::chrono::seconds(o.head.retry_after));
+  }
+  if (answer == Answer::kNothing) {
+    StatusFields fields;
+    if (!nlohmann::json::sax_parse(response, &fields, nlohmann::json::input_format_t::json,
+                                   /*strict=*/true)) {
+      return Status(ErrorCode::kUnavailable, method + " " + path + ": response is not JSON");
+    }
+    if (fields.kind == "Status" && fields.status == "Failure") {
+      const long failed = fields.code.value_or(500);
+      return ApiResult<nlohmann::json>(HttpError(method, path, failed, response), failed);
+    }
+    return nlohmann::json();
   }
   nlohmann::json j = nlohmann::json::parse(response, nullptr, false);
   if (j.is_discarded()) {
@@ -206,7 +269,8 @@ bool HandleLine(WatchState& s, const std::string& line) {
   }
   WatchEvent ev;
   ev.type = j.value("type", "");
-  ev.object = j.contains("object") ? j["object"] : nlohmann::json();
+  // Moved, not copied: the event's object can be hundreds of KiB of tree.
+  if (auto it = j.find("object"); it != j.end()) ev.object = std::move(*it);
   if (ev.type == "ERROR" && ev.object.is_object() && ev.object.value("code", 0) == 410) {
     s.gone = true;
     return false;
@@ -228,15 +292,18 @@ ApiResult<nlohmann::json> Client::Get(const std::string& path) const {
 }
 
 ApiResult<nlohmann::json> Client::Patch(const std::string& path, const nlohmann::json& patch,
-                                        PatchType type) const {
+                                        PatchType type, Answer answer) const {
   const char* ct = type == PatchType::kMerge            ? "application/merge-patch+json"
                    : type == PatchType::kStrategicMerge ? "application/strategic-merge-patch+json"
                                                         : "application/json-patch+json";
-  return Perform(access_, *pool_, "PATCH", path, ct, patch.dump());
+  return Perform(access_, *pool_, "PATCH", path, ct, patch.dump(), std::chrono::seconds(30),
+                 answer);
 }
 
-ApiResult<nlohmann::json> Client::Post(const std::string& path, const nlohmann::json& body) const {
-  return Perform(access_, *pool_, "POST", path, "application/json", body.dump());
+ApiResult<nlohmann::json> Client::Post(const std::string& path, const nlohmann::json& body,
+                                       Answer answer) const {
+  return Perform(access_, *pool_, "POST", path, "application/json", body.dump(),
+                 std::chrono::seconds(30), answer);
 }
 
 ApiResult<nlohmann::json> Client::Post(const std::string& path, const nlohmann::json& body,

@@ -68,6 +68,13 @@ struct WatchResult {
   long http_status = 0;
 };
 
+// What a write returns on success: the object the server answers with, or nothing (null) for a
+// caller that only needs to know that the write landed. The answer is checked either way (JSON,
+// and not a Failure Status); kNothing builds no tree of it, which for a large object (a
+// ResourceSlice of a 16-GPU node is hundreds of KiB of JSON) is megabytes of short-lived
+// allocations the process's heap would otherwise keep fragments of.
+enum class Answer { kObject, kNothing };
+
 class Client {
  public:
   explicit Client(ClusterAccess access);
@@ -78,11 +85,12 @@ class Client {
   // PATCH `path` with `patch` as merge-patch+json, strategic-merge-patch+json or json-patch+json:
   // the object the server returns.
   ApiResult<nlohmann::json> Patch(const std::string& path, const nlohmann::json& patch,
-                                  PatchType type) const;
+                                  PatchType type, Answer answer = Answer::kObject) const;
 
   // POST `body` (application/json) to `path`: the object the server returns. Used to create objects
   // and for subresources such as a pod's eviction. A refused eviction (PDB) is http_status() 429.
-  ApiResult<nlohmann::json> Post(const std::string& path, const nlohmann::json& body) const;
+  ApiResult<nlohmann::json> Post(const std::string& path, const nlohmann::json& body,
+                                 Answer answer = Answer::kObject) const;
   // The same, given up after `timeout` (the default is 30 s): for a caller that must answer
   // its own caller sooner (the extender's bind, inside kube-scheduler's 5 s extender timeout).
   ApiResult<nlohmann::json> Post(const std::string& path, const nlohmann::json& body,

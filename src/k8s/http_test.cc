@@ -296,6 +296,47 @@ TEST(ClientOverRawServer, AGetOnADeadKeptConnectionIsResentAWriteNever) {
   EXPECT_EQ(patches.load(), 1);
 }
 
+// Answer::kNothing: the answer is checked but not returned. A created object comes back as null, a
+// Failure Status inside a 2xx is the error it names (as with kObject), and an answer that is not
+// JSON is an error.
+TEST(ClientOverRawServer, AWriteThatKeepsNoAnswerStillChecksIt) {
+  const std::vector<std::string> answers = {
+      R"({"kind":"ResourceSlice","metadata":{"name":"s","labels":{"kind":"Status"}},)"
+      R"("spec":{"devices":[{"name":"gpu-0","status":"Failure"}]}})",
+      R"({"kind":"Status","apiVersion":"v1","status":"Failure","message":"too many","code":429})",
+      R"({"kind":"Status","status":"Failure","message":"no code"})",
+      R"(<html>not json</html>)",
+      R"({"kind":"ResourceSlice")",
+  };
+  // Each write opens its own connection (writes are not pooled): connection i gets answer i.
+  RawServer server([&](int fd, int index) {
+    if (ReadRequest(fd).empty() || index >= static_cast<int>(answers.size())) return;
+    Send(fd, "HTTP/1.1 201 Created\r\nContent-Length: " + std::to_string(answers[index].size()) +
+                 "\r\n\r\n" + answers[index]);
+  });
+  ClusterAccess a;
+  a.server = server.url();
+  Client client(a);
+  const nlohmann::json body = {{"kind", "ResourceSlice"}};
+  // Nested "kind"/"status" keys are not the top-level Status.
+  ApiResult<nlohmann::json> created = client.Post("/apis/x", body, Answer::kNothing);
+  ASSERT_TRUE(created.ok()) << created.status().message();
+  EXPECT_TRUE(created->is_null());
+  ApiResult<nlohmann::json> refused =
+      client.Patch("/apis/x/s", nlohmann::json::array(), PatchType::kJsonPatch, Answer::kNothing);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.http_status(), 429);
+  ApiResult<nlohmann::json> no_code = client.Post("/apis/x", body, Answer::kNothing);
+  ASSERT_FALSE(no_code.ok());
+  EXPECT_EQ(no_code.http_status(), 500);
+  for (int i = 0; i < 2; ++i) {
+    ApiResult<nlohmann::json> garbage = client.Post("/apis/x", body, Answer::kNothing);
+    ASSERT_FALSE(garbage.ok()) << i;
+    EXPECT_NE(garbage.status().message().find("not JSON"), std::string::npos)
+        << garbage.status().message();
+  }
+}
+
 TEST(ClientOverRawServer, AnUnreachableServerIsAClearError) {
   ClusterAccess a;
   {
