@@ -166,7 +166,8 @@ TEST_F(SimDriverTest, WithoutACurrentParsedCopyTheYamlIsParsedByTheHelper) {
   auto write_fixture = [&](unsigned gpus) {
     std::ofstream out(yaml, std::ios::trunc);
     out << "driver_version: 550.54.15\ncuda_version: 12040\ncount: " << gpus
-        << "\ndefaults: {name: NVIDIA L4, memory_mib: 23034}\n";
+        << "\ndefaults: {name: NVIDIA L4, memory_mib: 23034, compute_capability: \"8.9\", "
+           "architecture: ada, sm_count: 58}\n";
   };
   write_fixture(2);
   const std::string state = dir + "/state";
