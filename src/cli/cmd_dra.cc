@@ -305,7 +305,9 @@ void RegisterDra(CLI::App& app, GlobalOptions& global, int& exit_code) {
   auto args = std::make_shared<DraArgs>();
   AddDraOptions(cmd, *args, "");
   (void)exit_code;  // the agent's result is main's (GlobalOptions::agent)
-  cmd->callback([&global, args] { global.agent = [&global, args] { return RunDra(global, *args); }; });
+  cmd->callback([&global, args] {
+    global.agent = [&global, args] { return RunDra(global, *args); };
+  });
 }
 
 }  // namespace gpulet::cli

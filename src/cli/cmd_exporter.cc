@@ -280,7 +280,9 @@ void RegisterExporter(CLI::App& app, GlobalOptions& global, int& exit_code) {
       ->envname("GPULET_RESCAN_INTERVAL")
       ->capture_default_str();
   (void)exit_code;  // the agent's result is main's (GlobalOptions::agent)
-  cmd->callback([&global, f] { global.agent = [&global, f] { return Serve(global, *f); }; });
+  cmd->callback([&global, f] {
+    global.agent = [&global, f] { return Serve(global, *f); };
+  });
 }
 
 }  // namespace gpulet::cli

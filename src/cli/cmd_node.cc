@@ -19,36 +19,36 @@ namespace {
 int RunNode(const GlobalOptions& global, const std::shared_ptr<PluginArgs>& plugin,
             const std::shared_ptr<ExporterFlags>& exporter_flags,
             const std::shared_ptr<DraArgs>& dra, bool use_dra) {
-    if (plugin->kubeconfig.empty()) plugin->kubeconfig = exporter_flags->kubeconfig;
-    // The exporter, on the NVML session and inventory of the agent it runs beside. Under the
-    // device plugin it is replaced when the plugin's rescan finds other GPUs or MIG devices; the
-    // SIGHUP thread (reload) and the manager thread (inventory_changed) reach it through the host.
-    std::unique_ptr<ExporterHost> host;
-    CompanionAgent companion;
-    companion.start = [&](const NodeContext& node, const gpu::Inventory& inventory) -> Status {
-      host = std::make_unique<ExporterHost>(node.nvml, *exporter_flags, "node_exporter");
-      return host->Start(inventory);
-    };
-    companion.reload = [&] {
-      if (host) host->ReloadCounters();
-    };
-    companion.stop = [&] {
-      if (host) host->Stop();
-    };
-    if (use_dra) {
-      spdlog::info("event=node_dra (the device plugin is not started: the DRA driver serves this "
-                   "node's GPUs)");
-      DraArgs d = *dra;
-      d.node_name = plugin->node_name;
-      d.kubeconfig = plugin->kubeconfig;
-      d.device_plugin_path = plugin->plugin_dir;
-      return RunDra(global, std::move(d), &companion);
-    }
-    companion.memory_pool = exporter_flags->memory_pool;
-    companion.inventory_changed = [&](const gpu::Inventory& inventory) {
-      host->Replace(inventory);
-    };
-    return RunPlugin(global, *plugin, &companion);
+  if (plugin->kubeconfig.empty()) plugin->kubeconfig = exporter_flags->kubeconfig;
+  // The exporter, on the NVML session and inventory of the agent it runs beside. Under the
+  // device plugin it is replaced when the plugin's rescan finds other GPUs or MIG devices; the
+  // SIGHUP thread (reload) and the manager thread (inventory_changed) reach it through the host.
+  std::unique_ptr<ExporterHost> host;
+  CompanionAgent companion;
+  companion.start = [&](const NodeContext& node, const gpu::Inventory& inventory) -> Status {
+    host = std::make_unique<ExporterHost>(node.nvml, *exporter_flags, "node_exporter");
+    return host->Start(inventory);
+  };
+  companion.reload = [&] {
+    if (host) host->ReloadCounters();
+  };
+  companion.stop = [&] {
+    if (host) host->Stop();
+  };
+  if (use_dra) {
+    spdlog::info("event=node_dra (the device plugin is not started: the DRA driver serves this "
+                 "node's GPUs)");
+    DraArgs d = *dra;
+    d.node_name = plugin->node_name;
+    d.kubeconfig = plugin->kubeconfig;
+    d.device_plugin_path = plugin->plugin_dir;
+    return RunDra(global, std::move(d), &companion);
+  }
+  companion.memory_pool = exporter_flags->memory_pool;
+  companion.inventory_changed = [&](const gpu::Inventory& inventory) {
+    host->Replace(inventory);
+  };
+  return RunPlugin(global, *plugin, &companion);
 }
 
 }  // namespace
@@ -74,9 +74,10 @@ void RegisterNode(CLI::App& app, GlobalOptions& global, int& exit_code) {
   (void)exit_code;  // the agent's result is main's (GlobalOptions::agent)
   cmd->callback([&global, plugin, exporter_flags, finish, dra, use_dra] {
     finish();
-    global.agent = [&global, plugin, exporter_flags, dra, use_dra] { return RunNode(global, plugin, exporter_flags, dra, *use_dra); };
+    global.agent = [&global, plugin, exporter_flags, dra, use_dra] {
+      return RunNode(global, plugin, exporter_flags, dra, *use_dra);
+    };
   });
 }
-
 
 }  // namespace gpulet::cli
