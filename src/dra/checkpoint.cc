@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/files.h"
+#include "common/fnv.h"
 
 namespace gpulet::dra {
 namespace {
@@ -232,15 +233,5 @@ Result<std::string> ReadBootId(const std::string& path) {
   return id;
 }
 
-std::string Fnv64Hex(const std::string& text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
 
 }  // namespace gpulet::dra

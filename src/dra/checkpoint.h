@@ -72,8 +72,5 @@ Result<LoadedCheckpoint> LoadCheckpoint(const std::string& path, const std::stri
 // characters.
 Result<std::string> ReadBootId(const std::string& path);
 
-// FNV-1a 64 of `text` as 16 hex digits: the checkpoint's checksum, and the instance part of a
-// rolling update's socket names.
-std::string Fnv64Hex(const std::string& text);
 
 }  // namespace gpulet::dra

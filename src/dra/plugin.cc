@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "common/fnv.h"
 #include "dra/names.h"
 #include "dra_health_v1alpha1.grpc.pb.h"
 #include "dra_v1.grpc.pb.h"

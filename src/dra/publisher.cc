@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/fnv.h"
 #include "dra/names.h"
 
 namespace gpulet::dra {
@@ -25,18 +26,11 @@ std::vector<std::string> Serialized(const std::vector<nlohmann::json>& slices) {
 
 using nlohmann::json;
 
-// 64-bit FNV-1a of a spec's serialized form (expected_). The specs compared are ours and what the
-// API server echoes of them: an accidental match of different specs is a 2^-64 event, and whoever
+// FNV-1a of a spec's serialized form (expected_). The specs compared are ours and what the API
+// server echoes of them: an accidental match of different specs is a 2^-64 event, and whoever
 // could craft one can write this node's slices anyway, which the admission policy reserves to
 // this node's agent.
-uint64_t SpecDigest(const json& spec) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : spec.dump()) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
+uint64_t SpecDigest(const json& spec) { return Fnv1a64(spec.dump()); }
 
 constexpr char kSlices[] = "/apis/resource.k8s.io/v1/resourceslices";
 
@@ -373,11 +367,13 @@ void SlicePublisher::WatchLoop() {
           delivered = true;
           if (e.type != "ADDED" && e.type != "MODIFIED" && e.type != "DELETED") return true;
           const std::string name = NameOf(e.object);
+          // Serialized and hashed before the lock: a slice's spec is tens of KiB.
+          const std::optional<uint64_t> digest =
+              e.object.contains("spec") ? std::optional(SpecDigest(e.object["spec"])) : std::nullopt;
           std::lock_guard<std::mutex> lock(mu_);
           auto it = expected_.find(name);
           const bool wanted = it != expected_.end();
-          const bool ours =
-              wanted && e.object.contains("spec") && SpecDigest(e.object["spec"]) == it->second;
+          const bool ours = wanted && digest == it->second;
           if ((e.type == "DELETED" && wanted) || (e.type != "DELETED" && !ours)) {
             if (e.type == "DELETED") ++stats_.wipes_seen;
             MarkDirty();

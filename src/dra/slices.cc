@@ -12,6 +12,7 @@
 #include <numeric>
 #include <set>
 
+#include "common/fnv.h"
 #include "dra/names.h"
 #include "placement/cluster.h"
 #include "placement/fragmentation.h"
@@ -53,17 +54,8 @@ std::string TaintValue(const std::string& reason) {
   return v.empty() ? "unhealthy" : v;
 }
 
-// A short stable hash for shortened names (FNV-1a, hex).
-std::string ShortHash(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (char c : s) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return std::string(buf, 10);
-}
+// A short stable hash for shortened names: the first 10 hex digits of FNV-1a.
+std::string ShortHash(const std::string& s) { return Fnv64Hex(s).substr(0, 10); }
 
 // "<node>-gpu.gpulet.io", kept short enough for "-dNN" within 253 characters.
 std::string SlicePrefix(const std::string& node) {

@@ -10,7 +10,6 @@
 #include <mutex>
 #include <optional>
 #include <sstream>
-#include <variant>
 #include <vector>
 
 #include "k8s/http.h"
@@ -151,24 +150,44 @@ Outcome RoundTrip(const ClusterAccess& a, Client::HandlePool& pool, const http::
   return out;
 }
 
-// The top-level "kind", "status" and "code" of a JSON document, read without building its tree
-// (Answer::kNothing): a SAX handler that keeps only those three.
-class StatusFields final : public nlohmann::json::json_sax_t {
- public:
+// The top-level "kind", "status" and "code" of an answer: what says it is a Failure Status.
+struct StatusFields {
   std::string kind, status;
   std::optional<long> code;
+  bool IsFailure() const { return kind == "Status" && status == "Failure"; }
+};
 
-  bool null() override { return Scalar(nullptr); }
-  bool boolean(bool) override { return Scalar(nullptr); }
-  bool number_integer(number_integer_t v) override { return Scalar(static_cast<long>(v)); }
-  bool number_unsigned(number_unsigned_t v) override { return Scalar(static_cast<long>(v)); }
-  bool number_float(number_float_t, const string_t&) override { return Scalar(nullptr); }
-  bool string(string_t& v) override { return Scalar(&v); }
-  bool binary(binary_t&) override { return Scalar(nullptr); }
-  bool start_object(std::size_t) override { return Open(); }
-  bool end_object() override { return Close(); }
-  bool start_array(std::size_t) override { return Open(); }
-  bool end_array() override { return Close(); }
+StatusFields StatusFieldsOf(const nlohmann::json& j) {
+  StatusFields f;
+  if (!j.is_object()) return f;
+  // Only string values count: an object's "status" (a Pod's, say) is itself an object.
+  if (auto it = j.find("kind"); it != j.end() && it->is_string()) f.kind = *it;
+  if (auto it = j.find("status"); it != j.end() && it->is_string()) f.status = *it;
+  if (auto it = j.find("code"); it != j.end() && it->is_number_integer()) f.code = it->get<long>();
+  return f;
+}
+
+// The same fields read by a SAX pass, without building the answer's tree (Answer::kNothing).
+class StatusFieldsReader final : public nlohmann::json::json_sax_t {
+ public:
+  StatusFields fields;
+
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t v) override { return Code(v); }
+  bool number_unsigned(number_unsigned_t v) override { return Code(static_cast<long>(v)); }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t& v) override {
+    if (depth_ == 1 && key_ == "kind") fields.kind = v;
+    if (depth_ == 1 && key_ == "status") fields.status = v;
+    return true;
+  }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return ++depth_, true; }
+  bool end_object() override { return --depth_, true; }
+  bool start_array(std::size_t) override { return ++depth_, true; }
+  bool end_array() override { return --depth_, true; }
+  // Only depth 1 keys are kept: a value at depth 1 always follows its key there.
   bool key(string_t& k) override {
     if (depth_ == 1) key_ = k;
     return true;
@@ -178,21 +197,8 @@ class StatusFields final : public nlohmann::json::json_sax_t {
   }
 
  private:
-  bool Open() {
-    ++depth_;
-    key_.clear();
-    return true;
-  }
-  bool Close() {
-    --depth_;
-    return true;
-  }
-  bool Scalar(std::variant<std::nullptr_t, long, string_t*> v) {
-    if (depth_ != 1) return true;
-    if (key_ == "kind" && std::holds_alternative<string_t*>(v)) kind = *std::get<string_t*>(v);
-    if (key_ == "status" && std::holds_alternative<string_t*>(v)) status = *std::get<string_t*>(v);
-    if (key_ == "code" && std::holds_alternative<long>(v)) code = std::get<long>(v);
-    key_.clear();
+  bool Code(long v) {
+    if (depth_ == 1 && key_ == "code") fields.code = v;
     return true;
   }
   int depth_ = 0;
@@ -223,29 +229,27 @@ ApiResult<nlohmann::json> Perform(const ClusterAccess& a, Client::HandlePool& po
     return ApiResult<nlohmann::json>(HttpError(method, path, code, response), code,
                                      std::chrono::seconds(o.head.retry_after));
   }
-  if (answer == Answer::kNothing) {
-    StatusFields fields;
-    if (!nlohmann::json::sax_parse(response, &fields, nlohmann::json::input_format_t::json,
-                                   /*strict=*/true)) {
-      return Status(ErrorCode::kUnavailable, method + " " + path + ": response is not JSON");
-    }
-    if (fields.kind == "Status" && fields.status == "Failure") {
-      const long failed = fields.code.value_or(500);
-      return ApiResult<nlohmann::json>(HttpError(method, path, failed, response), failed);
-    }
-    return nlohmann::json();
-  }
-  nlohmann::json j = nlohmann::json::parse(response, nullptr, false);
-  if (j.is_discarded()) {
-    return Status(ErrorCode::kUnavailable, method + " " + path + ": response is not JSON");
-  }
   // A 2xx answer can still carry a Failure Status: the eviction subresource answers a pod under
   // two PodDisruptionBudgets that way (201, code 500). client-go turns it into an error
   // (staging/src/k8s.io/client-go/rest/request.go, transformResponse); so do we, with its code.
-  if (j.is_object() && j.value("kind", "") == "Status" && j.value("status", "") == "Failure") {
-    const long failed = j.contains("code") && j["code"].is_number_integer()
-                            ? j["code"].get<long>()
-                            : 500;
+  nlohmann::json j;
+  StatusFields fields;
+  if (answer == Answer::kNothing) {
+    StatusFieldsReader reader;
+    if (!nlohmann::json::sax_parse(response, &reader, nlohmann::json::input_format_t::json,
+                                   /*strict=*/true)) {
+      return Status(ErrorCode::kUnavailable, method + " " + path + ": response is not JSON");
+    }
+    fields = std::move(reader.fields);
+  } else {
+    j = nlohmann::json::parse(response, nullptr, false);
+    if (j.is_discarded()) {
+      return Status(ErrorCode::kUnavailable, method + " " + path + ": response is not JSON");
+    }
+    fields = StatusFieldsOf(j);
+  }
+  if (fields.IsFailure()) {
+    const long failed = fields.code.value_or(500);
     return ApiResult<nlohmann::json>(HttpError(method, path, failed, response), failed);
   }
   return j;

@@ -11,19 +11,11 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "common/fnv.h"
 #include "gpu/nvml_api.h"
 
 namespace gpulet::sim {
 namespace {
-
-uint64_t Fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
 
 uint64_t SplitMix(uint64_t x) {
   x += 0x9E3779B97F4A7C15ULL;
@@ -36,7 +28,7 @@ uint64_t SplitMix(uint64_t x) {
 
 // A UUID-shaped string derived from `key`: stable across runs and machines.
 std::string DerivedUuid(const std::string& prefix, const std::string& key) {
-  uint64_t a = SplitMix(Fnv1a(key));
+  uint64_t a = SplitMix(Fnv1a64(key));
   uint64_t b = SplitMix(a ^ 0x5851F42D4C957F2DULL);
   char buf[64];
   std::snprintf(buf, sizeof buf, "%08x-%04x-%04x-%04x-%012llx", static_cast<unsigned>(a >> 32),
@@ -127,6 +119,15 @@ void FillMigProfileDefaults(MigProfile& p, bool have_id) {
   }
   if (p.placement_size == 0) p.placement_size = p.slices;
   if (p.placements.empty()) p.placements = {0};
+}
+
+std::optional<std::string> ReadFixtureText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return std::nullopt;
+  return ss.str();
 }
 
 std::string DerivedMigUuid(const std::string& gpu_uuid, unsigned gi, unsigned ci) {

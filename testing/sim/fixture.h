@@ -122,6 +122,9 @@ struct Fixture {
 // machines.
 std::string DerivedUuid(const std::string& prefix, const std::string& key);
 
+// The whole of a fixture file; nullopt when it cannot be read.
+std::optional<std::string> ReadFixtureText(const std::string& path);
+
 // Reads and validates a fixture (fixture_yaml.cc). Errors: kNotFound (no such file), kInvalidInput
 // "<file>:<line>: <field>: <problem>".
 Result<Fixture> LoadFixture(const std::string& path);

@@ -18,10 +18,11 @@ char* Copy(const std::string& s) {
 
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) char* gpulet_sim_parse_fixture(const char* path,
+extern "C" __attribute__((visibility("default"))) char* gpulet_sim_parse_fixture(const char* text,
+                                                                                 const char* file,
                                                                                  int* ok) {
   try {
-    gpulet::Result<gpulet::sim::Fixture> fixture = gpulet::sim::LoadFixture(path);
+    gpulet::Result<gpulet::sim::Fixture> fixture = gpulet::sim::ParseFixture(text, file);
     if (!fixture.ok()) {
       *ok = 0;
       return Copy(fixture.status().message());

@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "sim/simulation.h"
 
@@ -99,16 +98,8 @@ Status WriteParsedFixture(const Fixture& fixture, const std::string& source_path
   return {};
 }
 
-std::optional<std::string> ReadFixtureText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return std::nullopt;
-  return ss.str();
-}
-
 std::optional<Fixture> ReadParsedFixture(const std::string& source_path,
+                                         const std::string& source_text,
                                          const std::string& state_dir) {
   std::optional<std::string> copy = ReadFixtureText(ParsedFixturePath(state_dir));
   if (!copy) return std::nullopt;
@@ -118,8 +109,7 @@ std::optional<Fixture> ReadParsedFixture(const std::string& source_path,
       !doc["text"].is_string() || !doc.contains("fixture")) {
     return std::nullopt;
   }
-  std::optional<std::string> text = ReadFixtureText(source_path);
-  if (!text || *text != doc["text"].get_ref<const std::string&>()) return std::nullopt;
+  if (source_text != doc["text"].get_ref<const std::string&>()) return std::nullopt;
   Result<Fixture> fixture = FixtureFromJson(doc["fixture"]);
   if (!fixture.ok()) return std::nullopt;
   return std::move(fixture).value();

@@ -24,23 +24,22 @@ nlohmann::json FixtureToJson(const Fixture& fixture);
 // Errors (kInvalidInput) name the field that is missing or of the wrong type.
 Result<Fixture> FixtureFromJson(const nlohmann::json& j);
 
-// The whole of a fixture file; nullopt when it cannot be read.
-std::optional<std::string> ReadFixtureText(const std::string& path);
-
 // <state_dir>/fixture.json.
 std::string ParsedFixturePath(const std::string& state_dir);
 // Writes the parsed copy of the fixture read from `source_path`, whose text was `source_text`.
 Status WriteParsedFixture(const Fixture& fixture, const std::string& source_path,
                           const std::string& source_text, const std::string& state_dir);
-// The parsed copy in `state_dir`, if there is one for `source_path` and that file still holds the
-// text it was parsed from; nullopt otherwise (no copy, another fixture's, stale or unreadable).
+// The parsed copy in `state_dir`, if there is one for `source_path` and it was parsed from
+// `source_text`, the file's text now; nullopt otherwise (no copy, another fixture's, stale or
+// unreadable).
 std::optional<Fixture> ReadParsedFixture(const std::string& source_path,
+                                         const std::string& source_text,
                                          const std::string& state_dir);
 
-// The helper library's entry point (C ABI; libgpulet-sim-yaml.so, fixture_helper.cc): parses the
-// fixture at `path` and returns, in memory from malloc that the caller frees, its JSON form
-// (*ok = 1) or the error message (*ok = 0).
-extern "C" typedef char* (*GpuletSimParseFixtureFn)(const char* path, int* ok);
+// The helper library's entry point (C ABI; libgpulet-sim-yaml.so, fixture_helper.cc): parses
+// `text`, the fixture file `file` holds (named in errors), and returns, in memory from malloc that
+// the caller frees, its JSON form (*ok = 1) or the error message (*ok = 0).
+extern "C" typedef char* (*GpuletSimParseFixtureFn)(const char* text, const char* file, int* ok);
 inline constexpr const char* kParseFixtureSymbol = "gpulet_sim_parse_fixture";
 inline constexpr const char* kFixtureHelperLibrary = "libgpulet-sim-yaml.so";
 

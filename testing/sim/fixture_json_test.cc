@@ -116,21 +116,21 @@ class ParsedCopyTest : public ::testing::Test {
 TEST_F(ParsedCopyTest, ACopyIsUsedOnlyForItsFileWhileTheFileHoldsTheSameText) {
   const Fixture f = MustParse(kEveryField);
   const std::string state = dir_ + "/state";
-  EXPECT_FALSE(ReadParsedFixture(yaml_, state).has_value()) << "no copy yet";
+  EXPECT_FALSE(ReadParsedFixture(yaml_, kEveryField, state).has_value()) << "no copy yet";
   ASSERT_TRUE(WriteParsedFixture(f, yaml_, kEveryField, state).ok());
-  std::optional<Fixture> read = ReadParsedFixture(yaml_, state);
+  std::optional<Fixture> read = ReadParsedFixture(yaml_, kEveryField, state);
   ASSERT_TRUE(read.has_value());
   EXPECT_EQ(FixtureToJson(*read), FixtureToJson(f));
   // Another file with the same text: not this copy's.
-  const std::string other = dir_ + "/other.yaml";
-  Write(other, kEveryField);
-  EXPECT_FALSE(ReadParsedFixture(other, state).has_value());
+  EXPECT_FALSE(ReadParsedFixture(dir_ + "/other.yaml", kEveryField, state).has_value());
   // The file changed (one byte): stale.
-  Write(yaml_, std::string(kEveryField) + "#\n");
-  EXPECT_FALSE(ReadParsedFixture(yaml_, state).has_value());
-  // The file is gone: nothing to compare with.
+  const std::string changed = std::string(kEveryField) + "#\n";
+  Write(yaml_, changed);
+  ASSERT_EQ(ReadFixtureText(yaml_), changed);
+  EXPECT_FALSE(ReadParsedFixture(yaml_, changed, state).has_value());
+  // The file is gone: no text to compare with.
   fs::remove(yaml_);
-  EXPECT_FALSE(ReadParsedFixture(yaml_, state).has_value());
+  EXPECT_FALSE(ReadFixtureText(yaml_).has_value());
 }
 
 TEST_F(ParsedCopyTest, ACorruptOrForeignCopyIsIgnored) {
@@ -139,18 +139,18 @@ TEST_F(ParsedCopyTest, ACorruptOrForeignCopyIsIgnored) {
                                   std::string("not json"), std::string("[]"),
                                   "{\"source\": \"" + yaml_ + "\", \"text\": \"x\"}"}) {
     Write(ParsedFixturePath(state), junk);
-    EXPECT_FALSE(ReadParsedFixture(yaml_, state).has_value()) << junk;
+    EXPECT_FALSE(ReadParsedFixture(yaml_, kEveryField, state).has_value()) << junk;
   }
   // The right source and text, but a fixture that does not parse.
   nlohmann::json doc = {{"source", yaml_}, {"text", kEveryField}, {"fixture", {{"name", 1}}}};
   Write(ParsedFixturePath(state), doc.dump());
-  EXPECT_FALSE(ReadParsedFixture(yaml_, state).has_value());
+  EXPECT_FALSE(ReadParsedFixture(yaml_, kEveryField, state).has_value());
 }
 
 TEST_F(ParsedCopyTest, PrepareSimulationWritesTheCopyTheDriverReads) {
   Result<SimulatedNode> node = PrepareSimulation(yaml_, dir_ + "/sim");
   ASSERT_TRUE(node.ok()) << node.status().message();
-  std::optional<Fixture> read = ReadParsedFixture(yaml_, node->state_dir);
+  std::optional<Fixture> read = ReadParsedFixture(yaml_, kEveryField, node->state_dir);
   ASSERT_TRUE(read.has_value());
   EXPECT_EQ(read->name, "every-field");
   EXPECT_EQ(read->gpus.size(), 2u);

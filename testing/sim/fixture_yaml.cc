@@ -9,11 +9,9 @@
 #include <cctype>
 #include <charconv>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 
 #include "gpu/nvml_api.h"
@@ -571,11 +569,9 @@ Result<Fixture> ParseFixture(const std::string& text, const std::string& file) {
 }
 
 Result<Fixture> LoadFixture(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Status(ErrorCode::kNotFound, path + ": cannot read fixture");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParseFixture(ss.str(), path);
+  std::optional<std::string> text = ReadFixtureText(path);
+  if (!text) return Status(ErrorCode::kNotFound, path + ": cannot read fixture");
+  return ParseFixture(*text, path);
 }
 
 }  // namespace gpulet::sim

@@ -21,12 +21,14 @@ namespace gpulet::sim {
 
 namespace {
 
-// The fixture at `path`: the parsed copy beside the state when it is current (fixture_json.h),
-// else the YAML parsed by the helper library beside this one, loaded now (and kept: it carries the
-// shared C++ runtime, which is not unloaded safely). The helper's answer is then written beside
-// the state for the next process.
+// The fixture at `path`, read once: the parsed copy beside the state when it was parsed from the
+// file's text (fixture_json.h), else that text parsed by the helper library beside this one,
+// loaded now (and kept: it carries the shared C++ runtime, which is not unloaded safely). The
+// helper's answer is then written beside the state for the next process.
 Result<Fixture> LoadDriverFixture(const std::string& path, const std::string& state_dir) {
-  if (std::optional<Fixture> parsed = ReadParsedFixture(path, state_dir)) return *parsed;
+  const std::optional<std::string> text = ReadFixtureText(path);
+  if (!text) return Status(ErrorCode::kNotFound, path + ": cannot read fixture");
+  if (std::optional<Fixture> parsed = ReadParsedFixture(path, *text, state_dir)) return *parsed;
   Dl_info self{};
   if (::dladdr(reinterpret_cast<void*>(&LoadDriverFixture), &self) == 0 ||
       self.dli_fname == nullptr) {
@@ -54,17 +56,14 @@ Result<Fixture> LoadDriverFixture(const std::string& path, const std::string& st
                   std::string(kFixtureHelperLibrary) + " has no " + kParseFixtureSymbol);
   }
   int ok = 0;
-  char* answer = parse(path.c_str(), &ok);
+  char* answer = parse(text->c_str(), path.c_str(), &ok);
   if (answer == nullptr) return Status(ErrorCode::kInternal, path + ": out of memory");
-  const std::string text(answer);
+  const std::string answered(answer);
   std::free(answer);
-  if (!ok) return Status(ErrorCode::kInvalidInput, text);
-  nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  Result<Fixture> fixture = FixtureFromJson(parsed);
-  if (!fixture.ok()) return fixture.status();
-  if (std::optional<std::string> source = ReadFixtureText(path)) {
-    (void)WriteParsedFixture(*fixture, path, *source, state_dir);
-  }
+  if (!ok) return Status(ErrorCode::kInvalidInput, answered);
+  Result<Fixture> fixture =
+      FixtureFromJson(nlohmann::json::parse(answered, nullptr, /*allow_exceptions=*/false));
+  if (fixture.ok()) (void)WriteParsedFixture(*fixture, path, *text, state_dir);
   return fixture;
 }
 

@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
-#include <sstream>
 
 #include "gpu/nvml_api.h"
 #include "sim/fixture_json.h"
@@ -195,7 +194,10 @@ Result<SimulatedNode> PrepareSimulation(const std::string& fixture_name,
                                         const std::string& state_dir) {
   Result<std::string> path = ResolveFixture(fixture_name);
   if (!path.ok()) return path.status();
-  Result<Fixture> fixture = LoadFixture(*path);
+  // Read once: the parsed copy below records the very text that was parsed.
+  const std::optional<std::string> text = ReadFixtureText(*path);
+  if (!text) return Status(ErrorCode::kNotFound, *path + ": cannot read fixture");
+  Result<Fixture> fixture = ParseFixture(*text, *path);
   if (!fixture.ok()) return fixture.status();
 
   SimulatedNode node;
@@ -209,8 +211,6 @@ Result<SimulatedNode> PrepareSimulation(const std::string& fixture_name,
   node.state_dir = fs::absolute(node.state_dir, ec).lexically_normal().string();
   if (Status s = WriteFakeSystemTree(*fixture, node.state_dir); !s.ok()) return s;
   // The simulated driver library reads this parsed copy rather than the YAML (fixture_json.h).
-  std::optional<std::string> text = ReadFixtureText(*path);
-  if (!text) return Status(ErrorCode::kNotFound, *path + ": cannot read fixture");
   if (Status s = WriteParsedFixture(*fixture, *path, *text, node.state_dir); !s.ok()) return s;
   node.sysfs_root = node.state_dir + "/sysfs";
   node.procfs_root = node.state_dir + "/proc";
