@@ -13,11 +13,16 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config git \
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libcpp-httplib-dev \
   lld-15 libssl-dev libgtest-dev libgmock-dev libbenchmark-dev \
   clang libclang-rt-14-dev prometheus slurmctld slurmd slurm-client munge \
-  kubernetes-client procps python3 iproute2 curl openssl
+  kubernetes-client procps python3 iproute2 curl openssl libboost-dev \
+  runc containernetworking-plugins busybox-static debootstrap
+
+# Go for the real-cluster tier: /usr/local/go (go.dev's layout) before Debian's.
+export PATH := /usr/local/go/bin:$(PATH)
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps build build-san build-tsan demo test test-unit test-sanitize test-tsan bench clean format
+.PHONY: deps build build-san build-tsan demo test test-unit test-sanitize test-tsan bench clean format \
+  cluster-bins cluster-up cluster-down
 
 # Installs only what is missing, so a second run costs one dpkg query. kubectl may already come
 # from another package (e.g. a cloud SDK's); any kubectl renders the manifests.
@@ -53,7 +58,10 @@ build-tsan: deps $(BUILD_TSAN)/build.ninja
 demo: build
 	./scripts/demo.sh $(BUILD)
 
-test-unit: build
+# The real-cluster tier (label "cluster", docs/real-cluster.md) needs upstream's components, built
+# once per pinned version into a cache outside the clone (GPULET_CLUSTER_CACHE, default
+# /var/cache/gpulet-cluster) with Go >= 1.26 from /usr/local/go or PATH.
+test-unit: build cluster-bins
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
 # The sanitizer build runs the unit and fault tests (label "sanitize").
@@ -69,6 +77,26 @@ test-tsan: build-tsan
 	  ctest --output-on-failure -j $(JOBS) -L tsan --timeout 600
 
 test: test-unit test-sanitize test-tsan
+
+# Builds (or finds in the cache) kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
+# kubectl, etcd, containerd, its runc shim and ctr. Without Go it says what to install; that stops
+# the run only under CI=true (the cluster tests then skip, or fail under CI).
+cluster-bins: deps
+	@if ! command -v go >/dev/null 2>&1; then \
+	  echo "cluster-bins: no Go toolchain: install Go >= 1.26 (the go.dev tarball into /usr/local/go);" \
+	       "Debian 12's golang (1.19) cannot build Kubernetes 1.37"; \
+	  [ "$$CI" != true ] || exit 1; \
+	else t0=$$(date +%s); echo "cluster-bins: upstream components (testing/cluster/build.sh) ..."; \
+	  ./testing/cluster/build.sh >/dev/null && \
+	  echo "cluster-bins: ready in $$(( $$(date +%s) - t0 )) s"; fi
+
+# A real single-node cluster left running for a person to use (docs/real-cluster.md).
+cluster-up: build cluster-bins
+	GPULET_BUILD_DIR=$(abspath $(BUILD)) ./testing/cluster/cluster.sh up --build $(abspath $(BUILD))
+	@echo "cluster-up: point kubectl at it with: eval \"\$$(./testing/cluster/cluster.sh env)\""
+
+cluster-down:
+	./testing/cluster/cluster.sh down
 
 bench: build
 	./bench/run.sh $(BUILD)

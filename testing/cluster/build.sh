@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Builds upstream's kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl, an
+# etcd server, containerd, its runc shim and ctr from the Go modules pinned in k8s/ and
+# containerd/ (go.mod and go.sum committed), into a cache outside the clone keyed by the pinned
+# versions and the Go toolchain, so a fresh clone on the same machine reuses it.
+#
+#   testing/cluster/build.sh          build if the cache lacks this key; print the bin directory last
+#   GPULET_CLUSTER_CACHE=DIR          the cache (default /var/cache/gpulet-cluster)
+#
+# GOTOOLCHAIN=local: a go.mod asking for a newer Go fails loudly instead of downloading one.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+cache="${GPULET_CLUSTER_CACHE:-$([ "$(id -u)" = 0 ] && echo /var/cache/gpulet-cluster || echo "${XDG_CACHE_HOME:-$HOME/.cache}/gpulet-cluster")}"
+
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then PATH="/usr/local/go/bin:$PATH"; fi
+if ! command -v go >/dev/null 2>&1; then
+  echo "build.sh: no Go toolchain. Install Go >= 1.26 (go.dev/dl tarball into /usr/local/go) and re-run;" >&2
+  echo "          Debian 12's golang (1.19) cannot build Kubernetes 1.37." >&2
+  exit 2
+fi
+gov="$(go env GOVERSION)"
+case "$gov" in
+  go1.2[6-9]*|go1.[3-9]*) ;;
+  *) echo "build.sh: $gov is too old: Kubernetes 1.37's modules declare go 1.26.0; install Go >= 1.26" >&2; exit 2;;
+esac
+
+key="$( (echo "$gov"; cat "$here/k8s/go.mod" "$here/k8s/go.sum" "$here/k8s/etcd/main.go" \
+  "$here/containerd/go.mod" "$here/containerd/go.sum" "$here/build.sh") | sha256sum | cut -c1-16)"
+bin="$cache/bin/$key"
+export GOTOOLCHAIN=local GOFLAGS="-trimpath -mod=mod" CGO_ENABLED=0
+export GOMODCACHE="$cache/mod" GOCACHE="$cache/gocache"
+mkdir -p "$cache/bin"
+
+want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl containerd containerd-shim-runc-v2 ctr)
+complete=1
+for b in "${want[@]}"; do [ -x "$bin/$b" ] || complete=0; done
+if [ "$complete" = 1 ]; then
+  echo "$bin"
+  exit 0
+fi
+
+step() {  # step NAME COMMAND...: runs and reports how long it took
+  local name="$1"; shift
+  local t0=$SECONDS
+  echo "build.sh: building $name ..." >&2
+  "$@" >&2
+  echo "build.sh: $name built in $((SECONDS - t0)) s" >&2
+}
+
+tmp="$bin.tmp.$$"
+rm -rf "$tmp"; mkdir -p "$tmp"
+trap 'rm -rf "$tmp"' EXIT
+t_all=$SECONDS
+
+kv="$(awk '$1=="k8s.io/kubernetes"{print $2}' "$here/k8s/go.mod")"
+minor="$(echo "$kv" | cut -d. -f2)"
+ld="-s -w"
+for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  ld="$ld -X $p.gitVersion=$kv -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+  ld="$ld -X $p.buildDate=1970-01-01T00:00:00Z"
+done
+(cd "$here/k8s" && step "etcd" go build -ldflags "-s -w" -o "$tmp/etcd" ./etcd)
+for c in kube-apiserver kube-scheduler kube-controller-manager kubelet kubectl; do
+  (cd "$here/k8s" && step "$c $kv" go build -ldflags "$ld" -o "$tmp/$c" "k8s.io/kubernetes/cmd/$c")
+done
+
+cv="$(awk '$1=="require"{print $3}' "$here/containerd/go.mod")"
+cld="-s -w -X github.com/containerd/containerd/v2/version.Version=$cv"
+cld="$cld -X github.com/containerd/containerd/v2/version.Package=github.com/containerd/containerd/v2"
+(cd "$here/containerd" && step "containerd $cv" go build -tags "urfave_cli_no_docs no_btrfs" \
+  -ldflags "$cld" -o "$tmp/containerd" github.com/containerd/containerd/v2/cmd/containerd)
+(cd "$here/containerd" && step "ctr $cv" go build -tags "urfave_cli_no_docs no_btrfs" \
+  -ldflags "$cld" -o "$tmp/ctr" github.com/containerd/containerd/v2/cmd/ctr)
+(cd "$here/containerd" && step "containerd-shim-runc-v2 $cv" go build -tags "urfave_cli_no_docs no_grpc" \
+  -ldflags "$cld" -o "$tmp/containerd-shim-runc-v2" github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2)
+
+rm -rf "$bin"; mv "$tmp" "$bin"
+trap - EXIT
+echo "build.sh: all upstream components built in $((SECONDS - t_all)) s into $bin" >&2
+echo "$bin"

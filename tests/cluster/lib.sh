@@ -1,0 +1,65 @@
+# Shared by the real-cluster tests (sourced). Each test runs against the cluster that the
+# cluster_up fixture brought up (testing/cluster/cluster.sh), as the cluster's admin unless it says
+# otherwise, and prints what it checks; a failed check prints the evidence and exits 1.
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+build="${GPULET_BUILD_DIR:?GPULET_BUILD_DIR (the build directory) is not set}"
+eval "$("$repo/testing/cluster/cluster.sh" env)"
+node="$GPULET_CLUSTER_NODE"
+
+kc() { kubectl --request-timeout=30s "$@"; }
+say() { echo "--- $*"; }
+fail() {
+  echo "FAIL: $*" >&2
+  echo "--- pods:" >&2; kc get pods -A -o wide >&2 || true
+  echo "--- recent events:" >&2; kc get events -A --sort-by=.lastTimestamp 2>/dev/null | tail -20 >&2 || true
+  exit 1
+}
+
+# until_true SECONDS DESCRIPTION COMMAND...: polls COMMAND until it succeeds or SECONDS pass.
+until_true() {
+  local t="$1" what="$2"; shift 2
+  local end=$((SECONDS + t))
+  until "$@" >/dev/null 2>&1; do
+    [ $SECONDS -lt $end ] || fail "after ${t}s: $what"
+    sleep 0.5
+  done
+}
+
+node_field() { kc get node "$node" -o jsonpath="{$1}"; }
+allocatable_is() { [ "$(node_field ".status.allocatable.nvidia\.com/gpu")" = "$1" ]; }
+capacity_is() { [ "$(node_field ".status.capacity.nvidia\.com/gpu")" = "$1" ]; }
+pod_phase_is() { [ "$(kc get pod -n "$1" "$2" -o jsonpath='{.status.phase}')" = "$3" ]; }
+
+# gpu_pod NAMESPACE NAME COUNT [RESOURCE]: a pod of the test image asking for COUNT GPUs that prints
+# its environment and /dev, then waits.
+gpu_pod() {
+  local ns="$1" name="$2" count="$3" res="${4:-nvidia.com/gpu}"
+  kc apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: $name, namespace: $ns}
+spec:
+  terminationGracePeriodSeconds: 1
+  restartPolicy: Never
+  containers:
+    - name: main
+      image: localhost/gpulet/test:test
+      imagePullPolicy: Never
+      command: ["/bin/sh", "-c", "env | sort; echo DEV:; ls /dev; exec sleep 100000"]
+      resources:
+        limits: {$res: $count}
+YAML
+}
+
+# scheduler_said NAMESPACE POD TEXT: the scheduler's FailedScheduling event for POD contains TEXT.
+scheduler_said() {
+  kc get events -n "$1" --field-selector "involvedObject.name=$2,reason=FailedScheduling" \
+    -o jsonpath='{.items[*].message}' | grep -q -- "$3"
+}
+
+fresh_namespace() {  # fresh_namespace NAME: an empty namespace (an earlier one deleted first)
+  kc delete namespace "$1" --ignore-not-found --wait=true --timeout=120s >/dev/null
+  kc create namespace "$1" >/dev/null
+  until_true 60 "default ServiceAccount in $1" kc get serviceaccount -n "$1" default
+}
