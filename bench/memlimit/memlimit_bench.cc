@@ -7,6 +7,9 @@
 //                                       for devices 0 and 1 (LIMIT bytes each, default 64 GiB);
 //                                       run.sh copies the library into DIR, beside the limits file
 //   memlimit_bench [BATCHES]            time the operations
+#include <dlfcn.h>
+#include <limits.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -58,8 +61,16 @@ int main(int argc, char** argv) {
     }
     std::string err = gpulet::cudashim::CreateRegion(argv[2], gpus, /*replace=*/true);
     if (err.empty()) {
+      // The driver the library calls: the one this program was linked against, by its path.
+      Dl_info info{};
+      char driver[PATH_MAX] = {};
+      if (::dladdr(reinterpret_cast<void*>(&cuInit), &info) == 0 || info.dli_fname == nullptr ||
+          ::realpath(info.dli_fname, driver) == nullptr) {
+        std::fprintf(stderr, "cannot tell the driver's path\n");
+        return 1;
+      }
       err = gpulet::cudashim::WriteLimitsFile(
-          std::string(argv[2]) + "/" + gpulet::cudashim::kLimitsFileName, gpus);
+          std::string(argv[2]) + "/" + gpulet::cudashim::kLimitsFileName, gpus, false, driver);
     }
     if (!err.empty()) std::fprintf(stderr, "%s\n", err.c_str());
     return err.empty() ? 0 : 1;

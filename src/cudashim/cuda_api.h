@@ -22,6 +22,8 @@ typedef uint64_t cuuint64_t;
 typedef struct CUctx_st* CUcontext;
 typedef struct CUmod_st* CUmodule;
 typedef struct CUlib_st* CUlibrary;
+typedef struct CUgreenCtx_st* CUgreenCtx;
+typedef struct CUdevResourceDesc_st* CUdevResourceDesc;
 typedef struct CUstream_st* CUstream;
 typedef struct CUevent_st* CUevent;
 typedef struct CUarray_st* CUarray;
@@ -303,6 +305,16 @@ typedef int CUjit_option;
      unsigned int numJitOptions, void* libraryOptions, void** libraryOptionValues,                 \
      unsigned int numLibraryOptions))                                                              \
   X(cuLibraryUnload, cuLibraryUnload, 12000, 0, CUresult, (CUlibrary library))                     \
+  X(cuModuleLoad, cuModuleLoad, 2000, 0, CUresult, (CUmodule * module, const char* fname))         \
+  X(cuModuleLoadFatBinary, cuModuleLoadFatBinary, 2000, 0, CUresult,                               \
+    (CUmodule * module, const void* fatCubin))                                                     \
+  X(cuLibraryLoadFromFile, cuLibraryLoadFromFile, 12000, 0, CUresult,                              \
+    (CUlibrary * library, const char* fileName, CUjit_option* jitOptions, void** jitOptionsValues, \
+     unsigned int numJitOptions, void* libraryOptions, void** libraryOptionValues,                 \
+     unsigned int numLibraryOptions))                                                              \
+  X(cuGreenCtxCreate, cuGreenCtxCreate, 12040, 0, CUresult,                                        \
+    (CUgreenCtx * phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags))                \
+  X(cuGreenCtxDestroy, cuGreenCtxDestroy, 12040, 0, CUresult, (CUgreenCtx hCtx))                   \
   X(cuMemMap, cuMemMap, 10020, 0, CUresult,                                                        \
     (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,             \
      unsigned long long flags))                                                                    \

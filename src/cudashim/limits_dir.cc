@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -27,7 +28,9 @@ Result<LimitsEdits> CreateLimitsDir(const std::string& state_dir, const std::str
     }
   }
   const std::string limits = dir + "/" + kLimitsFileName;
-  if (std::string err = WriteLimitsFile(limits, gpus, passthrough); !err.empty()) {
+  const char* driver = std::getenv(kNodeDriverEnv);  // the agent's environment: the node's choice
+  if (std::string err = WriteLimitsFile(limits, gpus, passthrough, driver != nullptr ? driver : "");
+      !err.empty()) {
     return Status(ErrorCode::kInternal, err);
   }
   if (std::string err = CreateRegion(tenant, gpus, /*replace=*/true); !err.empty()) {

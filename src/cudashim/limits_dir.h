@@ -22,6 +22,10 @@ inline constexpr const char* kContainerLimitsFile = "/usr/lib/gpulet/gpulet-cuda
 inline constexpr const char* kContainerPreloadFile = "/etc/ld.so.preload";
 inline constexpr const char* kTenantDirName = "cuda";  // the only part the container writes
 inline constexpr const char* kAccountingDirEnv = "GPULET_CUDA_DIR";
+// The agent's (the node's) setting, never the container's: the absolute path, as the container
+// sees it, of the CUDA driver library the interposer must call. Written into each limits file
+// (version 2); unset, the interposer takes the first of kDriverLibraryCandidates that exists.
+inline constexpr const char* kNodeDriverEnv = "GPULET_CONTAINER_CUDA_DRIVER";
 static_assert(std::string_view(kContainerLimitsFile).ends_with(kLimitsFileName),
               "the library looks for its limits beside itself");
 
@@ -40,7 +44,8 @@ struct LimitsEdits {
 // Creates <state_dir>/<name>/ and its cuda/ (mode 0755), the limits file for `gpus` (mode 0644,
 // pass-through when asked), a fresh region in cuda/ (replacing one left there), and
 // <state_dir>/ld.so.preload naming the container's library path. `library` is the host path of
-// libgpulet-cuda.so. Errors (kInternal) name the path and the cause.
+// libgpulet-cuda.so. The driver path of the agent's GPULET_CONTAINER_CUDA_DRIVER, when set, goes
+// into the limits file. Errors (kInternal) name the path and the cause.
 Result<LimitsEdits> CreateLimitsDir(const std::string& state_dir, const std::string& name,
                                     const std::string& library, const std::vector<GpuLimit>& gpus,
                                     bool passthrough);

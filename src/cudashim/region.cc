@@ -239,7 +239,7 @@ std::string Region::Open(const std::string& dir, bool read_only) {
 
 std::string Region::LoadLimits(const std::string& path) {
   has_limits_ = false;
-  std::string err = ReadLimitsFile(path, &limits_);
+  std::string err = ReadLimitsFile(path, &limits_, &driver_);
   if (!err.empty()) return err;
   has_limits_ = true;
   return "";
@@ -269,14 +269,26 @@ int Region::FindGpu(const char* uuid) const {
 }
 
 std::string WriteLimitsFile(const std::string& path, const std::vector<GpuLimit>& gpus,
-                            bool passthrough) {
+                            bool passthrough, const std::string& driver_path) {
   if (gpus.size() > kMaxGpus) {
     return path + ": " + std::to_string(gpus.size()) + " GPUs, at most " + std::to_string(kMaxGpus);
   }
-  LimitsFile f{};
+  if (!driver_path.empty() && (driver_path[0] != '/' || driver_path.size() >= kDriverPathBytes ||
+                               driver_path.find('\0') != std::string::npos)) {
+    return path + ": driver_path \"" + driver_path + "\": must be absolute, shorter than " +
+           std::to_string(kDriverPathBytes) + " bytes";
+  }
+  struct {
+    LimitsFile f;
+    LimitsDriver driver;
+  } file{};
+  static_assert(sizeof file == kLimitsFileV2Bytes);
+  LimitsFile& f = file.f;
   std::memcpy(f.magic, kLimitsMagic, sizeof f.magic);
-  f.version = kLimitsVersion;
-  f.file_bytes = sizeof(LimitsFile);
+  const size_t bytes = driver_path.empty() ? sizeof(LimitsFile) : kLimitsFileV2Bytes;
+  f.version = driver_path.empty() ? kLimitsVersionNoDriver : kLimitsVersion;
+  f.file_bytes = static_cast<uint32_t>(bytes);
+  std::memcpy(file.driver.path, driver_path.data(), driver_path.size());
   f.gpu_count = static_cast<uint32_t>(gpus.size());
   f.flags = passthrough ? kLimitsPassthrough : 0;
   for (size_t i = 0; i < gpus.size(); ++i) {
@@ -286,9 +298,9 @@ std::string WriteLimitsFile(const std::string& path, const std::vector<GpuLimit>
     f.gpus[i].limit = gpus[i].limit;
   }
   return PlaceFile(path, 0644, /*replace=*/true, [&](int fd) -> const char* {
-    const auto* p = reinterpret_cast<const char*>(&f);
-    for (size_t done = 0; done < sizeof f;) {
-      const ssize_t n = ::write(fd, p + done, sizeof f - done);
+    const auto* p = reinterpret_cast<const char*>(&file);
+    for (size_t done = 0; done < bytes;) {
+      const ssize_t n = ::write(fd, p + done, bytes - done);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) return "write";
       done += static_cast<size_t>(n);
@@ -300,11 +312,12 @@ std::string WriteLimitsFile(const std::string& path, const std::vector<GpuLimit>
 std::string CheckLimits(const LimitsFile& f, const std::string& path) {
   if (std::memcmp(f.magic, kLimitsMagic, sizeof f.magic) != 0)
     return path + ": magic: not a gpulet limits file";
-  if (f.version != kLimitsVersion) {
+  if (f.version != kLimitsVersion && f.version != kLimitsVersionNoDriver) {
     return path + ": version: " + std::to_string(f.version) + ", this library reads " +
-           std::to_string(kLimitsVersion);
+           std::to_string(kLimitsVersionNoDriver) + " and " + std::to_string(kLimitsVersion);
   }
-  if (f.file_bytes != sizeof(LimitsFile)) return path + ": file_bytes: wrong size";
+  const size_t want = f.version == kLimitsVersionNoDriver ? sizeof(LimitsFile) : kLimitsFileV2Bytes;
+  if (f.file_bytes != want) return path + ": file_bytes: wrong size";
   if (f.gpu_count > kMaxGpus) {
     return path + ": gpu_count: " + std::to_string(f.gpu_count) + ", at most " +
            std::to_string(kMaxGpus);
@@ -317,7 +330,7 @@ std::string CheckLimits(const LimitsFile& f, const std::string& path) {
   return "";
 }
 
-std::string ReadLimitsFile(const std::string& path, LimitsFile* out) {
+std::string ReadLimitsFile(const std::string& path, LimitsFile* out, LimitsDriver* driver) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return Errno(path, "open the GPU memory limits", errno);
   struct stat st {};
@@ -326,18 +339,30 @@ std::string ReadLimitsFile(const std::string& path, LimitsFile* out) {
     ::close(fd);
     return Errno(path, "stat", err);
   }
-  if (!S_ISREG(st.st_mode) || static_cast<size_t>(st.st_size) != sizeof(LimitsFile)) {
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (!S_ISREG(st.st_mode) || (size != sizeof(LimitsFile) && size != kLimitsFileV2Bytes)) {
     ::close(fd);
     return path + ": not a gpulet limits file (" + std::to_string(st.st_size) +
-           " bytes, expected " + std::to_string(sizeof(LimitsFile)) + ")";
+           " bytes, expected " + std::to_string(sizeof(LimitsFile)) + " or " +
+           std::to_string(kLimitsFileV2Bytes) + ")";
   }
-  LimitsFile f{};
-  const ssize_t n = ::pread(fd, &f, sizeof f, 0);
+  struct {
+    LimitsFile f;
+    LimitsDriver driver;
+  } file{};  // a version 1 file leaves the driver path empty
+  const ssize_t n = ::pread(fd, &file, size, 0);
   const int err = errno;
   ::close(fd);
-  if (n != static_cast<ssize_t>(sizeof f)) return Errno(path, "read", n < 0 ? err : EIO);
-  if (std::string err = CheckLimits(f, path); !err.empty()) return err;
-  *out = f;
+  if (n != static_cast<ssize_t>(size)) return Errno(path, "read", n < 0 ? err : EIO);
+  if (std::string err = CheckLimits(file.f, path); !err.empty()) return err;
+  if (file.f.file_bytes != size) return path + ": file_bytes: not the file's size";
+  if (file.f.version == kLimitsVersion) {
+    const char* d = file.driver.path;
+    if (d[0] != '/' || std::memchr(d, '\0', kDriverPathBytes) == nullptr)
+      return path + ": driver_path: not an absolute path or not NUL-terminated";
+  }
+  *out = file.f;
+  if (driver != nullptr) *driver = file.driver;
   return "";
 }
 
@@ -461,6 +486,10 @@ int Region::ReleaseEarlierImages() {
         p.start_time != start) {
       continue;
     }
+    // Held: a live process (a sibling PID namespace's), not an earlier image of this one, whose
+    // O_CLOEXEC lock went at exec. Asked of the kernel, not of the tenant-written `locked` field.
+    const int index = static_cast<int>(&p - layout_->processes);
+    if (SlotLockHeld(index)) continue;
     for (auto& u : p.used) u.store(0, std::memory_order_relaxed);
     p.pid = 0;
     p.start_time = 0;

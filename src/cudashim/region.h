@@ -49,7 +49,12 @@ inline constexpr uint32_t kMaxProcesses = 1024;
 inline constexpr uint32_t kUuidBytes = 80;
 inline constexpr const char* kRegionFileName = "memory.region";
 inline constexpr char kLimitsMagic[8] = {'G', 'P', 'U', 'L', 'E', 'T', 'M', 'L'};
-inline constexpr uint32_t kLimitsVersion = 1;
+// Version 1: the limits. Version 2: the same, then the driver library's path (LimitsFile::
+// driver_path). A writer writes version 1, byte for byte as before, unless the node names a
+// driver; a reader takes either.
+inline constexpr uint32_t kLimitsVersion = 2;
+inline constexpr uint32_t kLimitsVersionNoDriver = 1;
+inline constexpr uint32_t kDriverPathBytes = 512;
 inline constexpr const char* kLimitsFileName = "gpulet-cuda.limits";
 inline constexpr uint32_t kLimitsPassthrough = 1;  // LimitsFile::flags: do not enforce
 
@@ -116,6 +121,12 @@ struct LimitsFile {
   uint64_t reserved[4];
   LimitsGpu gpus[kMaxGpus];
 };
+// What follows a LimitsFile in a version 2 file: the absolute path, in the container, of the
+// CUDA driver library the interposer calls (NUL-terminated). A version 1 file ends before it.
+struct LimitsDriver {
+  char path[kDriverPathBytes];
+};
+inline constexpr size_t kLimitsFileV2Bytes = sizeof(LimitsFile) + sizeof(LimitsDriver);
 
 // What the plugin writes for one GPU.
 struct GpuLimit {
@@ -140,19 +151,31 @@ std::string CreateRegion(const std::string& dir, const std::vector<GpuLimit>& gp
                          bool replace = false);
 
 // Writes the limits file `path` for `gpus` (at most kMaxGpus, the region's order), mode 0644,
-// atomically. Returns "" or an error naming the file and the cause.
+// atomically. `driver_path` (absolute, shorter than kDriverPathBytes) names the driver library
+// the interposer must call; empty, the file is version 1 (sizeof(LimitsFile)) and the library
+// uses its fixed list (DriverLibraryCandidates). Returns "" or an error naming the file and the
+// cause.
 std::string WriteLimitsFile(const std::string& path, const std::vector<GpuLimit>& gpus,
-                            bool passthrough = false);
+                            bool passthrough = false, const std::string& driver_path = "");
 // Reads and checks the limits file `path` into `out`: a regular file (no symlink followed, no
-// FIFO waited on) of exactly sizeof(LimitsFile), magic, version, gpu_count <= kMaxGpus, every
-// listed UUID non-empty and NUL-terminated. Returns "" or an error naming the file and the field.
-std::string ReadLimitsFile(const std::string& path, LimitsFile* out);
-// The checks of a copy already read (magic, version, size, gpu_count, UUIDs); `path` names it in
-// the error. "" when valid.
+// FIFO waited on) of exactly sizeof(LimitsFile) (version 1) or kLimitsFileV2Bytes (version 2),
+// magic, version, gpu_count <= kMaxGpus, every listed UUID non-empty and NUL-terminated, a
+// version 2 driver path absolute and NUL-terminated (into *driver when given; empty for version
+// 1). Returns "" or an error naming the file and the field.
+std::string ReadLimitsFile(const std::string& path, LimitsFile* out,
+                           LimitsDriver* driver = nullptr);
+// The checks of a copy already read (magic, version, size, gpu_count, UUIDs); `path`
+// names it in the error. "" when valid. (The driver path of version 2 is checked by
+// ReadLimitsFile.)
 std::string CheckLimits(const LimitsFile& f, const std::string& path);
 // <directory of the object this code is linked into>/gpulet-cuda.limits: for libgpulet-cuda.so
 // in a container, /usr/lib/gpulet/gpulet-cuda.limits. "" when it cannot be found.
 std::string LimitsFileBesideLibrary();
+// Where the interposer looks for the driver when the limits file names none: the directories the
+// NVIDIA container toolkit mounts the host's libcuda.so.1 into, never LD_LIBRARY_PATH.
+inline constexpr const char* kDriverLibraryCandidates[] = {
+    "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1",
+    "/usr/lib/aarch64-linux-gnu/libcuda.so.1", "/usr/lib/libcuda.so.1"};
 
 // The part of a region a reader copies: the header and the GPU slots.
 inline constexpr size_t kRegionPrefixBytes = offsetof(RegionLayout, processes);
@@ -193,6 +216,8 @@ class Region {
   uint64_t limit(int slot) const;
   // The plugin asked for pass-through (the limits file's flag).
   bool passthrough() const { return has_limits_ && (limits_.flags & kLimitsPassthrough) != 0; }
+  // The driver library the node named (version 2), or "" (then kDriverLibraryCandidates).
+  const char* driver_path() const { return has_limits_ ? driver_.path : ""; }
   const GpuSlot& gpu(int slot) const { return layout_->gpus[slot]; }
   GpuSlot& gpu(int slot) { return layout_->gpus[slot]; }
 
@@ -213,7 +238,9 @@ class Region {
   // Frees the slots of dead owners and rebuilds every GPU's use. Returns the number reaped.
   int Reap();
   // Frees the slots held under this process's own pid and start time: an earlier image of this
-  // process (exec keeps both; its CUDA memory went with the image). Call once per process image,
+  // process (exec keeps both; its CUDA memory went with the image; its slot lock was O_CLOEXEC and
+  // went too). A slot whose lock is held is live, whatever its numbers say (a process of a sibling
+  // PID namespace can share pid and start time): it is never freed. Call once per process image,
   // before Attach. Returns the number freed.
   int ReleaseEarlierImages();
 
@@ -227,6 +254,7 @@ class Region {
 
   std::string path_;
   LimitsFile limits_{};
+  LimitsDriver driver_{};
   bool has_limits_ = false;
   RegionLayout* layout_ = nullptr;
   size_t mapped_ = 0;

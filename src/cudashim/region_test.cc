@@ -208,15 +208,114 @@ TEST_F(RegionTest, AReusedPidIsNotTheOwner) {
 // alive; the new image frees it before it attaches.
 TEST_F(RegionTest, AnEarlierImageOfThisProcessIsReleased) {
   Make({{"GPU-a", 1000, 0}});
-  Region before_exec;
-  OpenWithLimits(before_exec);
-  ASSERT_TRUE(before_exec.Admit(before_exec.Attach(), 0, 700));
+  int slot = -1;
+  {
+    Region before_exec;
+    OpenWithLimits(before_exec);
+    slot = before_exec.Attach();
+    ASSERT_TRUE(before_exec.Admit(slot, 0, 700));
+  }  // exec closes the image's descriptors (O_CLOEXEC), its slot lock with them
+  {
+    // A filesystem without OFD locks: the slot never had one, so only pid and start time speak.
+    std::fstream f(dir_ + "/memory.region", std::ios::in | std::ios::out | std::ios::binary);
+    const uint32_t zero = 0;
+    f.seekp(static_cast<std::streamoff>(offsetof(RegionLayout, processes) +
+                                        static_cast<size_t>(slot) * sizeof(ProcessSlot) +
+                                        offsetof(ProcessSlot, locked)));
+    f.write(reinterpret_cast<const char*>(&zero), sizeof zero);
+  }
   Region after_exec;
   OpenWithLimits(after_exec);
   EXPECT_EQ(after_exec.Reap(), 0);  // same pid, same start time: alive as far as /proc can tell
   EXPECT_EQ(after_exec.ReleaseEarlierImages(), 1);
   EXPECT_EQ(after_exec.Usage().at(0).used, 0u);
   EXPECT_TRUE(after_exec.Admit(after_exec.Attach(), 0, 1000));
+}
+
+// Issue 36 item 4: two processes in sibling PID namespaces can both be pid 1 with the same start
+// tick. The step that releases an earlier image's slot must leave a slot whose lock is held: a
+// slot is live while its lock is held, whatever its numbers say. (Here the other process's slot
+// is given this process's pid and start time, which is what a sibling namespace looks like.)
+TEST_F(RegionTest, ASlotWhoseLockIsHeldIsNeverTakenForAnEarlierImage) {
+  Make({{"GPU-a", 1000, 0}});
+  int go[2], ready[2];
+  ASSERT_EQ(::pipe(go), 0);
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    Region r;
+    if (!r.Open(dir_).empty() || !r.LoadLimits(limits()).empty()) ::_exit(1);
+    const int p = r.Attach();
+    const char slot = p >= 0 && r.Admit(p, 0, 600) ? static_cast<char>(p) : -1;
+    if (::write(ready[1], &slot, 1) != 1) ::_exit(1);
+    char c;
+    while (::read(go[0], &c, 1) < 0) {
+    }
+    ::_exit(0);
+  }
+  char slot = -1;
+  ASSERT_EQ(::read(ready[0], &slot, 1), 1);
+  ASSERT_GE(slot, 0);
+  {
+    // The sibling's numbers: this process's pid and start time.
+    std::fstream f(dir_ + "/memory.region", std::ios::in | std::ios::out | std::ios::binary);
+    const auto at = static_cast<std::streamoff>(offsetof(RegionLayout, processes) +
+                                                static_cast<size_t>(slot) * sizeof(ProcessSlot));
+    const int32_t pid = ::getpid();
+    const uint64_t start = ProcessStartTime(::getpid());
+    f.seekp(at + static_cast<std::streamoff>(offsetof(ProcessSlot, pid)));
+    f.write(reinterpret_cast<const char*>(&pid), sizeof pid);
+    f.seekp(at + static_cast<std::streamoff>(offsetof(ProcessSlot, start_time)));
+    f.write(reinterpret_cast<const char*>(&start), sizeof start);
+    // Even with the tenant-written `locked` hint cleared, the kernel's lock decides.
+    const uint32_t zero = 0;
+    f.seekp(at + static_cast<std::streamoff>(offsetof(ProcessSlot, locked)));
+    f.write(reinterpret_cast<const char*>(&zero), sizeof zero);
+  }
+  Region r;
+  OpenWithLimits(r);
+  EXPECT_EQ(r.ReleaseEarlierImages(), 0);
+  EXPECT_EQ(r.Usage().at(0).used, 600u);
+  const int p = r.Attach();
+  ASSERT_GE(p, 0);
+  EXPECT_FALSE(r.Admit(p, 0, 401));  // the sibling's 600 still count
+  EXPECT_TRUE(r.Admit(p, 0, 400));
+  const char c = 'g';
+  ASSERT_EQ(::write(go[1], &c, 1), 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  for (int fd : {go[0], go[1], ready[0], ready[1]}) ::close(fd);
+}
+
+// Issue 36 item 3: which driver library the interposer calls is the node's decision, carried in
+// the agent's limits file (version 2). Without one the file is version 1, byte for byte as before.
+TEST_F(RegionTest, TheLimitsFileCarriesTheNodesDriverPath) {
+  ASSERT_EQ(WriteLimitsFile(limits(), {{"GPU-a", 5, 0}}), "");
+  EXPECT_EQ(std::filesystem::file_size(limits()), sizeof(LimitsFile));
+  LimitsFile f{};
+  LimitsDriver d{};
+  ASSERT_EQ(ReadLimitsFile(limits(), &f, &d), "");
+  EXPECT_EQ(f.version, kLimitsVersionNoDriver);
+  EXPECT_STREQ(d.path, "");
+
+  ASSERT_EQ(WriteLimitsFile(limits(), {{"GPU-a", 5, 0}}, false, "/opt/nvidia/libcuda.so.1"), "");
+  EXPECT_EQ(std::filesystem::file_size(limits()), kLimitsFileV2Bytes);
+  ASSERT_EQ(ReadLimitsFile(limits(), &f, &d), "");
+  EXPECT_EQ(f.version, kLimitsVersion);
+  EXPECT_STREQ(d.path, "/opt/nvidia/libcuda.so.1");
+  Region r;
+  ASSERT_EQ(r.LoadLimits(limits()), "");
+  EXPECT_STREQ(r.driver_path(), "/opt/nvidia/libcuda.so.1");
+
+  // A relative path would be searched (LD_LIBRARY_PATH): refused by the writer and the reader.
+  EXPECT_NE(WriteLimitsFile(limits(), {{"GPU-a", 5, 0}}, false, "libcuda.so.1"), "");
+  {
+    std::fstream file(limits(), std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(static_cast<std::streamoff>(sizeof(LimitsFile)));
+    file.write("libcuda.so.1", 13);
+  }
+  EXPECT_NE(ReadLimitsFile(limits(), &f, &d).find("driver_path"), std::string::npos);
 }
 
 // Issue 23 item 6: the limit is not the tenant's. A tenant that rewrites its writable region —
@@ -278,7 +377,7 @@ TEST_F(RegionTest, LimitsFileIsCheckedAndNeverFollowedOrWaitedOn) {
   {
     LimitsFile bad{};
     std::memcpy(bad.magic, kLimitsMagic, sizeof bad.magic);
-    bad.version = kLimitsVersion;
+    bad.version = kLimitsVersionNoDriver;
     bad.file_bytes = sizeof bad;
     bad.gpu_count = kMaxGpus + 1;
     std::ofstream(limits(), std::ios::binary)

@@ -16,6 +16,7 @@
 //
 // A C ABI library has no caller-owned object, so its state is one process-wide State, created on
 // first use and never destroyed (other threads may still call in while the process exits).
+#include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sys/stat.h>
@@ -48,6 +49,8 @@ constexpr const char* kDefaultDir = "/run/gpulet/cuda";
 constexpr int kMaxDevices = 64;
 constexpr uint64_t kAllocAlign = 512;  // the driver's smallest allocation alignment
 
+void Say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
 // ---- the real dlsym, found without calling the interposed one ----------------------------------
 
 using DlsymFn = void* (*)(void*, const char*) noexcept;
@@ -79,13 +82,27 @@ GPULET_NO_SANITIZE DlsymFn RealDlsym() {
   return fn;
 }
 
+struct State;
+State& S();
+const char* NodeDriverPath(State& s);
+
+// The driver library every wrapper calls: the path the node named in the limits file, else the
+// first of the fixed list (region.h) that exists. Opened by absolute path, so neither the process
+// environment nor LD_LIBRARY_PATH (nor a copy a tenant library already loaded under the same
+// soname) decides which driver it is: a path with a slash is opened as named, and an object
+// already loaded from that file is the same object. Every entry point of the table is looked up
+// in this handle only (RealFor), never by RTLD_DEFAULT/RTLD_NEXT, which find our own exports.
 void* DriverHandle() {
   static void* handle = [] {
-    const char* lib = std::getenv("GPULET_CUDA_DRIVER_LIBRARY");
-    if (lib == nullptr || *lib == '\0') lib = "libcuda.so.1";
-    void* h = ::dlopen(lib, RTLD_NOW | RTLD_NOLOAD);
-    if (h == nullptr) h = ::dlopen(lib, RTLD_NOW);
-    if (h == nullptr) std::fprintf(stderr, "gpulet-cuda: cannot load %s: %s\n", lib, ::dlerror());
+    const char* path = NodeDriverPath(S());
+    if (path == nullptr) {
+      Say("no CUDA driver library: the limits file names none and none of the fixed paths "
+          "(/usr/lib/x86_64-linux-gnu/libcuda.so.1, ...) exists; CUDA is refused");
+      return static_cast<void*>(nullptr);
+    }
+    void* h = ::dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    if (h == nullptr) h = ::dlopen(path, RTLD_NOW);
+    if (h == nullptr) Say("cannot load the CUDA driver %s: %s", path, ::dlerror());
     return h;
   }();
   return handle;
@@ -189,7 +206,6 @@ const NameIndex& Names() {
 
 // ---- messages: one line each, once per cause ---------------------------------------------------
 
-void Say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void Say(const char* fmt, ...) {
   char line[1024];
   va_list ap;
@@ -234,7 +250,8 @@ struct Physical {
   int handle_refs = 0;
   int maps = 0;
   bool imported = false;  // not charged at creation: charged at its largest mapping
-  ino_t exported_inode = 0;
+  ino_t exported_inode = 0;  // exported as a POSIX descriptor: alive while one is open
+  dev_t exported_dev = 0;
 };
 struct HandleRef {
   uint64_t physical = 0;
@@ -277,6 +294,8 @@ struct State {
   std::unordered_map<CUmemGenericAllocationHandle, HandleRef> vmm_handles;
   std::map<CUdeviceptr, MapRecord> mappings;
   uint64_t next_physical = 1;
+  // Some released, unmapped memory is kept only by an exported descriptor (SweepExportedLocked).
+  std::atomic<bool> exported_pending{false};
   // graphs: what the graphs' allocator of each device is charged for (its reserved memory)
   std::unordered_map<const void*, GraphNeed> graph_need;  // CUgraph and CUgraphExec
   std::unordered_map<CUstream, GraphNeed> capture_need;
@@ -314,6 +333,14 @@ State* NewState() {
   }
   s->mode = Mode::kActive;
   return s;
+}
+
+const char* NodeDriverPath(State& s) {
+  if (s.region.has_limits() && s.region.driver_path()[0] != '\0') return s.region.driver_path();
+  for (const char* candidate : kDriverLibraryCandidates) {
+    if (::access(candidate, F_OK) == 0) return candidate;
+  }
+  return nullptr;
 }
 
 void AfterFork();
@@ -404,10 +431,18 @@ int SlotOfDevice(State& s, CUdevice dev) {
   return slot;
 }
 
-bool CurrentDevice(CUdevice* dev) {
+// The current context's device, or the driver's own reason there is none
+// (CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_NOT_INITIALIZED; CUDA_ERROR_NOT_FOUND for a driver
+// without cuCtxGetDevice). Every allocating path charges this device or returns this error:
+// nothing passes to the driver uncounted because its device could not be told.
+CUresult CurrentDeviceOrError(CUdevice* dev) {
   auto f = REAL(cuCtxGetDevice);
-  return f != nullptr && f(dev) == CUDA_SUCCESS;
+  if (f == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = f(dev);
+  return rc;
 }
+
+bool CurrentDevice(CUdevice* dev) { return CurrentDeviceOrError(dev) == CUDA_SUCCESS; }
 
 uint64_t Aligned(uint64_t bytes) { return (bytes + kAllocAlign - 1) / kAllocAlign * kAllocAlign; }
 
@@ -418,6 +453,8 @@ uint64_t Granules(uint64_t bytes) { return (bytes + kGranule - 1) / kGranule * k
 // The outcome of charging before a driver call.
 enum class Gate { kPass, kCharged, kRefused, kFailedClosed };
 
+void SweepExported(State& s);
+
 // Charges `bytes` on CUDA device `dev` to this process. kPass: not limited (pass-through mode).
 Gate ChargeDevice(State& s, CUdevice dev, uint64_t bytes, int* slot_out) {
   if (s.mode == Mode::kPassthrough) return Gate::kPass;
@@ -427,6 +464,8 @@ Gate ChargeDevice(State& s, CUdevice dev, uint64_t bytes, int* slot_out) {
   if (slot < 0) return Gate::kRefused;
   const int proc = Proc(s);
   if (proc < 0) return Gate::kRefused;
+  if (s.region.Admit(proc, slot, bytes)) return Gate::kCharged;
+  SweepExported(s);  // memory kept only by a descriptor closed since: gone now
   return s.region.Admit(proc, slot, bytes) ? Gate::kCharged : Gate::kRefused;
 }
 
@@ -436,6 +475,56 @@ CUresult Refusal(Gate g) {
 
 void Uncharge(State& s, int slot, uint64_t bytes) {
   if (slot >= 0 && bytes != 0) s.region.Release(s.proc.load(), slot, bytes);
+}
+
+// Whether a descriptor of this process still names the file (dev, ino). Asked of the kernel
+// (fstat of each of our own descriptors), not of anything the tenant writes.
+bool DescriptorOpen(dev_t dev, ino_t ino) {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return true;  // cannot tell: the charge stays
+  const int own = ::dirfd(dir);
+  bool open = false;
+  while (const dirent* e = ::readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd == own) continue;
+    struct stat st {};
+    if (::fstat(static_cast<int>(fd), &st) == 0 && st.st_ino == ino && st.st_dev == dev) {
+      open = true;
+      break;
+    }
+  }
+  ::closedir(dir);
+  return open;
+}
+
+// Uncharges and forgets physical allocation `id` once no handle, no mapping and no exported
+// descriptor refers to it (Driver API, Virtual Memory Management, cuMemRelease: the memory is
+// freed when every mapping is unmapped and every reference to the handle, its shareable
+// counterparts included, is released).
+void MaybeFreePhysicalLocked(State& s, uint64_t id) {
+  auto it = s.physical.find(id);
+  if (it == s.physical.end() || it->second.handle_refs > 0 || it->second.maps > 0) return;
+  if (it->second.exported_inode != 0 &&
+      DescriptorOpen(it->second.exported_dev, it->second.exported_inode)) {
+    s.exported_pending.store(true, std::memory_order_relaxed);
+    return;
+  }
+  Uncharge(s, it->second.gpu, it->second.bytes);
+  s.physical.erase(it);
+}
+
+// Lets go of exported memory whose descriptor has been closed since its last handle and mapping
+// went (called where the charge is read or needed: cuMemGetInfo, a refusal).
+void SweepExported(State& s) {
+  if (!s.exported_pending.load(std::memory_order_relaxed)) return;
+  std::lock_guard lock(s.mu);
+  s.exported_pending.store(false, std::memory_order_relaxed);
+  std::vector<uint64_t> ids;
+  for (const auto& [id, p] : s.physical) {
+    if (p.exported_inode != 0 && p.handle_refs == 0 && p.maps == 0) ids.push_back(id);
+  }
+  for (uint64_t id : ids) MaybeFreePhysicalLocked(s, id);
 }
 
 // Charges a size the driver decided after the call (pitch, array layout, pool rounding).
@@ -493,8 +582,9 @@ template <typename Call>
 CUresult AllocateCounted(CUdeviceptr* dptr, uint64_t bytes, Call&& call) {
   State& s = S();
   CUdevice dev = 0;
-  if (s.mode != Mode::kPassthrough && !CurrentDevice(&dev))
-    return call();  // no context: driver says so
+  if (s.mode != Mode::kPassthrough) {
+    if (const CUresult rc = CurrentDeviceOrError(&dev); rc != CUDA_SUCCESS) return rc;
+  }
   int slot = -1;
   const Gate g = ChargeDevice(s, dev, bytes, &slot);
   if (g == Gate::kPass) return call();
@@ -708,7 +798,7 @@ CUresult CreateArray(void** handle_out, const CUDA_ARRAY3D_DESCRIPTOR& d, unsign
   // (and charged) by cuMemCreate.
   if ((d.Flags & (CUDA_ARRAY3D_DEFERRED_MAPPING | CUDA_ARRAY3D_SPARSE)) != 0) return create();
   CUdevice dev = 0;
-  if (!CurrentDevice(&dev)) return create();  // no context: the driver says so
+  if (const CUresult rc = CurrentDeviceOrError(&dev); rc != CUDA_SUCCESS) return rc;
   uint64_t bytes = DriverArrayBytes(d, levels, dev);
   if (bytes == 0) {
     bytes = levels == 0 ? ArrayBytes(d.Width, d.Height, d.Depth, d.Format, d.NumChannels)
@@ -900,8 +990,9 @@ CUresult CreateContext(CUcontext* pctx, CUdevice dev, Create&& create) {
   return rc;
 }
 
-CUresult DestroyContext(CUcontext ctx, decltype(&::cuCtxDestroy_v2) real) {
-  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+// Destroys a context (or green context) through `real`, record first (see "records").
+template <typename Real>
+CUresult DestroyContext(CUcontext ctx, Real&& real) {
   State& s = S();
   Charge c;
   const bool had = TakeRecord(s, s.contexts, ctx, &c);
@@ -956,8 +1047,11 @@ CUresult LoadModule(void** handle_out, Load&& load, Unload&& unload) {
   State& s = S();
   if (s.mode == Mode::kPassthrough) return load();
   if (s.mode == Mode::kFailed) return CUDA_ERROR_NOT_INITIALIZED;
+  // A context-independent load (cuLibraryLoad*) with no context current would be loaded into
+  // every context later, where it cannot be measured: refused with the driver's own answer for
+  // "no context", as module loads are.
   CUdevice dev = 0;
-  if (!CurrentDevice(&dev)) return load();
+  if (const CUresult rc = CurrentDeviceOrError(&dev); rc != CUDA_SUCCESS) return rc;
   const int slot = SlotOfDevice(s, dev);
   const int proc = Proc(s);
   if (slot < 0 || proc < 0) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1101,16 +1195,14 @@ namespace {
 // Finds libc's dlsym before main, so the hot path is a load and a jump.
 __attribute__((constructor)) void SetRealDlsym() { RealDlsym(); }
 
-// Our wrapper for `name` (a cu* or nvml* symbol the driver has), or `real`.
+// Our wrapper for `name` (a cu* or nvml* symbol some object has), or `real`. What the caller's
+// lookup found is never recorded as the driver's function: RTLD_DEFAULT finds our own export, and
+// a tenant library's no-op of the same name would otherwise stand in for the driver (RealFor
+// asks the node's driver itself).
 __attribute__((noinline)) void* WrapperFor(const char* name, void* real) noexcept {
   if (name[0] == 'c') {
     const NameIndex& names = Names();
-    if (auto it = names.exact.find(name); it != names.exact.end()) {
-      Hook& h = g_hooks[it->second];
-      void* expected = nullptr;
-      h.real.compare_exchange_strong(expected, real);
-      return h.wrapper;
-    }
+    if (auto it = names.exact.find(name); it != names.exact.end()) return g_hooks[it->second].wrapper;
   } else if (std::strcmp(name, "nvmlDeviceGetMemoryInfo") == 0) {
     return reinterpret_cast<void*>(&::nvmlDeviceGetMemoryInfo);
   } else if (std::strcmp(name, "nvmlDeviceGetMemoryInfo_v2") == 0) {
@@ -1194,6 +1286,7 @@ GPULET_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
 GPULET_EXPORT CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
   auto real = REAL(cuMemGetInfo_v2);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  SweepExported(S());
   size_t f = 0, t = 0;
   const CUresult rc = real(&f, &t);
   if (rc != CUDA_SUCCESS) return rc;
@@ -1229,13 +1322,6 @@ GPULET_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
 // ---- virtual memory: charged while any handle or mapping keeps the memory ----------------------
 
 namespace {
-// Uncharges and forgets physical allocation `id` once no handle and no mapping refers to it.
-void MaybeFreePhysicalLocked(State& s, uint64_t id) {
-  auto it = s.physical.find(id);
-  if (it == s.physical.end() || it->second.handle_refs > 0 || it->second.maps > 0) return;
-  Uncharge(s, it->second.gpu, it->second.bytes);
-  s.physical.erase(it);
-}
 
 // Adds one reference on handle value `handle` to physical allocation `id`. A stale entry under the
 // same value (a release we never saw) gives its reference up first.
@@ -1435,9 +1521,15 @@ GPULET_EXPORT CUresult cuMemExportToShareableHandle(void* shareableHandle,
   std::memcpy(&fd, shareableHandle, sizeof fd);
   State& s = S();
   const ino_t inode = InodeOf(fd);
+  struct stat st {};
+  if (inode == 0 || ::fstat(fd, &st) != 0) return rc;
   std::lock_guard lock(s.mu);
   auto h = s.vmm_handles.find(handle);
-  if (h != s.vmm_handles.end() && inode != 0) s.physical[h->second.physical].exported_inode = inode;
+  if (h != s.vmm_handles.end()) {
+    Physical& p = s.physical[h->second.physical];
+    p.exported_inode = st.st_ino;
+    p.exported_dev = st.st_dev;
+  }
   return rc;
 }
 
@@ -1469,9 +1561,10 @@ GPULET_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHand
 namespace {
 // The device of `stream`: its context's (Stream Ordered Memory Allocator: cuMemAllocAsync takes
 // from the current pool of the stream's device), the current context's for the NULL streams.
-bool StreamDevice(CUstream stream, CUdevice* dev) {
+CUresult StreamDevice(CUstream stream, CUdevice* dev) {
   const auto value = reinterpret_cast<uintptr_t>(stream);
-  if (value <= 2) return CurrentDevice(dev);  // NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD
+  // NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD
+  if (value <= 2) return CurrentDeviceOrError(dev);
   auto get_ctx = REAL(cuStreamGetCtx);
   auto current = REAL(cuCtxGetCurrent);
   auto push = REAL(cuCtxPushCurrent_v2);
@@ -1479,14 +1572,14 @@ bool StreamDevice(CUstream stream, CUdevice* dev) {
   CUcontext ctx = nullptr, now = nullptr;
   if (get_ctx == nullptr || current == nullptr || get_ctx(stream, &ctx) != CUDA_SUCCESS ||
       current(&now) != CUDA_SUCCESS) {
-    return CurrentDevice(dev);
+    return CurrentDeviceOrError(dev);
   }
-  if (ctx == now || push == nullptr || pop == nullptr) return CurrentDevice(dev);
-  if (push(ctx) != CUDA_SUCCESS) return CurrentDevice(dev);
-  const bool ok = CurrentDevice(dev);
+  if (ctx == now || push == nullptr || pop == nullptr) return CurrentDeviceOrError(dev);
+  if (const CUresult rc = push(ctx); rc != CUDA_SUCCESS) return rc;
+  const CUresult rc = CurrentDeviceOrError(dev);
   CUcontext popped = nullptr;
   pop(&popped);
-  return ok;
+  return rc;
 }
 
 // True when `stream` is being captured into a graph: then cuMemAllocAsync makes a graph
@@ -1518,14 +1611,13 @@ CUresult AllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream stream, Real re
   if (s.mode == Mode::kFailed) return CUDA_ERROR_NOT_INITIALIZED;
   CUdevice dev = 0;
   CUmemoryPool pool = nullptr;
-  if (s.mode == Mode::kPassthrough || !StreamDevice(stream, &dev)) {
-    return real(dptr, bytesize, stream);
-  }
+  if (s.mode == Mode::kPassthrough) return real(dptr, bytesize, stream);
+  if (const CUresult rc = StreamDevice(stream, &dev); rc != CUDA_SUCCESS) return rc;
   if (Capturing(s, stream)) {
     return CaptureAlloc(s, stream, Granules(bytesize), dev,
                         [&] { return real(dptr, bytesize, stream); });
   }
-  if (PoolOfDevice(dev, &pool) != CUDA_SUCCESS) return real(dptr, bytesize, stream);
+  if (const CUresult rc = PoolOfDevice(dev, &pool); rc != CUDA_SUCCESS) return rc;
   return AllocateFromPool(dptr, Aligned(bytesize), pool, dev,
                           [&] { return real(dptr, bytesize, stream); });
 }
@@ -1548,8 +1640,8 @@ CUresult AllocFromPool(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CU
           break;
         }
       }
-    } else if (!StreamDevice(stream, &dev)) {
-      dev = 0;
+    } else if (StreamDevice(stream, &dev) != CUDA_SUCCESS) {
+      dev = 0;  // charged to device 0's slot; unlisted there, refused
     }
   }
   if (Capturing(s, stream)) {
@@ -1759,7 +1851,11 @@ CUresult RunGraph(CUgraphExec exec, CUstream stream, Call&& call) {
     if (auto it = s.graph_need.find(exec); it != s.graph_need.end()) need = it->second;
   }
   CUdevice dev = need.dev;
-  if (dev < 0 && !StreamDevice(stream, &dev)) return call();
+  if (dev < 0) {
+    const CUresult rc = StreamDevice(stream, &dev);
+    // No allocation node recorded: the launch itself takes no graph memory to charge.
+    if (rc != CUDA_SUCCESS) return need.bytes == 0 ? call() : rc;
+  }
   const int slot = SlotOfDevice(s, dev);
   uint64_t temp = 0;
   if (need.bytes != 0) {
@@ -1978,10 +2074,14 @@ GPULET_EXPORT CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params
                        [&]() -> CUresult { CALL_REAL(cuCtxCreate_v4, pctx, params, flags, dev); });
 }
 GPULET_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
-  return DestroyContext(ctx, REAL(cuCtxDestroy_v2));
+  auto real = REAL(cuCtxDestroy_v2);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return DestroyContext(ctx, real);
 }
 GPULET_EXPORT CUresult cuCtxDestroy(CUcontext ctx) {
-  return DestroyContext(ctx, REAL(cuCtxDestroy));
+  auto real = REAL(cuCtxDestroy);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return DestroyContext(ctx, real);
 }
 
 GPULET_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
@@ -2092,10 +2192,95 @@ GPULET_EXPORT CUresult cuLibraryLoadData(CUlibrary* library, const void* code,
       });
 }
 
+// The file and fat-binary loaders take the same device memory as the *Data ones (Module and
+// Library Management): measured and charged the same way.
+GPULET_EXPORT CUresult cuModuleLoad(CUmodule* module, const char* fname) {
+  auto real = REAL(cuModuleLoad);
+  auto unload = REAL(cuModuleUnload);
+  if (real == nullptr || module == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return LoadModule(
+      reinterpret_cast<void**>(module), [&] { return real(module, fname); },
+      [&] {
+        if (unload != nullptr) unload(*module);
+      });
+}
+
+GPULET_EXPORT CUresult cuModuleLoadFatBinary(CUmodule* module, const void* fatCubin) {
+  auto real = REAL(cuModuleLoadFatBinary);
+  auto unload = REAL(cuModuleUnload);
+  if (real == nullptr || module == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return LoadModule(
+      reinterpret_cast<void**>(module), [&] { return real(module, fatCubin); },
+      [&] {
+        if (unload != nullptr) unload(*module);
+      });
+}
+
+GPULET_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* fileName,
+                                             CUjit_option* jitOptions, void** jitOptionsValues,
+                                             unsigned int numJitOptions, void* libraryOptions,
+                                             void** libraryOptionValues,
+                                             unsigned int numLibraryOptions) {
+  auto real = REAL(cuLibraryLoadFromFile);
+  auto unload = REAL(cuLibraryUnload);
+  if (real == nullptr || library == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return LoadModule(
+      reinterpret_cast<void**>(library),
+      [&] {
+        return real(library, fileName, jitOptions, jitOptionsValues, numJitOptions,
+                    libraryOptions, libraryOptionValues, numLibraryOptions);
+      },
+      [&] {
+        if (unload != nullptr) unload(*library);
+      });
+}
+
 GPULET_EXPORT CUresult cuLibraryUnload(CUlibrary library) {
   auto real = REAL(cuLibraryUnload);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
   return UnloadModule(library, [&] { return real(library); });
+}
+
+// Green contexts (Driver API, Green Contexts: cuGreenCtxCreate, CUDA 12.4) are contexts of their
+// own, not made current: charged the GPU's measured context size before the driver makes one,
+// given back at cuGreenCtxDestroy. Before any context of the GPU has been measured (or the plugin
+// set the size) there is nothing to charge it by: refused, never passed uncounted.
+GPULET_EXPORT CUresult cuGreenCtxCreate(CUgreenCtx* phCtx, CUdevResourceDesc desc, CUdevice dev,
+                                        unsigned int flags) {
+  auto real = REAL(cuGreenCtxCreate);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  State& s = S();
+  if (s.mode == Mode::kPassthrough) return real(phCtx, desc, dev, flags);
+  if (s.mode == Mode::kFailed) return CUDA_ERROR_NOT_INITIALIZED;
+  if (phCtx == nullptr) return real(phCtx, desc, dev, flags);  // the driver's INVALID_VALUE
+  const int slot = SlotOfDevice(s, dev);
+  const int proc = Proc(s);
+  if (slot < 0 || proc < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  const uint64_t bytes = s.region.gpu(slot).context_bytes.load();
+  if (bytes == 0) {
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true)) {
+      Say("cuGreenCtxCreate before any context of device %d was measured: refused (create the "
+          "primary context first)",
+          dev);
+    }
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  if (!s.region.Admit(proc, slot, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const CUresult rc = real(phCtx, desc, dev, flags);
+  if (rc != CUDA_SUCCESS) {
+    Uncharge(s, slot, bytes);
+    return rc;
+  }
+  std::lock_guard lock(s.mu);
+  RecordLocked(s, s.contexts, reinterpret_cast<CUcontext>(*phCtx), Charge{slot, bytes, nullptr});
+  return rc;
+}
+
+GPULET_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx hCtx) {
+  auto real = REAL(cuGreenCtxDestroy);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return DestroyContext(reinterpret_cast<CUcontext>(hCtx), [&](CUcontext) { return real(hCtx); });
 }
 
 // The pre-3.2 32-bit entry points: refused, never passed through uncounted.

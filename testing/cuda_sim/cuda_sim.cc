@@ -20,6 +20,7 @@
 //
 // Exported functions never call each other through the dynamic linker (linked -Bsymbolic): the
 // library in front of us must see each program call exactly once.
+#include <dirent.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -124,7 +125,30 @@ struct Physical {
   int maps = 0;
   CUmemGenericAllocationHandle first_handle = 0;
   ino_t exported_inode = 0;
+  dev_t exported_dev = 0;
 };
+
+// Whether a descriptor of this process still names the file (dev, ino): an exported shareable
+// handle not yet closed. (Descriptors sent to other processes are out of the model's sight: each
+// process is its own node here.)
+bool DescriptorOpen(dev_t dev, ino_t ino) {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return true;  // cannot tell: the memory stays
+  const int own = ::dirfd(dir);
+  bool open = false;
+  while (const dirent* e = ::readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd == own) continue;
+    struct stat st {};
+    if (::fstat(static_cast<int>(fd), &st) == 0 && st.st_ino == ino && st.st_dev == dev) {
+      open = true;
+      break;
+    }
+  }
+  ::closedir(dir);
+  return open;
+}
 struct HandleRef {
   uint64_t physical = 0;
   int refs = 0;
@@ -206,6 +230,7 @@ struct Driver {
   std::unordered_map<CUdeviceptr, Allocation> pointers;
   std::map<CUctx_st*, std::unique_ptr<CUctx_st>> contexts;  // created, not primary
   std::map<void*, Allocation> objects;                      // arrays, modules, libraries
+  std::multimap<void*, Allocation> library_loads;  // a library's loads into further contexts
   std::map<void*, uint64_t> deferred;  // deferred-mapping arrays: their size, nothing taken
   std::map<CUmemPoolHandle_st*, std::unique_ptr<CUmemPoolHandle_st>> pools;
   std::map<CUmemPoolHandle_st*, std::unique_ptr<CUmemPoolHandle_st>> dying_pools;
@@ -289,6 +314,14 @@ struct Driver {
         ++it;
       }
     }
+    for (auto it = library_loads.begin(); it != library_loads.end();) {
+      if (it->second.ctx == ctx) {
+        Give(it->second.dev, it->second.bytes);
+        it = library_loads.erase(it);
+      } else {
+        ++it;
+      }
+    }
     Give(ctx->dev, context_bytes);
   }
 
@@ -358,9 +391,17 @@ struct Driver {
 
   // [VMM] cuMemRelease / cuMemUnmap: the memory is freed when no handle (imported ones
   // included) and no mapping refers to it any more.
+  // [VMM] cuMemRelease: "the memory is freed when all outstanding mappings to the memory are
+  // unmapped and when all outstanding references to the handle (including its shareable
+  // counterparts) are also released". A POSIX descriptor from cuMemExportToShareableHandle is
+  // such a counterpart: it keeps the memory until it is closed (SweepExported frees it then).
   void MaybeFreePhysical(uint64_t id) {
     auto it = physical.find(id);
     if (it == physical.end() || it->second.handles > 0 || it->second.maps > 0) return;
+    if (it->second.exported_inode != 0 &&
+        DescriptorOpen(it->second.exported_dev, it->second.exported_inode)) {
+      return;
+    }
     if (it->second.dev >= 0) Give(it->second.dev, it->second.bytes);
     for (auto h = handles.begin(); h != handles.end();) {
       if (h->second.physical == id) {
@@ -371,6 +412,15 @@ struct Driver {
       }
     }
     physical.erase(it);
+  }
+
+  // Frees the exported memory whose last reference was its descriptor, once that is closed.
+  void SweepExported() {
+    std::vector<uint64_t> ids;
+    for (const auto& [id, p] : physical) {
+      if (p.exported_inode != 0 && p.handles == 0 && p.maps == 0) ids.push_back(id);
+    }
+    for (uint64_t id : ids) MaybeFreePhysical(id);
   }
 
   CUmemGenericAllocationHandle NewHandle(uint64_t id) {
@@ -1008,6 +1058,7 @@ SIM_EXPORT CUresult cuMemExportToShareableHandle(void* shareableHandle,
   struct stat st {};
   ::fstat(fd, &st);
   d.physical[h->second.physical].exported_inode = st.st_ino;
+  d.physical[h->second.physical].exported_dev = st.st_dev;
   std::memcpy(shareableHandle, &fd, sizeof fd);
   return CUDA_SUCCESS;
 }
@@ -1397,6 +1448,9 @@ CUresult DestroyObjectLocked(Handle h) {
   if (it == d.objects.end()) return CUDA_ERROR_INVALID_HANDLE;
   d.Give(it->second.dev, it->second.bytes);
   d.objects.erase(it);
+  auto [first, last] = d.library_loads.equal_range(h);
+  for (auto l = first; l != last; ++l) d.Give(l->second.dev, l->second.bytes);
+  d.library_loads.erase(first, last);
   delete h;  // the allocator may hand the same address out for the next object
   return CUDA_SUCCESS;
 }
@@ -1506,11 +1560,93 @@ SIM_EXPORT CUresult cuModuleLoadDataEx(CUmodule* module, const void* image, unsi
   return LoadObject(module, image);
 }
 SIM_EXPORT CUresult cuModuleUnload(CUmodule h) { return DestroyObject(h, "module_unload"); }
+// [MOD] Library Management, cuLibraryLoadData: context-independent loading. With a context
+// current the model loads into it (as a module load); with none, the library is loaded "eagerly
+// into all contexts at the time of the call" (the EAGER module loading mode; contexts created
+// later are not modelled): every live context takes the image's memory now.
+namespace {
+CUresult LoadLibraryLocked(CUlibrary* out, const void* code) {
+  SIM_LOCK();
+  if (out == nullptr || code == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<CUctx_st*> live;
+  if (CUctx_st* ctx = Current(); ctx != nullptr && d.Known(ctx)) {
+    live.push_back(ctx);
+  } else {
+    for (auto& dv : d.devices) {
+      if (dv.primary && dv.primary_refs > 0) live.push_back(dv.primary.get());
+    }
+    for (auto& [c, owned] : d.contexts) live.push_back(c);
+  }
+  uint64_t taken = 0;
+  for (CUctx_st* c : live) {
+    if (CUresult rc = d.Take(c->dev, d.module_bytes); rc != CUDA_SUCCESS) {
+      for (size_t i = 0; i < taken; ++i) d.Give(live[i]->dev, d.module_bytes);
+      return rc;
+    }
+    ++taken;
+  }
+  auto* h = new CUlib_st{live.empty() ? nullptr : live[0]};
+  *out = h;
+  if (live.empty()) {
+    d.objects[h] = gpulet::cudasim::Allocation{0, 0, nullptr, nullptr};
+  } else {
+    d.objects[h] = gpulet::cudasim::Allocation{live[0]->dev, d.module_bytes, live[0], nullptr};
+  }
+  for (size_t i = 1; i < live.size(); ++i) {
+    d.library_loads.emplace(
+        h, gpulet::cudasim::Allocation{live[i]->dev, d.module_bytes, live[i], nullptr});
+  }
+  return CUDA_SUCCESS;
+}
+}  // namespace
 SIM_EXPORT CUresult cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option*, void**,
                                       unsigned int, void*, void**, unsigned int) {
-  return LoadObject(library, code);
+  const CUresult rc = LoadLibraryLocked(library, code);
+  if (rc == CUDA_SUCCESS) Fire("module_load", reinterpret_cast<uintptr_t>(*library));
+  return rc;
+}
+SIM_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* fileName, CUjit_option*,
+                                          void**, unsigned int, void*, void**, unsigned int) {
+  const CUresult rc = LoadLibraryLocked(library, fileName);
+  if (rc == CUDA_SUCCESS) Fire("module_load", reinterpret_cast<uintptr_t>(*library));
+  return rc;
 }
 SIM_EXPORT CUresult cuLibraryUnload(CUlibrary h) { return DestroyObject(h, "module_unload"); }
+// [MOD] cuModuleLoad (a file) and cuModuleLoadFatBinary load the same kind of image as
+// cuModuleLoadData and take the same device memory at the load (cuLibraryLoadFromFile: below,
+// with cuLibraryLoadData).
+SIM_EXPORT CUresult cuModuleLoad(CUmodule* module, const char* fname) {
+  return LoadObject(module, fname);
+}
+SIM_EXPORT CUresult cuModuleLoadFatBinary(CUmodule* module, const void* fatCubin) {
+  return LoadObject(module, fatCubin);
+}
+
+
+// [CTX] Green Contexts (cuGreenCtxCreate, CUDA 12.4): a context of its own on `dev` with the
+// resources `desc` names; it is not made current ("the green context is not pushed onto the
+// current thread's stack") and takes a context's device memory until cuGreenCtxDestroy.
+namespace {
+CUresult CreateGreenLocked(CUgreenCtx* phCtx, CUdevResourceDesc desc, CUdevice dev) {
+  SIM_LOCK();
+  if (phCtx == nullptr || desc == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!d.ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  if (CUresult rc = d.Take(dev, d.context_bytes); rc != CUDA_SUCCESS) return rc;
+  auto ctx = std::make_unique<CUctx_st>(CUctx_st{dev, false});
+  *phCtx = reinterpret_cast<CUgreenCtx>(ctx.get());
+  d.contexts.emplace(ctx.get(), std::move(ctx));
+  return CUDA_SUCCESS;
+}
+}  // namespace
+SIM_EXPORT CUresult cuGreenCtxCreate(CUgreenCtx* phCtx, CUdevResourceDesc desc, CUdevice dev,
+                                     unsigned int) {
+  const CUresult rc = CreateGreenLocked(phCtx, desc, dev);
+  if (rc == CUDA_SUCCESS) Fire("ctx_create", static_cast<unsigned long long>(dev));
+  return rc;
+}
+SIM_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx hCtx) {
+  return DestroyContext(reinterpret_cast<CUcontext>(hCtx));
+}
 
 SIM_EXPORT CUresult cuLaunchKernel(void* f, unsigned int, unsigned int, unsigned int, unsigned int,
                                    unsigned int, unsigned int, unsigned int, CUstream, void**,
@@ -1628,6 +1764,11 @@ const Entry kEntries[] = {
     E(cuModuleUnload, cuModuleUnload, 2000, false),
     E(cuLibraryLoadData, cuLibraryLoadData, 12000, false),
     E(cuLibraryUnload, cuLibraryUnload, 12000, false),
+    E(cuModuleLoad, cuModuleLoad, 2000, false),
+    E(cuModuleLoadFatBinary, cuModuleLoadFatBinary, 2000, false),
+    E(cuLibraryLoadFromFile, cuLibraryLoadFromFile, 12000, false),
+    E(cuGreenCtxCreate, cuGreenCtxCreate, 12040, false),
+    E(cuGreenCtxDestroy, cuGreenCtxDestroy, 12040, false),
     E(cuLaunchKernel, cuLaunchKernel, 4000, false),
     E(cuGraphCreate, cuGraphCreate, 10000, false),
     E(cuGraphDestroy, cuGraphDestroy, 10000, false),
@@ -1703,6 +1844,7 @@ SIM_EXPORT unsigned long long gpulet_sim_device_used(int dev) {
   Driver& d = D();
   std::lock_guard lock(d.mu);
   if (dev < 0 || static_cast<size_t>(dev) >= d.devices.size()) return 0;
+  d.SweepExported();  // what the driver holds now: descriptors closed since are gone
   return d.devices[dev].used;
 }
 

@@ -38,7 +38,10 @@ TEST_F(MemoryLimitE2E, TwoReplicasGetHalfTheGpuAndTheLimitHolds) {
                            "    stateDir: "
                         << state << "\n";
   StartHarness();
-  StartPlugin({"--config-file", config});
+  // The node names the driver the library calls (the simulated one); the container's environment
+  // and LD_LIBRARY_PATH do not.
+  StartPlugin({"--config-file", config},
+              {{"GPULET_CONTAINER_CUDA_DRIVER", BuildDir() + "/cuda_sim/libcuda.so.1"}});
   WaitForDevices(32, 32, 60s);
   auto fixture =
       sim::LoadFixture(std::string(GPULET_SOURCE_DIR) + "/testing/fixtures/hgx-h200.yaml");

@@ -79,9 +79,13 @@ class MemLimitTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(root_); }
 
+  // The node's driver: the simulated one, named in the limits file (the library never searches).
+  static std::string Driver() { return BuildDir() + "/cuda_sim/libcuda.so.1"; }
+
   void MakeRegion(uint64_t limit, uint64_t context_bytes = 0) {
     ASSERT_EQ(CreateRegion(acct_, {{uuid0_, limit, context_bytes}}, /*replace=*/true), "");
-    ASSERT_EQ(WriteLimitsFile(root_ + "/lib/" + kLimitsFileName, {{uuid0_, limit, context_bytes}}),
+    ASSERT_EQ(WriteLimitsFile(root_ + "/lib/" + kLimitsFileName, {{uuid0_, limit, context_bytes}},
+                              /*passthrough=*/false, Driver()),
               "");
   }
 
@@ -160,15 +164,17 @@ class MemLimitTest : public ::testing::Test {
 
   // Runs tests/memlimit/memlimit_model.cc (the library against the driver model) with `args`,
   // GPUs 0 and 1 limited to `limit` each; its last line.
-  std::string Model(std::vector<std::string> args, uint64_t limit) {
+  std::string Model(std::vector<std::string> args, uint64_t limit,
+                    std::map<std::string, std::string> extra = {}) {
     const std::vector<GpuLimit> gpus = {{uuid0_, limit, 0}, {uuid1_, limit, 0}};
     EXPECT_EQ(CreateRegion(acct_, gpus, /*replace=*/true), "");
-    EXPECT_EQ(WriteLimitsFile(root_ + "/lib/" + kLimitsFileName, gpus), "");
+    EXPECT_EQ(WriteLimitsFile(root_ + "/lib/" + kLimitsFileName, gpus, false, Driver()), "");
     args.insert(args.begin(), acct_);
     args.insert(args.begin(), BuildDir() + "/bin/memlimit_model");
     CommandSpec spec;
     spec.argv = args;
-    spec.env = Env({{"MODEL_LIMIT", std::to_string(limit)}});
+    extra["MODEL_LIMIT"] = std::to_string(limit);
+    spec.env = Env(extra);
     spec.timeout = std::chrono::seconds(120);
     auto out = RunCommand(spec);
     EXPECT_TRUE(out.ok());
@@ -283,7 +289,10 @@ TEST_F(MemLimitTest, EveryCountedApiStopsAtTheLimit) {
   const Case cases[] = {{"alloc", 2 * kMiB},  {"pitch", 2 * kMiB},   {"managed", 2 * kMiB},
                         {"create", 2 * kMiB}, {"async", 2 * kMiB},   {"pool", 2 * kMiB},
                         {"array", 2 * kMiB},  {"array3d", 2 * kMiB}, {"mipmap", 2 * kMiB},
-                        {"module", 2 * kMiB}, {"library", 2 * kMiB}, {"context", 4 * kMiB}};
+                        {"module", 2 * kMiB}, {"library", 2 * kMiB}, {"context", 4 * kMiB},
+                        // issue 36 item 5: the file and fat-binary loaders, green contexts
+                        {"modulefile", 2 * kMiB}, {"fatbinary", 2 * kMiB},
+                        {"libraryfile", 2 * kMiB}, {"green", 4 * kMiB}};
   for (const Case& c : cases) {
     SCOPED_TRACE(c.api);
     MakeRegion(64 * kMiB);
@@ -416,7 +425,7 @@ TEST_F(MemLimitTest, FailsClosedNamingTheFileAndTheCause) {
 
   // The operator's switch (the limits file's, not the environment's): pass-through, said so.
   ASSERT_EQ(WriteLimitsFile(root_ + "/lib/" + kLimitsFileName, {{uuid0_, 64 * kMiB, 0}},
-                            /*passthrough=*/true),
+                            /*passthrough=*/true, Driver()),
             "");
   out = Probe({"init", "alloc", "alloc", std::to_string(512 * kMiB)},
               {{"GPULET_CUDA_PASSTHROUGH", "0"}});
@@ -502,6 +511,58 @@ TEST_F(MemLimitTest, ExecReleasesTheEarlierImagesCharges) {
   const CommandOutput out =
       Probe({"init", "alloc", "alloc", std::to_string(8 * kMiB), "exec", "init", "info"});
   EXPECT_EQ(U(Line(out.out, "info"), "cu_free"), 64 * kMiB - context_) << out.out;
+}
+
+// ---- issue 36 ------------------------------------------------------------------------------------
+
+// Item 1: cuInit and cuMemAlloc_v2 looked up with dlsym(RTLD_DEFAULT) (our own exports) and a
+// tenant library's no-op cuMemFree_v2 looked up first: the table still holds the driver's.
+TEST_F(MemLimitTest, TheDriversFunctionsComeFromTheDriverWhoeverAsksFirst) {
+  EXPECT_EQ(Model({"driver-first"}, 64 * kMiB,
+                  {{"MODEL_POISON", BuildDir() + "/testlib/libmemlimit_poison.so"}}),
+            "ok driver-first");
+}
+
+// Item 2: no context current: refused with the driver's answer, never passed uncounted.
+TEST_F(MemLimitTest, WithoutAContextNothingPassesUncounted) {
+  EXPECT_EQ(Model({"library-no-context"}, 64 * kMiB), "ok library-no-context");
+}
+
+// Item 3: neither GPULET_CUDA_DRIVER_LIBRARY in the process environment nor an LD_LIBRARY_PATH
+// that puts a copy of libcuda.so.1 first (the program itself then links the copy) picks the
+// driver the library calls: the limits file's driver does the work and holds what is charged.
+TEST_F(MemLimitTest, TheTenantDoesNotPickTheDriver) {
+  const std::string tenant = root_ + "/tenant";
+  std::filesystem::create_directories(tenant);
+  std::filesystem::copy_file(Driver(), tenant + "/libcuda.so.1");
+  const std::map<std::string, std::string> ways[] = {
+      {{"GPULET_CUDA_DRIVER_LIBRARY", tenant + "/libcuda.so.1"}},
+      {{"LD_LIBRARY_PATH", tenant + ":" + BuildDir() + "/sim"}}};
+  for (const auto& env : ways) {
+    SCOPED_TRACE(env.begin()->first);
+    MakeRegion(64 * kMiB);
+    const CommandOutput out = Probe({"init", "alloc", "alloc", "1048576", "drivers"}, env);
+    auto drivers = Line(out.out, "drivers");
+    // The node's driver did the work (it holds the context at least) and holds exactly what the
+    // region charges; the copy, where the program loaded it, holds nothing.
+    EXPECT_GE(U(drivers, Driver()), context_) << out.out;
+    EXPECT_EQ(Usage().used, U(drivers, Driver())) << out.out;
+    if (drivers.count(tenant + "/libcuda.so.1") != 0) {
+      EXPECT_EQ(drivers[tenant + "/libcuda.so.1"], "0") << out.out;
+    }
+    if (env.count("GPULET_CUDA_DRIVER_LIBRARY") != 0) {
+      // An honest program with the variable set works as without it.
+      EXPECT_EQ(Line(out.out, "alloc")["rc"], "0") << out.out << out.err;
+      EXPECT_EQ(Usage().used, context_ + kMiB);
+    }
+    // (With the copy linked, the calls the library does not wrap, cuCtxSetCurrent among them, go
+    // to the copy, which was never initialized: such a program fails, it does not escape.)
+  }
+}
+
+// Item 6: memory exported as a POSIX descriptor stays charged until the descriptor is closed.
+TEST_F(MemLimitTest, VmmMemoryIsChargedWhileItsExportedDescriptorIsOpen) {
+  EXPECT_EQ(Model({"vmm-exported"}, 256 * kMiB), "ok vmm-exported");
 }
 
 // The differential run: 100,000 random steps (allocations, frees, pools, VMM, arrays, modules,

@@ -7,7 +7,8 @@
 //   memlimit_model DIR diff SEED STEPS
 // Scenarios (one per escape of issue 24): reuse-race, vmm-mapped, vmm-retain, vmm-import, graph,
 // neighbour-module, neighbour-context, stream-device, arrays, procaddr, retain-race,
-// pool-destroyed.
+// pool-destroyed; and of issue 36: driver-first (MODEL_POISON: the tenant library's path),
+// library-no-context, vmm-exported.
 // Prints "ok …" and exits 0, or "FAIL …" (with the seed and step for diff) and exits 1.
 #include <dlfcn.h>
 #include <sys/wait.h>
@@ -605,6 +606,89 @@ void Differential(uint64_t limit, uint64_t seed, int64_t steps) {
   std::printf("ok diff seed=%" PRIu64 " steps=%" PRId64 "\n", seed, steps);
 }
 
+// Issue 36 item 1: the driver's functions come from the driver, whoever asks first. Before any
+// CUDA call the program resolves cuInit and cuMemAlloc_v2 with dlsym(RTLD_DEFAULT) (which finds
+// the library's own exports first) and cuMemFree_v2 and cuCtxGetDevice from a tenant library's
+// no-op copies (MODEL_POISON).
+void DriverFirst(uint64_t limit) {
+  const char* poison = std::getenv("MODEL_POISON");
+  void* tenant = poison == nullptr ? nullptr : ::dlopen(poison, RTLD_NOW | RTLD_LOCAL);
+  if (tenant == nullptr) Fail("cannot load MODEL_POISON");
+  auto noop_free = reinterpret_cast<decltype(&cuMemFree_v2)>(::dlsym(tenant, "cuMemFree_v2"));
+  auto lying_device =
+      reinterpret_cast<decltype(&cuCtxGetDevice)>(::dlsym(tenant, "cuCtxGetDevice"));
+  auto init = reinterpret_cast<decltype(&cuInit)>(::dlsym(RTLD_DEFAULT, "cuInit"));
+  auto alloc = reinterpret_cast<decltype(&cuMemAlloc_v2)>(::dlsym(RTLD_DEFAULT, "cuMemAlloc_v2"));
+  if (noop_free == nullptr || lying_device == nullptr || init == nullptr || alloc == nullptr)
+    Fail("dlsym");
+  (void)lying_device;  // looked up only: the lookup itself must not reach the library's table
+  Ok(init(0), "cuInit through dlsym(RTLD_DEFAULT)");  // d05f651: called itself until killed
+  Init();
+  Check("initialized", limit);
+  for (int i = 0; i < 32; ++i) {
+    CUdeviceptr p = 0;
+    Ok(alloc(&p, 8 * kMiB), "cuMemAlloc_v2 through dlsym(RTLD_DEFAULT)");
+    Check("allocated", limit);
+    // Our dlsym hands out its wrapper for the name; the wrapper frees in the driver.
+    Ok(noop_free(p), "cuMemFree_v2 looked up in the tenant's library");
+    Check("freed", limit);
+  }
+  std::printf("ok driver-first\n");
+}
+
+// Issue 36 item 2: with no context current, a context-independent load (cuLibraryLoadData) is
+// loaded into every live context (the model, [MOD]); the library charges or refuses, never passes
+// it uncounted. Allocations without a context get the driver's own answer.
+void LibraryNoContext(uint64_t limit) {
+  Init();
+  Check("initialized", limit);
+  Ok(cuCtxSetCurrent(nullptr), "cuCtxSetCurrent(NULL)");
+  unsigned char image[64] = {1};
+  for (int i = 0; i < 8; ++i) {
+    CUlibrary lib = nullptr;
+    const CUresult rc = cuLibraryLoadData(&lib, image, nullptr, nullptr, 0, nullptr, nullptr, 0);
+    Check("cuLibraryLoadData with no context current", limit);
+    if (rc != CUDA_SUCCESS) break;
+  }
+  CUdeviceptr p = 0;
+  const CUresult a = cuMemAlloc_v2(&p, kMiB);
+  Check("cuMemAlloc_v2 with no context current", limit);
+  const CUresult b = cuMemAllocAsync(&p, kMiB, nullptr);
+  Check("cuMemAllocAsync with no context current", limit);
+  if (a != CUDA_ERROR_INVALID_CONTEXT || b != CUDA_ERROR_INVALID_CONTEXT) {
+    Fail("no context: cuMemAlloc_v2 rc=" + std::to_string(a) +
+         " cuMemAllocAsync rc=" + std::to_string(b) + ", expected the driver's 201");
+  }
+  std::printf("ok library-no-context\n");
+}
+
+// Issue 36 item 6: memory exported as a POSIX descriptor lives until that descriptor is closed,
+// after cuMemRelease and cuMemUnmap ([VMM] cuMemRelease, cuMemExportToShareableHandle).
+void VmmExported(uint64_t limit) {
+  Init();
+  const uint64_t base = Charged();
+  const CUmemAllocationProp prop = DeviceProp(0);
+  CUmemGenericAllocationHandle h = 0;
+  Ok(cuMemCreate(&h, 16 * kMiB, &prop, 0), "cuMemCreate");
+  int fd = -1;
+  Ok(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), "export");
+  CUdeviceptr va = 0;
+  Ok(cuMemAddressReserve(&va, 16 * kMiB, 0, 0, 0), "cuMemAddressReserve");
+  Ok(cuMemMap(va, 16 * kMiB, 0, h, 0), "cuMemMap");
+  Ok(cuMemRelease(h), "cuMemRelease");
+  Check("exported, released, mapped", limit);
+  Ok(cuMemUnmap(va, 16 * kMiB), "cuMemUnmap");
+  Check("exported, released, unmapped: the descriptor keeps it", limit);
+  if (Charged() != base + 16 * kMiB || gpulet_sim_device_used(0) != base + 16 * kMiB)
+    Fail("the exported memory was let go while its descriptor is open");
+  ::close(fd);
+  size_t free_b = 0, total_b = 0;
+  Ok(cuMemGetInfo_v2(&free_b, &total_b), "cuMemGetInfo_v2");
+  Check("descriptor closed", limit);
+  if (Charged() != base) Fail("the exported memory is still charged after its descriptor closed");
+  std::printf("ok vmm-exported\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -643,6 +727,12 @@ int main(int argc, char** argv) {
     RetainRace(limit);
   else if (what == "pool-destroyed")
     PoolDestroyedWithBlocksOut(limit);
+  else if (what == "driver-first")
+    DriverFirst(limit);
+  else if (what == "library-no-context")
+    LibraryNoContext(limit);
+  else if (what == "vmm-exported")
+    VmmExported(limit);
   else if (what == "diff" && argc == 5)
     Differential(limit, std::strtoull(argv[3], nullptr, 10), std::strtoll(argv[4], nullptr, 10));
   else

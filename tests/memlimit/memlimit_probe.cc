@@ -18,11 +18,15 @@
 //   ptsz                        (procaddr) cuMemAllocAsync with per-thread default stream
 //   exporttable                 cuGetExportTable through the resolved pointer
 //   rtldnext                    dlsym(RTLD_NEXT, "cuMemAlloc_v2")
+//   drivers                     each loaded libcuda.so.1 (path) and what it holds on device 0
+//                               (the simulated driver's gpulet_sim_device_used)
 //   wait FILE                   until FILE exists (several processes start together)
 //   hold                        print "holding" and wait to be killed
 //   exec                        exec this program with the commands after it (same pid)
 // APIs: alloc pitch managed create async pool array array3d mipmap module library context
+//       modulefile fatbinary libraryfile green
 #include <dlfcn.h>
+#include <link.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -186,6 +190,20 @@ CUresult AllocOnce(const std::string& api, size_t size, Held* out) {
     return g_api.cuLibraryLoadData(reinterpret_cast<CUlibrary*>(&out->object), g_image, nullptr,
                                    nullptr, 0, nullptr, nullptr, 0);
   }
+  if (api == "modulefile")
+    return g_api.cuModuleLoad(reinterpret_cast<CUmodule*>(&out->object), "probe.cubin");
+  if (api == "fatbinary")
+    return g_api.cuModuleLoadFatBinary(reinterpret_cast<CUmodule*>(&out->object), g_image);
+  if (api == "libraryfile") {
+    return g_api.cuLibraryLoadFromFile(reinterpret_cast<CUlibrary*>(&out->object), "probe.cubin",
+                                       nullptr, nullptr, 0, nullptr, nullptr, 0);
+  }
+  if (api == "green") {
+    // (A real program passes a descriptor from cuDevResourceGenerateDesc; the model takes any.)
+    static unsigned char desc_storage[16];
+    return g_api.cuGreenCtxCreate(reinterpret_cast<CUgreenCtx*>(&out->object),
+                                  reinterpret_cast<CUdevResourceDesc>(desc_storage), g_device, 0);
+  }
   if (api == "context") {
     CUresult rc = g_api.cuCtxCreate_v2(reinterpret_cast<CUcontext*>(&out->object), 0, g_device);
     if (rc == CUDA_SUCCESS) g_api.cuCtxSetCurrent(g_primary);  // keep allocating in the primary
@@ -202,8 +220,11 @@ CUresult Release(const Held& h) {
     return g_api.cuArrayDestroy(static_cast<CUarray>(h.object));
   if (h.api == "mipmap")
     return g_api.cuMipmappedArrayDestroy(static_cast<CUmipmappedArray>(h.object));
-  if (h.api == "module") return g_api.cuModuleUnload(static_cast<CUmodule>(h.object));
-  if (h.api == "library") return g_api.cuLibraryUnload(static_cast<CUlibrary>(h.object));
+  if (h.api == "module" || h.api == "modulefile" || h.api == "fatbinary")
+    return g_api.cuModuleUnload(static_cast<CUmodule>(h.object));
+  if (h.api == "library" || h.api == "libraryfile")
+    return g_api.cuLibraryUnload(static_cast<CUlibrary>(h.object));
+  if (h.api == "green") return g_api.cuGreenCtxDestroy(static_cast<CUgreenCtx>(h.object));
   if (h.api == "context") return g_api.cuCtxDestroy_v2(static_cast<CUcontext>(h.object));
   return g_api.cuMemFree_v2(h.ptr);
 }
@@ -347,6 +368,25 @@ int main(int argc, char** argv) {
     } else if (cmd == "rtldnext") {
       // From the program, the next cuMemAlloc_v2 after it is the preloaded library's.
       std::printf("rtldnext cuMemAlloc_v2=%s\n", Owner(dlsym(RTLD_NEXT, "cuMemAlloc_v2")).c_str());
+    } else if (cmd == "drivers") {
+      std::vector<std::string> paths;
+      dl_iterate_phdr(
+          [](dl_phdr_info* info, size_t, void* out) {
+            const std::string name = info->dlpi_name != nullptr ? info->dlpi_name : "";
+            if (name.size() >= 12 && name.compare(name.size() - 12, 12, "libcuda.so.1") == 0)
+              static_cast<std::vector<std::string>*>(out)->push_back(name);
+            return 0;
+          },
+          &paths);
+      std::printf("drivers");
+      for (const std::string& p : paths) {
+        void* h = dlopen(p.c_str(), RTLD_NOW | RTLD_NOLOAD);
+        auto used = h == nullptr ? nullptr
+                                 : reinterpret_cast<unsigned long long (*)(int)>(
+                                       dlsym(h, "gpulet_sim_device_used"));
+        std::printf(" %s=%lld", p.c_str(), used == nullptr ? -1LL : static_cast<long long>(used(0)));
+      }
+      std::printf("\n");
     } else if (cmd == "exporttable") {
       const void* table = nullptr;
       CUuuid id{};
