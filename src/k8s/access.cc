@@ -152,6 +152,11 @@ Result<ClusterAccess> LoadKubeconfig(const std::string& path, const std::string&
     }
     if (cl["insecure-skip-tls-verify"])
       a.insecure_skip_tls_verify = cl["insecure-skip-tls-verify"].as<bool>();
+    // client-go refuses the pair (k8s.io/client-go/transport, TLSConfigFor), with these words.
+    if (a.insecure_skip_tls_verify && (!a.ca_file.empty() || !a.ca_data.empty())) {
+      return Invalid(path, cl["insecure-skip-tls-verify"], cfield + "insecure-skip-tls-verify",
+                     "specifying a root certificates file with the insecure flag is not allowed");
+    }
 
     if (c["user"]) {
       const std::string user_name = c["user"].Scalar();

@@ -18,9 +18,6 @@ namespace gpulet::k8s {
 namespace {
 
 constexpr std::chrono::seconds kConnectTimeout{10};
-// A watch stream that stays silent this long is dead (API servers send bookmarks or time out
-// sooner).
-constexpr std::chrono::seconds kWatchSilence{600};
 
 std::string ReadToken(const ClusterAccess& a) {
   if (a.token_file.empty()) return a.token;
@@ -111,7 +108,8 @@ struct Outcome {
   std::optional<http::ExchangeError> error;
 };
 
-Outcome RoundTrip(const ClusterAccess& a, Client::HandlePool& pool, const http::Request& req,
+Outcome RoundTrip(const ClusterAccess& a, const ClientOptions& client_options,
+                  Client::HandlePool& pool, const http::Request& req,
                   const http::ExchangeOptions& options, bool reuse,
                   const http::BodySink& on_body) {
   Outcome out;
@@ -131,7 +129,7 @@ Outcome RoundTrip(const ClusterAccess& a, Client::HandlePool& pool, const http::
     if (!c) {
       Result<std::unique_ptr<http::Connection>> opened = http::Connection::Open(
           *endpoint, *tls, std::chrono::duration_cast<std::chrono::milliseconds>(kConnectTimeout),
-          options.deadline);
+          options.deadline, client_options.liveness);
       if (!opened.ok()) {
         out.error = http::ExchangeError{opened.status(), true};
         return out;
@@ -205,18 +203,33 @@ class StatusFieldsReader final : public nlohmann::json::json_sax_t {
   std::string key_;
 };
 
-ApiResult<nlohmann::json> Perform(const ClusterAccess& a, Client::HandlePool& pool,
-                                  const std::string& method, const std::string& path,
-                                  const std::string& content_type, std::string body,
+ApiResult<nlohmann::json> Perform(const ClusterAccess& a, const ClientOptions& client_options,
+                                  Client::HandlePool& pool, const std::string& method,
+                                  const std::string& path, const std::string& content_type,
+                                  std::string body,
                                   std::chrono::milliseconds timeout = std::chrono::seconds(30),
                                   Answer answer = Answer::kObject) {
   const bool is_get = method == "GET";
   http::Request req = MakeRequest(a, method, path, content_type, std::move(body));
   http::ExchangeOptions options;
   options.deadline = http::Clock::now() + timeout;
+  // A GET or DELETE may answer with a whole collection; a write answers with one object.
+  options.max_body_bytes =
+      is_get || method == "DELETE" ? kMaxListAnswerBytes : kMaxObjectAnswerBytes;
   std::string response;
-  Outcome o = RoundTrip(a, pool, req, options, is_get, [&](const http::ResponseHead&,
-                                                            std::string_view bytes) {
+  bool sized = false;
+  Outcome o = RoundTrip(a, client_options, pool, req, options, is_get,
+                        [&](const http::ResponseHead& head, std::string_view bytes) {
+    const bool ok = head.status >= 200 && head.status < 300;
+    if (!sized) {  // the announced size at once, not grown by doubling (a list: tens of MiB)
+      sized = true;
+      if (ok && head.content_length > 0) response.reserve(static_cast<size_t>(head.content_length));
+    }
+    if (!ok) {  // an error Status: kept (bounded) for its message
+      if (response.size() < kMaxErrorBodyBytes)
+        response.append(bytes.substr(0, kMaxErrorBodyBytes - response.size()));
+      return true;
+    }
     response.append(bytes);
     return true;
   });
@@ -257,14 +270,14 @@ ApiResult<nlohmann::json> Perform(const ClusterAccess& a, Client::HandlePool& po
 
 struct WatchState {
   const std::function<bool(const WatchEvent&)>* on_event = nullptr;
-  std::string pending;  // bytes after the last newline
+  http::LineSplitter lines{kMaxWatchLineBytes};
   std::string body;     // whole body when the status is not 200 (an error Status)
   bool gone = false;
   bool stopped_by_callback = false;
 };
 
 // Returns false to end the stream.
-bool HandleLine(WatchState& s, const std::string& line) {
+bool HandleLine(WatchState& s, std::string_view line) {
   if (line.empty()) return true;
   nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
@@ -288,11 +301,11 @@ bool HandleLine(WatchState& s, const std::string& line) {
 
 }  // namespace
 
-Client::Client(ClusterAccess access)
-    : access_(std::move(access)), pool_(std::make_shared<HandlePool>()) {}
+Client::Client(ClusterAccess access, ClientOptions options)
+    : access_(std::move(access)), options_(options), pool_(std::make_shared<HandlePool>()) {}
 
 ApiResult<nlohmann::json> Client::Get(const std::string& path) const {
-  return Perform(access_, *pool_, "GET", path, "", "");
+  return Perform(access_, options_, *pool_, "GET", path, "", "");
 }
 
 ApiResult<nlohmann::json> Client::Patch(const std::string& path, const nlohmann::json& patch,
@@ -300,23 +313,23 @@ ApiResult<nlohmann::json> Client::Patch(const std::string& path, const nlohmann:
   const char* ct = type == PatchType::kMerge            ? "application/merge-patch+json"
                    : type == PatchType::kStrategicMerge ? "application/strategic-merge-patch+json"
                                                         : "application/json-patch+json";
-  return Perform(access_, *pool_, "PATCH", path, ct, patch.dump(), std::chrono::seconds(30),
-                 answer);
+  return Perform(access_, options_, *pool_, "PATCH", path, ct, patch.dump(),
+                 std::chrono::seconds(30), answer);
 }
 
 ApiResult<nlohmann::json> Client::Post(const std::string& path, const nlohmann::json& body,
                                        Answer answer) const {
-  return Perform(access_, *pool_, "POST", path, "application/json", body.dump(),
+  return Perform(access_, options_, *pool_, "POST", path, "application/json", body.dump(),
                  std::chrono::seconds(30), answer);
 }
 
 ApiResult<nlohmann::json> Client::Post(const std::string& path, const nlohmann::json& body,
                                        std::chrono::milliseconds timeout) const {
-  return Perform(access_, *pool_, "POST", path, "application/json", body.dump(), timeout);
+  return Perform(access_, options_, *pool_, "POST", path, "application/json", body.dump(), timeout);
 }
 
 ApiResult<nlohmann::json> Client::Delete(const std::string& path) const {
-  return Perform(access_, *pool_, "DELETE", path, "", "");
+  return Perform(access_, options_, *pool_, "DELETE", path, "", "");
 }
 
 WatchResult Client::Watch(const std::string& path,
@@ -327,24 +340,25 @@ WatchResult Client::Watch(const std::string& path,
   s.on_event = &on_event;
   http::Request req = MakeRequest(access_, "GET", path, "", "");
   http::ExchangeOptions options;
-  options.idle_timeout = kWatchSilence;
+  options.idle_timeout = options_.watch_silence;
   options.stop = stop;
-  Outcome o = RoundTrip(access_, *pool_, req, options, false,
+  options.max_body_bytes = 0;  // a stream: each line is bounded instead
+  Outcome o = RoundTrip(access_, options_, *pool_, req, options, false,
                         [&](const http::ResponseHead& head, std::string_view bytes) {
     if (head.status != 200) {  // an error Status, kept whole (bounded) for the message
-      if (s.body.size() < 64 * 1024) s.body.append(bytes.substr(0, 64 * 1024 - s.body.size()));
+      if (s.body.size() < kMaxErrorBodyBytes)
+        s.body.append(bytes.substr(0, kMaxErrorBodyBytes - s.body.size()));
       return true;
     }
-    s.pending.append(bytes);
-    size_t start = 0;
-    for (size_t nl; (nl = s.pending.find('\n', start)) != std::string::npos; start = nl + 1) {
-      if (!HandleLine(s, s.pending.substr(start, nl - start))) return false;
-    }
-    s.pending.erase(0, start);
-    return true;
+    return s.lines.Feed(bytes, [&](std::string_view line) { return HandleLine(s, line); });
   });
   result.http_status = o.head.status;
-  if (s.gone || result.http_status == 410) {
+  if (s.lines.overflowed()) {
+    result.end = WatchEnd::kBroken;
+    result.error = Status(ErrorCode::kUnavailable,
+                          "WATCH " + access_.server + path + ": an event line longer than " +
+                              std::to_string(kMaxWatchLineBytes) + " bytes");
+  } else if (s.gone || result.http_status == 410) {
     result.end = WatchEnd::kGone;
   } else if (s.stopped_by_callback || (stop != nullptr && stop->load())) {
     result.end = WatchEnd::kStopped;
@@ -356,7 +370,7 @@ WatchResult Client::Watch(const std::string& path,
     result.error = Status(ErrorCode::kUnavailable,
                           "WATCH " + access_.server + path + ": " + o.error->status.message());
   } else {
-    if (!s.pending.empty()) HandleLine(s, s.pending);
+    if (!s.lines.rest().empty()) HandleLine(s, s.lines.rest());
     result.end = s.gone ? WatchEnd::kGone : WatchEnd::kClosed;
   }
   return result;

@@ -23,6 +23,7 @@
 
 #include "common/status.h"
 #include "k8s/access.h"
+#include "k8s/http.h"
 
 namespace gpulet::k8s {
 
@@ -75,9 +76,32 @@ struct WatchResult {
 // allocations the process's heap would otherwise keep fragments of.
 enum class Answer { kObject, kNothing };
 
+// What an API server may send, per kind of answer (docs/security.md, "The API client"). An answer
+// over its bound fails the call (a watch: the stream breaks and the watch loop starts another);
+// the bytes are not kept.
+// One watch event (one JSON line). The API server refuses objects over 3 MiB (etcd stores at most
+// 1.5 MiB), so 16 MiB leaves room for any real object and bounds the tree built from a line.
+inline constexpr size_t kMaxWatchLineBytes = size_t{16} << 20;
+// The answer to a write (POST, PATCH): one object, or a Status.
+inline constexpr size_t kMaxObjectAnswerBytes = size_t{16} << 20;
+// The answer to a GET or DELETE, which may be a whole collection (a List). A list larger than this
+// needs paging (limit/continue), as client-go's reflector pages its LISTs.
+inline constexpr size_t kMaxListAnswerBytes = size_t{256} << 20;
+// The body of an HTTP error kept for its message.
+inline constexpr size_t kMaxErrorBodyBytes = 64 * 1024;
+
+struct ClientOptions {
+  http::Liveness liveness;  // TCP keepalive on every connection: a dead peer noticed in 45 s
+  // A watch that receives nothing (no event, no bookmark) this long is broken, and the watch loop
+  // starts another. The API server sends a BOOKMARK to a watch that asked for them
+  // (allowWatchBookmarks=true) about once a minute, so a healthy stream is never this silent;
+  // this catches a server process that hangs while its host still answers TCP keepalives.
+  std::chrono::milliseconds watch_silence{std::chrono::seconds(120)};
+};
+
 class Client {
  public:
-  explicit Client(ClusterAccess access);
+  explicit Client(ClusterAccess access, ClientOptions options = {});
 
   // GET `path` (e.g. "/api/v1/nodes/n1"): the decoded body.
   ApiResult<nlohmann::json> Get(const std::string& path) const;
@@ -102,7 +126,8 @@ class Client {
 
   // Streams a watch (`path` includes the query, with watch=1) and calls on_event for each JSON
   // line until the stream ends, on_event returns false, or *stop becomes true (checked at least
-  // once a second). An ERROR event with code 410 ends it as kGone without calling on_event.
+  // once a second). An ERROR event with code 410 ends it as kGone without calling on_event. A
+  // line over kMaxWatchLineBytes, or a stream silent for options.watch_silence, ends it as kBroken.
   WatchResult Watch(const std::string& path, const std::function<bool(const WatchEvent&)>& on_event,
                     const std::atomic<bool>* stop) const;
 
@@ -112,6 +137,7 @@ class Client {
 
  private:
   ClusterAccess access_;
+  ClientOptions options_;
   std::shared_ptr<HandlePool> pool_;
 };
 

@@ -160,6 +160,35 @@ TEST(Kubeconfig, ErrorsNameFileLineAndField) {
   EXPECT_EQ(LoadKubeconfig(dir + "/missing").status().code(), ErrorCode::kNotFound);
 }
 
+// client-go refuses a cluster with insecure-skip-tls-verify and a CA (file or data), naming the
+// reason in these words; so do we, with the file, line and field.
+TEST(Kubeconfig, SkipVerifyTogetherWithACaIsRefusedAsClientGoRefusesIt) {
+  const std::string dir = TempDir();
+  const std::string kc = dir + "/kubeconfig";
+  for (const std::string& ca : {std::string("certificate-authority: ca.crt"),
+                                "certificate-authority-data: " + Base64("pem")}) {
+    std::ofstream(kc) << "current-context: test\nclusters:\n- name: c1\n  cluster:\n"
+                         "    server: https://10.0.0.1:6443\n    " << ca << "\n"
+                         "    insecure-skip-tls-verify: true\ncontexts:\n- name: test\n"
+                         "  context:\n    cluster: c1\n";
+    Result<ClusterAccess> a = LoadKubeconfig(kc);
+    ASSERT_FALSE(a.ok()) << ca;
+    EXPECT_EQ(a.status().code(), ErrorCode::kInvalidInput);
+    EXPECT_NE(a.status().message().find(
+                  kc + ":7: clusters[c1].cluster.insecure-skip-tls-verify: specifying a root "
+                       "certificates file with the insecure flag is not allowed"),
+              std::string::npos)
+        << a.status().message();
+  }
+  std::ofstream(kc) << "current-context: test\nclusters:\n- name: c1\n  cluster:\n"
+                       "    server: https://10.0.0.1:6443\n    insecure-skip-tls-verify: true\n"
+                       "contexts:\n- name: test\n  context:\n    cluster: c1\n";
+  Result<ClusterAccess> alone = LoadKubeconfig(kc);
+  ASSERT_TRUE(alone.ok()) << alone.status().message();
+  EXPECT_TRUE(alone->insecure_skip_tls_verify);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_F(ApiTest, UntrustedServerCertificateFails) {
   StartServer();
   ClusterAccess a = Access();

@@ -1,6 +1,7 @@
 #include "k8s/http.h"
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -10,12 +11,14 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <openssl/x509v3.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <mutex>
 
 #include "common/files.h"
@@ -115,6 +118,20 @@ FileStamp Stamp(const std::string& path) {
   return s;
 }
 
+// X509_VERIFY_PARAM_set_hostflags, from the libcrypto that Crypto() loaded (not in its table,
+// which the exporter's TLS shares; RTLD_NOLOAD finds the copy already mapped). Null when absent.
+using SetHostFlags = void (*)(X509_VERIFY_PARAM*, unsigned int);
+SetHostFlags HostFlagsSetter() {
+  static const SetHostFlags fn = [] {
+    void* lib = dlopen("libcrypto.so.3", RTLD_NOW | RTLD_NOLOAD);
+    if (lib == nullptr) return SetHostFlags{nullptr};
+    auto* f = reinterpret_cast<SetHostFlags>(dlsym(lib, "X509_VERIFY_PARAM_set_hostflags"));
+    dlclose(lib);  // Crypto() keeps its own reference for the program
+    return f;
+  }();
+  return fn;
+}
+
 bool Changed(const FileStamp& s) {
   if (s.path.empty()) return false;
   FileStamp now = Stamp(s.path);
@@ -188,20 +205,23 @@ class TlsConfig {
   ~TlsConfig() {
     if (ctx_ != nullptr) ssl_->ctx_free(ctx_);
     std::lock_guard<std::mutex> lock(mu_);
-    if (session_ != nullptr) ssl_->session_free(session_);
+    for (auto& [key, session] : sessions_) ssl_->session_free(session);
   }
   SSL_CTX* ctx() const { return ctx_; }
   bool verify() const { return verify_; }
   const LibSsl* ssl() const { return ssl_; }
   const LibCrypto* crypto() const { return crypto_; }
 
-  // The last session the server gave: a new connection resumes it (an abbreviated handshake,
-  // no key exchange and no certificate chain to verify again).
-  void ResumeInto(SSL* ssl) {
+  // The last session the server at `key` ("host:port") gave: a new connection there resumes it
+  // (an abbreviated handshake, no key exchange and no certificate chain to verify again). A
+  // resumed session skips the certificate and hostname checks, so it is offered only to the host
+  // and port whose checks it passed, as Go's tls.Config.ClientSessionCache is keyed.
+  void ResumeInto(SSL* ssl, const std::string& key) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (session_ != nullptr) ssl_->set_session(ssl, session_);  // takes its own reference
+    auto it = sessions_.find(key);
+    if (it != sessions_.end()) ssl_->set_session(ssl, it->second);  // takes its own reference
   }
-  void Keep(SSL* ssl) {
+  void Keep(SSL* ssl, const std::string& key) {
     SSL_SESSION* s = ssl_->get1_session(ssl);
     if (s == nullptr) return;
     if (ssl_->session_is_resumable(s) == 0) {
@@ -209,8 +229,9 @@ class TlsConfig {
       return;
     }
     std::lock_guard<std::mutex> lock(mu_);
-    if (session_ != nullptr) ssl_->session_free(session_);
-    session_ = s;
+    SSL_SESSION*& slot = sessions_[key];
+    if (slot != nullptr) ssl_->session_free(slot);
+    slot = s;
   }
 
   std::vector<FileStamp> stamps;
@@ -222,7 +243,7 @@ class TlsConfig {
   SSL_CTX* ctx_ = nullptr;
   bool verify_ = true;
   std::mutex mu_;
-  SSL_SESSION* session_ = nullptr;
+  std::map<std::string, SSL_SESSION*> sessions_;  // "host:port" → its last resumable session
 };
 
 Result<std::shared_ptr<TlsConfig>> MakeTlsConfig(const ClusterAccess& a) {
@@ -230,6 +251,13 @@ Result<std::shared_ptr<TlsConfig>> MakeTlsConfig(const ClusterAccess& a) {
   const LibSsl* ssl = Ssl(&error);
   if (ssl == nullptr) return Status(ErrorCode::kUnavailable, "TLS for the API server: " + error);
   const LibCrypto& c = *Crypto();
+  // client-go refuses this pair (k8s.io/client-go/transport, TLSConfigFor): a CA that would not
+  // be used is a configuration mistake, not a request to skip verification.
+  if (a.insecure_skip_tls_verify && (!a.ca_data.empty() || !a.ca_file.empty())) {
+    return Status(ErrorCode::kInvalidInput,
+                  "insecure-skip-tls-verify with certificate-authority: specifying a root "
+                  "certificates file with the insecure flag is not allowed");
+  }
   auto config = std::make_shared<TlsConfig>();
   config->ssl_ = ssl;
   config->crypto_ = &c;
@@ -331,6 +359,7 @@ struct Connection::Impl {
   int fd = -1;
   SSL* ssl = nullptr;
   std::shared_ptr<TlsConfig> tls;
+  std::string session_key;  // "host:port": which TLS sessions this connection may resume and keep
 
   ~Impl() {
     if (ssl != nullptr) {
@@ -399,15 +428,17 @@ Connection::~Connection() = default;
 Result<std::unique_ptr<Connection>> Connection::Open(const Endpoint& e,
                                                      std::shared_ptr<TlsConfig> tls,
                                                      std::chrono::milliseconds connect_timeout,
-                                                     Clock::time_point deadline) {
+                                                     Clock::time_point deadline,
+                                                     const Liveness& liveness) {
+  const std::string& dial = e.dial_host.empty() ? e.host : e.dial_host;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_ADDRCONFIG | (e.host_is_ip ? AI_NUMERICHOST : 0);
+  hints.ai_flags = AI_ADDRCONFIG | (IsIpLiteral(dial) ? AI_NUMERICHOST : 0);
   addrinfo* res = nullptr;
-  if (int rc = ::getaddrinfo(e.host.c_str(), e.port.c_str(), &hints, &res); rc != 0) {
+  if (int rc = ::getaddrinfo(dial.c_str(), e.port.c_str(), &hints, &res); rc != 0) {
     return Status(ErrorCode::kUnavailable,
-                  "cannot resolve " + e.host + ": " + ::gai_strerror(rc));
+                  "cannot resolve " + dial + ": " + ::gai_strerror(rc));
   }
   const Clock::time_point connect_deadline = std::min(deadline, Clock::now() + connect_timeout);
   auto impl = std::make_unique<Impl>();
@@ -444,6 +475,17 @@ Result<std::unique_ptr<Connection>> Connection::Open(const Endpoint& e,
   if (impl->fd < 0) return Status(ErrorCode::kUnavailable, last_error);
   const int one = 1;
   ::setsockopt(impl->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (liveness.keepalive_count > 0) {
+    const int idle = static_cast<int>(liveness.keepalive_idle.count());
+    const int interval = static_cast<int>(liveness.keepalive_interval.count());
+    const int count = liveness.keepalive_count;
+    const unsigned user_timeout_ms = static_cast<unsigned>((idle + interval * count) * 1000);
+    ::setsockopt(impl->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    ::setsockopt(impl->fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    ::setsockopt(impl->fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+    ::setsockopt(impl->fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+    ::setsockopt(impl->fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
+  }
   if (!e.tls) return std::unique_ptr<Connection>(new Connection(std::move(impl)));
 
   if (tls == nullptr) return Status(ErrorCode::kInternal, "https without a TLS configuration");
@@ -458,12 +500,23 @@ Result<std::unique_ptr<Connection>> Connection::Open(const Endpoint& e,
                const_cast<char*>(e.host.c_str()));
   }
   if (tls->verify()) {
+    // As Go's crypto/x509 (VerifyHostname): names only from subjectAltName, never the subject's
+    // CN (ignored since Go 1.15, even without SANs), and a wildcard only as the whole left-most
+    // label ("*.example.test"; "f*.example.test" matches nothing).
+    const SetHostFlags set_flags = HostFlagsSetter();
+    if (set_flags == nullptr) {
+      return Status(ErrorCode::kUnavailable,
+                    "TLS: libcrypto.so.3 has no X509_VERIFY_PARAM_set_hostflags");
+    }
+    set_flags(s.get0_param(impl->ssl),
+              X509_CHECK_FLAG_NEVER_CHECK_SUBJECT | X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
     const int named = e.host_is_ip ? tls->crypto()->x509_verify_param_set1_ip_asc(
                                          s.get0_param(impl->ssl), e.host.c_str())
                                    : s.set1_host(impl->ssl, e.host.c_str());
     if (named != 1) return Status(ErrorCode::kInternal, "cannot set the expected host " + e.host);
   }
-  tls->ResumeInto(impl->ssl);
+  impl->session_key = e.host + ":" + e.port;
+  tls->ResumeInto(impl->ssl, impl->session_key);
   SSL* ssl = impl->ssl;
   Result<int> hs = impl->TlsIo([&] { return s.connect(ssl); }, connect_deadline, nullptr,
                                "TLS handshake");
@@ -473,8 +526,10 @@ Result<std::unique_ptr<Connection>> Connection::Open(const Endpoint& e,
 }
 
 void Connection::KeepTlsSession() {
-  if (impl_->ssl != nullptr) impl_->tls->Keep(impl_->ssl);
+  if (impl_->ssl != nullptr) impl_->tls->Keep(impl_->ssl, impl_->session_key);
 }
+
+int Connection::native_handle() const { return impl_->fd; }
 
 bool Connection::ResumedTls() const {
   return impl_->ssl != nullptr && impl_->tls->ssl()->session_reused(impl_->ssl) == 1;
@@ -548,12 +603,13 @@ namespace {
 // Reads the answer through a buffer; body bytes go out as they come.
 class Reader {
  public:
-  Reader(Connection& c, const ExchangeOptions& o) : c_(c), o_(o) {}
+  Reader(Stream& c, const ExchangeOptions& o) : c_(c), o_(o) {}
 
   size_t buffered() const { return buf_.size() - pos_; }
   std::string_view view() const { return std::string_view(buf_).substr(pos_); }
   void consume(size_t n) {
     pos_ += n;
+    scanned_ = 0;
     if (pos_ == buf_.size()) {
       buf_.clear();
       pos_ = 0;
@@ -568,10 +624,21 @@ class Reader {
       pos_ = 0;
     }
     Clock::time_point deadline = o_.deadline;
-    if (o_.idle_timeout.count() > 0) deadline = std::min(deadline, Clock::now() + o_.idle_timeout);
+    bool idle_bound = false;
+    if (o_.idle_timeout.count() > 0 && Clock::now() + o_.idle_timeout < deadline) {
+      deadline = Clock::now() + o_.idle_timeout;
+      idle_bound = true;
+    }
     char tmp[16384];
     Result<size_t> n = c_.ReadSome(tmp, sizeof tmp, deadline, o_.stop);
-    if (!n.ok()) return n.status();
+    if (!n.ok()) {
+      if (idle_bound && Clock::now() >= deadline && !(o_.stop != nullptr && o_.stop->load())) {
+        return Status(ErrorCode::kUnavailable,
+                      "timed out: the answer was silent for " +
+                          std::to_string(o_.idle_timeout.count()) + " ms");
+      }
+      return n.status();
+    }
     if (*n == 0) return false;
     received_any_ = true;
     buf_.append(tmp, *n);
@@ -581,7 +648,9 @@ class Reader {
   // A line ending in CRLF (or LF), without it, no longer than `max`.
   Result<std::string> Line(size_t max, const char* what) {
     for (;;) {
-      const size_t nl = view().find('\n');
+      // Only bytes not looked at yet are searched: a line trickled in small reads costs its length.
+      const size_t nl = view().find('\n', scanned_);
+      scanned_ = buffered();
       if (nl != std::string_view::npos) {
         std::string line(view().substr(0, nl));
         consume(nl + 1);
@@ -598,16 +667,17 @@ class Reader {
   }
 
  private:
-  Connection& c_;
+  Stream& c_;
   const ExchangeOptions& o_;
   std::string buf_;
   size_t pos_ = 0;
+  size_t scanned_ = 0;  // bytes after pos_ already searched for a newline
   bool received_any_ = false;
 };
 
 }  // namespace
 
-std::optional<ExchangeError> Exchange(Connection& c, const Endpoint& e, const Request& req,
+std::optional<ExchangeError> Exchange(Stream& c, const Endpoint& e, const Request& req,
                                       const ExchangeOptions& o, ResponseHead& head,
                                       const BodySink& on_body) {
   std::string msg;
@@ -666,7 +736,7 @@ std::optional<ExchangeError> Exchange(Connection& c, const Endpoint& e, const Re
         long v = 0;
         bool digits = !value.empty();
         for (char ch : value) {
-          if (ch < '0' || ch > '9' || v > static_cast<long>(kMaxBodyBytes)) digits = false;
+          if (ch < '0' || ch > '9' || v > (long{1} << 50)) digits = false;
           else v = v * 10 + (ch - '0');
         }
         if (!digits) return fail(Status(ErrorCode::kUnavailable, "bad Content-Length"), false);
@@ -692,6 +762,13 @@ std::optional<ExchangeError> Exchange(Connection& c, const Endpoint& e, const Re
     break;
   }
 
+  const bool bounded = o.max_body_bytes > 0;
+  auto too_big = [&](const std::string& what) {
+    return fail(Status(ErrorCode::kUnavailable, what + " exceeds the limit of " +
+                                                    std::to_string(o.max_body_bytes) + " bytes"),
+                false);
+  };
+  head.content_length = chunked ? -1 : content_length;
   auto deliver = [&](std::string_view bytes) { return on_body(head, bytes); };
   // Delivers the next n bytes of the body, as they arrive.
   auto deliver_exactly = [&](size_t n) -> std::optional<ExchangeError> {
@@ -739,24 +816,23 @@ std::optional<ExchangeError> Exchange(Connection& c, const Endpoint& e, const Re
         break;
       }
       total += size;
-      if (total > kMaxBodyBytes)
-        return fail(Status(ErrorCode::kUnavailable, "the answer exceeds " +
-                                                        std::to_string(kMaxBodyBytes) + " bytes"),
-                    false);
+      if (bounded && total > o.max_body_bytes) return too_big("the chunked answer");
       if (auto e = deliver_exactly(size)) return e;
       Result<std::string> crlf = r.Line(2, "chunk end");
       if (!crlf.ok()) return failed(crlf.status());
       if (!crlf->empty()) return fail(Status(ErrorCode::kUnavailable, "bad chunk end"), false);
     }
   } else if (content_length >= 0) {
+    if (bounded && static_cast<size_t>(content_length) > o.max_body_bytes) {
+      return too_big("the answer's Content-Length " + std::to_string(content_length));
+    }
     if (auto e = deliver_exactly(static_cast<size_t>(content_length))) return e;
   } else {
     close = true;  // the body ends with the connection
     for (;;) {
       if (r.buffered() > 0) {
         total += r.buffered();
-        if (total > kMaxBodyBytes)
-          return fail(Status(ErrorCode::kUnavailable, "the answer exceeds the body limit"), false);
+        if (bounded && total > o.max_body_bytes) return too_big("the answer");
         const bool go_on = deliver(r.view());
         r.consume(r.buffered());
         if (!go_on) return fail(Status(ErrorCode::kUnavailable, "stopped"), false, true);
@@ -768,6 +844,39 @@ std::optional<ExchangeError> Exchange(Connection& c, const Endpoint& e, const Re
   }
   head.reusable = !close && r.buffered() == 0;
   return std::nullopt;
+}
+
+bool LineSplitter::Feed(std::string_view bytes,
+                        const std::function<bool(std::string_view line)>& on_line) {
+  if (overflowed_) return false;
+  auto overflow = [&] {
+    overflowed_ = true;
+    std::string().swap(pending_);
+    return false;
+  };
+  while (!bytes.empty()) {
+    const size_t nl = bytes.find('\n');  // each byte is searched once
+    if (nl == std::string_view::npos) {
+      if (pending_.size() + bytes.size() > max_line_) return overflow();
+      pending_.append(bytes);
+      return true;
+    }
+    std::string_view line = bytes.substr(0, nl);
+    bytes.remove_prefix(nl + 1);
+    if (!pending_.empty()) {
+      if (pending_.size() + line.size() > max_line_) return overflow();
+      pending_.append(line);
+      line = pending_;
+    } else if (line.size() > max_line_) {
+      return overflow();
+    }
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    const bool go_on = on_line(line);
+    pending_.clear();
+    if (pending_.capacity() > (size_t{1} << 20)) std::string().swap(pending_);  // a big line's
+    if (!go_on) return false;
+  }
+  return true;
 }
 
 }  // namespace gpulet::k8s::http

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -23,6 +24,8 @@
 
 #include "apiserver/fake_apiserver.h"
 #include "k8s/client.h"
+#include "k8s/watch.h"
+#include "support/wait_until.h"
 
 namespace gpulet::k8s::http {
 namespace {
@@ -349,6 +352,226 @@ TEST(ClientOverRawServer, AnUnreachableServerIsAClearError) {
   EXPECT_NE(r.status().message().find("connect to 127.0.0.1"), std::string::npos) << r.status().message();
 }
 
+// Sends what it can, ignoring a peer that stopped reading (the client refused the answer).
+void SendSome(int fd, const std::string& bytes) {
+  for (size_t off = 0; off < bytes.size();) {
+    const ssize_t n = ::send(fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return;
+    off += static_cast<size_t>(n);
+  }
+}
+
+// Blocks until the client closes its side.
+void WaitForClose(int fd) {
+  char buf[4096];
+  while (::recv(fd, buf, sizeof buf, 0) > 0) {
+  }
+}
+
+std::string Chunk(const std::string& bytes) {
+  char size[32];
+  std::snprintf(size, sizeof size, "%zx\r\n", bytes.size());
+  return size + bytes + "\r\n";
+}
+
+const char kChunkedHead[] = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+
+// Each kind of answer has its bound: a write's answer (one object) over kMaxObjectAnswerBytes
+// fails, announced by Content-Length or grown chunk by chunk, and the client stops reading it; a
+// GET (which may be a List) of the same size is read.
+TEST(ClientOverRawServer, AnAnswerOverItsKindsBoundFails) {
+  const std::string big =
+      R"({"kind":"ConfigMap","data":{"a":")" + std::string(kMaxObjectAnswerBytes, 'x') + R"("}})";
+  RawServer server([&](int fd, int index) {
+    if (ReadRequest(fd).empty()) return;
+    if (index == 1) {  // chunked, no Content-Length
+      SendSome(fd, kChunkedHead);
+      for (size_t off = 0; off < big.size(); off += 1 << 20) {
+        SendSome(fd, Chunk(big.substr(off, 1 << 20)));
+      }
+      SendSome(fd, "0\r\n\r\n");
+      return;
+    }
+    SendSome(fd, "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(big.size()) +
+                     "\r\n\r\n" + big);
+  });
+  ClusterAccess a;
+  a.server = server.url();
+  Client client(a);
+  const nlohmann::json body = {{"kind", "ConfigMap"}};
+  for (int i = 0; i < 2; ++i) {
+    ApiResult<nlohmann::json> r = client.Post("/api/v1/namespaces/ns/configmaps", body);
+    ASSERT_FALSE(r.ok()) << i;
+    const std::string bound = "exceeds the limit of " + std::to_string(kMaxObjectAnswerBytes);
+    EXPECT_NE(r.status().message().find(bound), std::string::npos)
+        << r.status().message();
+  }
+  ApiResult<nlohmann::json> got = client.Get("/api/v1/namespaces/ns/configmaps/big");
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_EQ((*got)["data"]["a"].get<std::string>().size(), kMaxObjectAnswerBytes);
+}
+
+// Watch lines are framed whatever the chunking: split across chunks and reads, several in one
+// chunk, a CRLF ending, and a last line without a newline when the stream ends.
+TEST(ClientOverRawServer, WatchLinesAreFramedWhateverTheChunking) {
+  RawServer server([&](int fd, int) {
+    if (ReadRequest(fd).empty()) return;
+    const std::string events =
+        R"({"type":"ADDED","object":{"metadata":{"name":"a"}}})" "\n"
+        R"({"type":"MODIFIED","object":{"metadata":{"name":"b"}}})" "\r\n"
+        R"({"type":"DELETED","object":{"metadata":{"name":"c"}}})";
+    SendSome(fd, kChunkedHead);
+    for (size_t off = 0, step = 1; off < events.size(); off += step, step = step % 7 + 1) {
+      SendSome(fd, Chunk(events.substr(off, step)));
+    }
+    SendSome(fd, "0\r\n\r\n");
+  });
+  ClusterAccess a;
+  a.server = server.url();
+  std::vector<std::string> seen;
+  WatchResult r = Client(a).Watch("/api/v1/configmaps?watch=1", [&](const WatchEvent& ev) {
+    seen.push_back(ev.type + " " + ev.object["metadata"]["name"].get<std::string>());
+    return true;
+  }, nullptr);
+  EXPECT_EQ(r.end, WatchEnd::kClosed) << r.error.message();
+  EXPECT_EQ(seen, (std::vector<std::string>{"ADDED a", "MODIFIED b", "DELETED c"}));
+}
+
+// A watch line over kMaxWatchLineBytes breaks that watch (not the process, and without keeping
+// the line): the watch loop backs off and watches again, and the next stream's events arrive.
+TEST(ClientOverRawServer, AnOverlongWatchLineBreaksTheWatchAndTheLoopWatchesAgain) {
+  std::atomic<int> watches{0};
+  RawServer server([&](int fd, int) {
+    const std::string req = ReadRequest(fd);
+    if (req.empty()) return;
+    if (req.find("watch=1") == std::string::npos) {
+      const std::string list =
+          R"({"kind":"ConfigMapList","metadata":{"resourceVersion":"5"},"items":[]})";
+      SendSome(fd, "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(list.size()) +
+                       "\r\n\r\n" + list);
+      WaitForClose(fd);
+      return;
+    }
+    SendSome(fd, kChunkedHead);
+    if (watches.fetch_add(1) == 0) {  // one line, never ended: 1 MiB chunks past the bound
+      const std::string mib(1 << 20, 'x');
+      SendSome(fd, Chunk(R"({"type":"ADDED","object":{"data":")"));
+      for (size_t sent = 0; sent <= kMaxWatchLineBytes; sent += mib.size()) {
+        SendSome(fd, Chunk(mib));
+      }
+    } else {
+      SendSome(fd, Chunk(R"({"type":"ADDED",)"
+                         R"("object":{"metadata":{"name":"after","resourceVersion":"6"}}})" "\n"));
+    }
+    WaitForClose(fd);
+  });
+  ClusterAccess a;
+  a.server = server.url();
+  Client client(a);
+  WatcherOptions options;
+  options.initial_backoff = 10ms;
+  CollectionWatcher watcher(client, "/api/v1/configmaps", "", options);
+  StopSignal stop;
+  std::mutex mu;
+  std::vector<std::string> names;
+  std::thread run([&] {
+    watcher.Run(stop, [](const std::vector<nlohmann::json>&) {},
+                [&](const std::string&, const nlohmann::json& object) {
+                  std::lock_guard<std::mutex> lock(mu);
+                  names.push_back(object["metadata"].value("name", ""));
+                });
+  });
+  const bool arrived = gpulet::testing::WaitUntil([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return !names.empty();
+  }, 60s);
+  stop.Stop();
+  run.join();
+  ASSERT_TRUE(arrived);
+  EXPECT_EQ(names, std::vector<std::string>{"after"});
+  EXPECT_EQ(watcher.stats().reconnects.load(), 1u);
+  EXPECT_EQ(watcher.resource_version(), "6");
+}
+
+// A watch that receives nothing for ClientOptions::watch_silence is broken (a server process that
+// hangs while its host still answers TCP keepalives).
+TEST(ClientOverRawServer, AWatchSilentPastItsBoundIsBroken) {
+  RawServer server([&](int fd, int) {
+    if (ReadRequest(fd).empty()) return;
+    SendSome(fd, kChunkedHead);
+    WaitForClose(fd);
+  });
+  ClusterAccess a;
+  a.server = server.url();
+  ClientOptions options;
+  options.watch_silence = 300ms;
+  std::atomic<bool> stop{false};
+  std::future<WatchResult> watch = std::async(std::launch::async, [&] {
+    return Client(a, options).Watch("/api/v1/configmaps?watch=1",
+                                    [](const WatchEvent&) { return true; }, &stop);
+  });
+  const bool ended = watch.wait_for(60s) == std::future_status::ready;
+  stop = true;
+  const WatchResult r = watch.get();
+  ASSERT_TRUE(ended);
+  EXPECT_EQ(r.end, WatchEnd::kBroken);
+  EXPECT_NE(r.error.message().find("silent for 300 ms"), std::string::npos) << r.error.message();
+}
+
+// Every connection carries TCP keepalive (and the matching TCP_USER_TIMEOUT), as configured: a
+// peer that vanished is noticed in idle + interval x count (45 s by default), not never.
+TEST(Connection, EverySocketCarriesTcpKeepalive) {
+  RawServer server([&](int fd, int) { WaitForClose(fd); });
+  Result<Endpoint> e = ParseServerUrl(server.url());
+  ASSERT_TRUE(e.ok());
+  auto option = [](int fd, int level, int name) {
+    int v = -1;
+    socklen_t len = sizeof v;
+    EXPECT_EQ(::getsockopt(fd, level, name, &v, &len), 0);
+    return v;
+  };
+  Liveness liveness;
+  liveness.keepalive_idle = 7s;
+  liveness.keepalive_interval = 2s;
+  liveness.keepalive_count = 4;
+  auto c = Connection::Open(*e, nullptr, 5000ms, Clock::now() + 10s, liveness);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  const int fd = (*c)->native_handle();
+  EXPECT_EQ(option(fd, SOL_SOCKET, SO_KEEPALIVE), 1);
+  EXPECT_EQ(option(fd, IPPROTO_TCP, TCP_KEEPIDLE), 7);
+  EXPECT_EQ(option(fd, IPPROTO_TCP, TCP_KEEPINTVL), 2);
+  EXPECT_EQ(option(fd, IPPROTO_TCP, TCP_KEEPCNT), 4);
+  EXPECT_EQ(option(fd, IPPROTO_TCP, TCP_USER_TIMEOUT), 15000);
+  auto d = Connection::Open(*e, nullptr, 5000ms, Clock::now() + 10s);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_EQ(option((*d)->native_handle(), IPPROTO_TCP, TCP_KEEPIDLE), 30);
+  EXPECT_EQ(option((*d)->native_handle(), IPPROTO_TCP, TCP_KEEPINTVL), 5);
+  EXPECT_EQ(option((*d)->native_handle(), IPPROTO_TCP, TCP_KEEPCNT), 3);
+  c->reset();
+  d->reset();
+}
+
+// The line splitter under a watch: linear in what it is fed, whatever the pieces, and bounded.
+TEST(LineSplitter, FramesLinesFromAnyPiecesAndRefusesAnOverlongOne) {
+  LineSplitter lines(8);
+  std::vector<std::string> got;
+  auto keep = [&](std::string_view l) {
+    got.emplace_back(l);
+    return true;
+  };
+  EXPECT_TRUE(lines.Feed("ab", keep));
+  EXPECT_TRUE(lines.Feed("c\nde\r\n\nf", keep));
+  EXPECT_TRUE(lines.Feed("ghijklm\n", keep));  // 8 bytes: at the bound
+  EXPECT_EQ(got, (std::vector<std::string>{"abc", "de", "", "fghijklm"}));
+  EXPECT_TRUE(lines.Feed("123456", keep));
+  EXPECT_FALSE(lines.Feed("789", keep));  // 9 bytes and no newline yet
+  EXPECT_TRUE(lines.overflowed());
+  EXPECT_FALSE(lines.Feed("\n", keep));
+  EXPECT_EQ(got.size(), 4u);
+  LineSplitter one(4);
+  EXPECT_FALSE(one.Feed("12345\n", keep));  // an overlong line in one piece
+}
+
 // Against the fake API server over TLS: a new connection resumes the session the last one kept
 // (a write, which opens its own connection, pays no key exchange), and still checks the server:
 // a configuration with another CA fails the handshake.
@@ -400,6 +623,123 @@ TEST(Tls, ANewConnectionResumesTheKeptSessionAndAForeignCaFails) {
   EXPECT_NE(refused.status().message().find("not trusted"), std::string::npos)
       << refused.status().message();
   std::filesystem::remove_all(dir);
+}
+
+// A fake API server whose certificate carries `names`, in a fresh directory.
+struct NamedServer {
+  std::string dir;
+  gpulet::testing::TestPki pki;
+  std::unique_ptr<gpulet::testing::FakeApiServer> server;
+  std::string port;
+};
+NamedServer StartNamed(const gpulet::testing::ServerCertNames& names) {
+  NamedServer n;
+  n.dir = ::testing::TempDir() + "gpulet-names-XXXXXX";
+  EXPECT_NE(mkdtemp(n.dir.data()), nullptr);
+  Result<gpulet::testing::TestPki> pki = gpulet::testing::MakeTestPki(n.dir, names);
+  EXPECT_TRUE(pki.ok()) << pki.status().message();
+  if (!pki.ok()) return n;
+  n.pki = *pki;
+  auto server = gpulet::testing::FakeApiServer::Start(n.pki, {});
+  EXPECT_TRUE(server.ok()) << server.status().message();
+  if (!server.ok()) return n;
+  n.server = std::move(server).value();
+  n.port = n.server->url().substr(n.server->url().rfind(':') + 1);
+  return n;
+}
+
+// Opens https://HOST:PORT (connecting to 127.0.0.1) with `tls`: "" on success, else the error.
+std::string OpenAs(const std::string& host, const std::string& port,
+                   const std::shared_ptr<TlsConfig>& tls, bool keep_session = false,
+                   bool* resumed = nullptr) {
+  Result<Endpoint> e = ParseServerUrl("https://" + host + ":" + port);
+  EXPECT_TRUE(e.ok());
+  e->dial_host = "127.0.0.1";
+  auto c = Connection::Open(*e, tls, 5000ms, Clock::now() + 10s);
+  if (!c.ok()) return c.status().message();
+  if (resumed != nullptr) *resumed = (*c)->ResumedTls();
+  if (keep_session) {
+    Request r;
+    r.method = "GET";
+    r.target = "/api/v1/namespaces";
+    ResponseHead head;
+    ExchangeOptions o;
+    o.deadline = Clock::now() + 10s;
+    auto error =
+        Exchange(**c, *e, r, o, head, [](const ResponseHead&, std::string_view) { return true; });
+    EXPECT_FALSE(error) << error->status.message();
+    (*c)->KeepTlsSession();
+  }
+  return "";
+}
+
+std::shared_ptr<TlsConfig> TlsFor(const gpulet::testing::TestPki& pki) {
+  ClusterAccess a;
+  a.ca_file = pki.ca_cert;
+  Result<std::shared_ptr<TlsConfig>> tls = MakeTlsConfig(a);
+  EXPECT_TRUE(tls.ok()) << tls.status().message();
+  return tls.ok() ? *tls : nullptr;
+}
+
+// Hostnames are checked as Go's crypto/x509 checks them (client-go): a certificate with no
+// subjectAltName is refused even when its CN names the host (Go ignores the CN since 1.15).
+TEST(Tls, ACertificateThatNamesTheHostOnlyInItsCommonNameIsRefused) {
+  NamedServer n = StartNamed({.common_name = "localhost", .subject_alt_names = ""});
+  ASSERT_NE(n.server, nullptr);
+  const std::string error = OpenAs("localhost", n.port, TlsFor(n.pki));
+  EXPECT_NE(error.find("not trusted"), std::string::npos) << "accepted: \"" << error << "\"";
+  std::filesystem::remove_all(n.dir);
+}
+
+// A wildcard counts only as the whole left-most label: "*.example.test" covers
+// foo.example.test (not a.b.example.test); "f*.example.test" covers nothing.
+TEST(Tls, AWildcardCountsOnlyAsTheWholeLeftMostLabel) {
+  NamedServer partial =
+      StartNamed({.common_name = "x", .subject_alt_names = "DNS:f*.example.test"});
+  ASSERT_NE(partial.server, nullptr);
+  const std::string refused = OpenAs("foo.example.test", partial.port, TlsFor(partial.pki));
+  EXPECT_NE(refused.find("not trusted"), std::string::npos) << "accepted: \"" << refused << "\"";
+
+  NamedServer whole = StartNamed({.common_name = "x", .subject_alt_names = "DNS:*.example.test"});
+  ASSERT_NE(whole.server, nullptr);
+  std::shared_ptr<TlsConfig> tls = TlsFor(whole.pki);
+  EXPECT_EQ(OpenAs("foo.example.test", whole.port, tls), "");
+  EXPECT_NE(OpenAs("a.b.example.test", whole.port, tls).find("not trusted"), std::string::npos);
+  std::filesystem::remove_all(partial.dir);
+  std::filesystem::remove_all(whole.dir);
+}
+
+// TLS sessions are kept per host and port: a session verified for localhost is resumed for
+// localhost only, and a connection to 127.0.0.1 (which this certificate does not name) makes a
+// full handshake, whose host check fails.
+TEST(Tls, ASessionIsResumedOnlyForTheHostAndPortItWasVerifiedFor) {
+  NamedServer n = StartNamed({.common_name = "localhost", .subject_alt_names = "DNS:localhost"});
+  ASSERT_NE(n.server, nullptr);
+  std::shared_ptr<TlsConfig> tls = TlsFor(n.pki);
+  ASSERT_EQ(OpenAs("localhost", n.port, tls, /*keep_session=*/true), "");
+  bool resumed = false;
+  ASSERT_EQ(OpenAs("localhost", n.port, tls, false, &resumed), "");
+  EXPECT_TRUE(resumed);
+  const std::string other = OpenAs("127.0.0.1", n.port, tls);
+  EXPECT_NE(other.find("not trusted"), std::string::npos) << "accepted: \"" << other << "\"";
+  std::filesystem::remove_all(n.dir);
+}
+
+// insecure-skip-tls-verify with a CA is refused, with client-go's words, rather than
+// verification silently off.
+TEST(Tls, SkipVerifyTogetherWithACaIsRefused) {
+  ClusterAccess a;
+  a.server = "https://127.0.0.1:6443";
+  a.insecure_skip_tls_verify = true;
+  a.ca_data = "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n";
+  Result<std::shared_ptr<TlsConfig>> tls = MakeTlsConfig(a);
+  ASSERT_FALSE(tls.ok());
+  EXPECT_NE(tls.status().message().find(
+                "specifying a root certificates file with the insecure flag is not allowed"),
+            std::string::npos)
+      << tls.status().message();
+  a.ca_data.clear();
+  EXPECT_TRUE(MakeTlsConfig(a).ok());  // skip-verify alone is what it says
 }
 
 }  // namespace

@@ -47,6 +47,15 @@ std::string VersionOf(const nlohmann::json& object) {
 }
 }  // namespace
 
+std::vector<nlohmann::json> ItemsOf(nlohmann::json&& list) {
+  std::vector<nlohmann::json> items;
+  auto it = list.is_object() ? list.find("items") : list.end();
+  if (it == list.end() || !it->is_array()) return items;
+  items.reserve(it->size());
+  for (auto& item : *it) items.push_back(std::move(item));
+  return items;
+}
+
 std::string WatchLoop::resource_version() const {
   std::lock_guard<std::mutex> lock(mu_);
   return resource_version_;
@@ -175,11 +184,8 @@ void CollectionWatcher::Run(StopSignal& stop, const OnList& on_list, const OnEve
     ApiResult<nlohmann::json> got = client_.Get(path_ + (selector.empty() ? "" : "?" + selector));
     if (!got.ok()) return got.status();
     if (!got->is_object()) return Status(ErrorCode::kInvalidInput, "not an object");
-    std::vector<nlohmann::json> items;
-    if (got->contains("items") && (*got)["items"].is_array()) {
-      for (const auto& item : (*got)["items"]) items.push_back(item);
-    }
     set_resource_version(VersionOf(*got));
+    const std::vector<nlohmann::json> items = ItemsOf(std::move(*got));
     on_list(items);
     synced_ = true;
     return Status::Ok();

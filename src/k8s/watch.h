@@ -55,6 +55,10 @@ struct ObjectRef {
 };
 
 ObjectRef NodeRef(const std::string& node_name);
+
+// The items of a List answer, moved out of it (no copy of their trees: a LIST of thousands of
+// objects is hundreds of MiB of tree); empty when it has none.
+std::vector<nlohmann::json> ItemsOf(nlohmann::json&& list);
 ObjectRef ConfigMapRef(const std::string& ns, const std::string& name);
 
 struct WatcherOptions {

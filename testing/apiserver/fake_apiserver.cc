@@ -368,7 +368,7 @@ std::string ValidateResourceSlice(const nlohmann::json& slice, const nlohmann::j
 
 }  // namespace
 
-Result<TestPki> MakeTestPki(const std::string& dir) {
+Result<TestPki> MakeTestPki(const std::string& dir, const ServerCertNames& names) {
   TestPki p;
   p.ca_cert = dir + "/ca.crt";
   const std::string ca_key = dir + "/ca.key";
@@ -377,14 +377,17 @@ Result<TestPki> MakeTestPki(const std::string& dir) {
   p.client_cert = dir + "/client.crt";
   p.client_key = dir + "/client.key";
   const std::string ext = dir + "/server.ext";
-  std::ofstream(ext) << "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
-                        "extendedKeyUsage=serverAuth\n";
+  std::ofstream(ext) << (names.subject_alt_names.empty()
+                             ? std::string()
+                             : "subjectAltName=" + names.subject_alt_names + "\n")
+                      << "extendedKeyUsage=serverAuth\n";
   const std::string client_ext = dir + "/client.ext";
   std::ofstream(client_ext) << "extendedKeyUsage=clientAuth\n";
   for (const std::string& args : {
            "req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=gpulet-test-ca -keyout " + ca_key +
                " -out " + p.ca_cert,
-           "req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout " + p.server_key + " -out " +
+           "req -newkey rsa:2048 -nodes -subj /CN=" + names.common_name + " -keyout " +
+               p.server_key + " -out " +
                dir + "/server.csr",
            "x509 -req -days 2 -in " + dir + "/server.csr -CA " + p.ca_cert + " -CAkey " + ca_key +
                " -CAcreateserial -extfile " + ext + " -out " + p.server_cert,

@@ -64,7 +64,13 @@ namespace gpulet::testing {
 struct TestPki {
   std::string ca_cert, server_cert, server_key, client_cert, client_key;
 };
-Result<TestPki> MakeTestPki(const std::string& dir);
+// The names the server certificate carries: its subject CN and its subjectAltName extension
+// ("" for none: a CN-only certificate), for the client's hostname-check tests.
+struct ServerCertNames {
+  std::string common_name = "127.0.0.1";
+  std::string subject_alt_names = "IP:127.0.0.1,DNS:localhost";
+};
+Result<TestPki> MakeTestPki(const std::string& dir, const ServerCertNames& names = {});
 
 // A recorded API response from testing/apiserver/testdata (e.g. "node.json").
 Result<nlohmann::json> LoadRecorded(const std::string& name);
