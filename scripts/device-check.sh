@@ -193,6 +193,30 @@ memory_limits() {
   return $rc
 }
 
+# Issue 36 on the real driver, with what step memory-limits built: an honest program that finds
+# the driver's functions with dlsym(RTLD_DEFAULT); a GPULET_CUDA_DRIVER_LIBRARY in the process
+# environment (ignored: the node decides); the driver's descriptors kept across exec (the earlier
+# image's charge stays until the process exits).
+memory_limits_36() {
+  local bin="$OUT/memory-limits/bin" acct="$OUT/memory-limits-36" rc=0 out uuid a b
+  local limit=$((4096 << 20))
+  [[ -x $bin/memlimit_probe && -f $bin/libgpulet-cuda.so ]] || { echo "no $bin: step memory-limits builds it"; return 3; }
+  uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0 | tr -d ' ')
+  mkdir -p "$acct"
+  fresh() { "$bin/gpulet-cuda-region" create "$acct" "$uuid=$limit" > /dev/null && cp "$acct/gpulet-cuda.limits" "$bin/gpulet-cuda.limits"; }
+  probe() { CUDA_VISIBLE_DEVICES=0 GPULET_CUDA_DIR="$acct" LD_PRELOAD="$bin/libgpulet-cuda.so" timeout 60 "$@" 2>&1; }
+  fresh; out=$(probe "$bin/memlimit_probe" rtlddefault $((1 << 20))); echo "$out"
+  if echo "$out" | grep -q 'rtlddefault init_rc=0 alloc_rc=0'; then echo "PASS dlsym(RTLD_DEFAULT) reaches the driver"; else echo "FAIL dlsym(RTLD_DEFAULT)"; rc=1; fi
+  fresh; out=$(GPULET_CUDA_DRIVER_LIBRARY=/nonexistent/libcuda.so.1 probe "$bin/memlimit_probe" init alloc alloc $((1 << 20))); echo "$out"
+  if echo "$out" | grep -q 'init rc=0' && echo "$out" | grep -q 'alloc api=alloc rc=0'; then echo "PASS GPULET_CUDA_DRIVER_LIBRARY ignored"; else echo "FAIL GPULET_CUDA_DRIVER_LIBRARY"; rc=1; fi
+  fresh; out=$(probe "$bin/memlimit_probe" init alloc alloc $((256 << 20)) exec init info); echo "$out"
+  a=$(echo "$out" | sed -n 's/.*\bcu_free=\([0-9]*\).*/\1/p' | tail -1)
+  fresh; out=$(probe "$bin/memlimit_probe" init alloc alloc $((256 << 20)) inherit exec init info); echo "$out"
+  b=$(echo "$out" | sed -n 's/.*\bcu_free=\([0-9]*\).*/\1/p' | tail -1)
+  if [[ -n $a && -n $b && $((a - b)) -ge $((256 << 20)) ]]; then echo "PASS descriptors kept across exec keep the charge ($((a - b)) bytes)"; else echo "FAIL descriptors kept across exec: free ${a:-?} without, ${b:-?} with"; rc=1; fi
+  return $rc
+}
+
 # The DRA preparer on the real driver (bin/dra_device_check): a whole GPU's CDI spec checked
 # against the host (device nodes, driver files), then an 8 GiB memory share of GPU 0 whose spec is
 # applied alone in a private mount namespace (its mounts, its environment, no LD_PRELOAD of ours):
@@ -242,7 +266,7 @@ PY
   return $rc
 }
 
-export -f smi discovery exporter plugin xid_events memory_limits dra_prepare
+export -f smi discovery exporter plugin xid_events memory_limits memory_limits_36 dra_prepare
 
 command -v nvidia-smi > /dev/null || { echo "not runnable: nvidia-smi not found"; exit 2; }
 smi -L > /dev/null || { echo "not runnable: no GPU"; exit 2; }
@@ -260,6 +284,7 @@ step exporter 60 exporter
 step plugin 90 plugin
 step xid-events 10 xid_events
 step memory-limits 240 memory_limits
+step memory-limits-36 90 memory_limits_36
 step dra-prepare 60 dra_prepare
 
 settings > "$OUT/settings.after"

@@ -1,5 +1,6 @@
 #include "cudashim/region.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -95,6 +96,29 @@ uint64_t ProcessStartTime(pid_t pid, bool* zombie) {
   if (!ReadStat(pid, &state, &start)) return 0;
   if (zombie != nullptr) *zombie = state == 'Z' || state == 'X';
   return start;
+}
+
+bool DescriptorsOpenUnder(const char* prefix) {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return false;
+  const int own = ::dirfd(dir);
+  const size_t n = std::strlen(prefix);
+  bool found = false;
+  while (const dirent* e = ::readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd == own) continue;
+    char target[256];
+    const ssize_t len = ::readlinkat(own, e->d_name, target, sizeof target - 1);
+    if (len <= 0) continue;
+    target[len] = '\0';
+    if (std::strncmp(target, prefix, n) == 0) {
+      found = true;
+      break;
+    }
+  }
+  ::closedir(dir);
+  return found;
 }
 
 bool OwnerAlive(int32_t pid, uint64_t start_time) {
@@ -449,6 +473,16 @@ int Region::ReapLocked() {
       // The lock is the evidence: held means alive, even where /proc cannot be read or the pid
       // belongs to another PID namespace; free means the owner's descriptor is gone.
       if (index == locked_slot_ || SlotLockHeld(index)) continue;
+      // Gone, but /proc (where it can tell) says the owner lives: it closed its own descriptor
+      // (close_range, a daemon closing everything), and may still hold driver memory. Kept until
+      // it exits (issue 36 item 7). An image before exec is released by the next image
+      // (ReleaseEarlierImages), not here.
+      char stat_state = 0;
+      uint64_t stat_start = 0;
+      if (p.pid > 0 && ReadStat(p.pid, &stat_state, &stat_start) && stat_state != 'Z' &&
+          stat_state != 'X' && stat_start == p.start_time) {
+        continue;  // /proc confirms it (where /proc is hidden, the lock alone decided: dead)
+      }
     } else {
       if (OwnerAlive(p.pid, p.start_time)) continue;
       if (state == kSlotClaiming && p.pid == 0) continue;

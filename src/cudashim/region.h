@@ -186,6 +186,10 @@ inline constexpr size_t kRegionPrefixBytes = offsetof(RegionLayout, processes);
 std::string ParseRegionCopy(const unsigned char* bytes, size_t n, uint64_t file_bytes,
                             std::vector<GpuUsage>* out);
 
+// Whether this process has a descriptor open on a path that starts with `prefix` ("/dev/nvidia":
+// the driver's device files), read from /proc/self/fd. False when that cannot be read.
+bool DescriptorsOpenUnder(const char* prefix);
+
 // Liveness of a process slot's owner: exists, is not a zombie, and started at `start_time`.
 bool OwnerAlive(int32_t pid, uint64_t start_time);
 // Field 22 of /proc/PID/stat (0 when unreadable) and whether the process is a zombie.
@@ -235,7 +239,9 @@ class Region {
   void Release(int proc, int gpu, uint64_t bytes);
   // Returns everything process slot `proc` holds on `gpu` (a context reset).
   void ReleaseAll(int proc, int gpu);
-  // Frees the slots of dead owners and rebuilds every GPU's use. Returns the number reaped.
+  // Frees the slots of dead owners and rebuilds every GPU's use. Returns the number reaped. A
+  // slot whose lock is held is live; one whose lock is gone is dead unless /proc shows its owner
+  // (pid and start time) alive: a process that closed its own lock descriptor stays charged.
   int Reap();
   // Frees the slots held under this process's own pid and start time: an earlier image of this
   // process (exec keeps both; its CUDA memory went with the image; its slot lock was O_CLOEXEC and

@@ -1,6 +1,7 @@
 #include "cudashim/region.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -286,6 +287,59 @@ TEST_F(RegionTest, ASlotWhoseLockIsHeldIsNeverTakenForAnEarlierImage) {
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   EXPECT_EQ(WEXITSTATUS(status), 0);
   for (int fd : {go[0], go[1], ready[0], ready[1]}) ::close(fd);
+}
+
+// Issue 36 item 7: a process that closes its own region descriptors (its slot lock among them)
+// is still alive and may still hold driver memory: its share stays until it exits.
+TEST_F(RegionTest, AProcessThatClosedItsSlotLockStaysChargedWhileItLives) {
+  Make({{"GPU-a", 1000, 0}});
+  int go[2], ready[2];
+  ASSERT_EQ(::pipe(go), 0);
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    Region r;
+    if (!r.Open(dir_).empty() || !r.LoadLimits(limits()).empty()) ::_exit(1);
+    const int p = r.Attach();
+    const char ok = p >= 0 && r.Admit(p, 0, 600) ? 'y' : 'n';
+    for (int fd = 3; fd < 1024; ++fd) {  // everything but the two pipe ends it uses
+      if (fd != go[0] && fd != ready[1]) ::close(fd);
+    }
+    if (::write(ready[1], &ok, 1) != 1) ::_exit(1);
+    char c;
+    while (::read(go[0], &c, 1) < 0) {
+    }
+    ::_exit(0);
+  }
+  char ok = 0;
+  ASSERT_EQ(::read(ready[0], &ok, 1), 1);
+  ASSERT_EQ(ok, 'y');
+  Region r;
+  OpenWithLimits(r);
+  const int p = r.Attach();  // attaching reaps
+  ASSERT_GE(p, 0);
+  EXPECT_EQ(r.Usage().at(0).used, 600u);
+  EXPECT_FALSE(r.Admit(p, 0, 401));
+  const char c = 'g';
+  ASSERT_EQ(::write(go[1], &c, 1), 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(r.Reap(), 1);  // gone now
+  EXPECT_TRUE(r.Admit(p, 0, 1000));
+  for (int fd : {go[0], go[1], ready[0], ready[1]}) ::close(fd);
+}
+
+// Issue 36 item 7: the driver's device files left open across exec are found by their path.
+TEST_F(RegionTest, DescriptorsOpenUnderAPrefixAreFound) {
+  const std::string devices = dir_ + "/dev-nvidia";
+  std::ofstream(devices + "0") << "x";
+  EXPECT_FALSE(DescriptorsOpenUnder(devices.c_str()));
+  const int fd = ::open((devices + "0").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  EXPECT_TRUE(DescriptorsOpenUnder(devices.c_str()));
+  ::close(fd);
+  EXPECT_FALSE(DescriptorsOpenUnder(devices.c_str()));
 }
 
 // Issue 36 item 3: which driver library the interposer calls is the node's decision, carried in

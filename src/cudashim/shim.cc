@@ -305,6 +305,13 @@ struct State {
   std::mutex primary_mu[kMaxDevices];  // the first retain of a primary context, one at a time
 };
 
+// Whether this image started with the driver's device files open: descriptors left open across
+// exec (set at load, before the program or its driver could open any).
+bool g_inherited_driver_descriptors = false;
+__attribute__((constructor)) void NoteInheritedDriverDescriptors() {
+  g_inherited_driver_descriptors = DescriptorsOpenUnder("/dev/nvidia");
+}
+
 State* NewState() {
   auto* s = new State();
   for (auto& d : s->device_slot) d.store(-2);
@@ -320,7 +327,17 @@ State* NewState() {
   const char* dir = std::getenv("GPULET_CUDA_DIR");
   if (dir == nullptr || *dir == '\0') dir = kDefaultDir;
   if (s->error.empty()) s->error = s->region.Open(dir);
-  if (s->error.empty()) s->region.ReleaseEarlierImages();  // exec keeps pid and start time
+  // exec keeps pid and start time: the image before this one held a slot, and its CUDA memory
+  // went with it, unless its driver descriptors were made to survive exec (FD_CLOEXEC cleared):
+  // then that memory is still the driver's, and its charge stays until this process exits.
+  if (s->error.empty()) {
+    if (g_inherited_driver_descriptors) {
+      Say("driver descriptors (/dev/nvidia*) were inherited across exec: the earlier image's "
+          "charges stay until this process exits");
+    } else {
+      s->region.ReleaseEarlierImages();
+    }
+  }
   if (s->error.empty()) s->proc.store(s->region.Attach());
   if (s->error.empty() && s->proc.load() < 0) {
     s->error = s->region.path() + ": all " + std::to_string(kMaxProcesses) +

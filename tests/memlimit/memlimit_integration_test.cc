@@ -523,6 +523,16 @@ TEST_F(MemLimitTest, TheDriversFunctionsComeFromTheDriverWhoeverAsksFirst) {
             "ok driver-first");
 }
 
+// Item 1, as an honest program: cuInit and cuMemAlloc_v2 found in the global scope work (on
+// d05f651 cuInit called itself until killed, and the allocation was refused).
+TEST_F(MemLimitTest, AProgramThatFindsTheDriverInTheGlobalScopeWorks) {
+  MakeRegion(64 * kMiB);
+  const CommandOutput out = Probe({"init", "rtlddefault", "1048576"});
+  EXPECT_EQ(Line(out.out, "rtlddefault")["init_rc"], "0") << out.out;
+  EXPECT_EQ(Line(out.out, "rtlddefault")["alloc_rc"], "0") << out.out;
+  EXPECT_EQ(Usage().used, context_ + kMiB);
+}
+
 // Item 2: no context current: refused with the driver's answer, never passed uncounted.
 TEST_F(MemLimitTest, WithoutAContextNothingPassesUncounted) {
   EXPECT_EQ(Model({"library-no-context"}, 64 * kMiB), "ok library-no-context");

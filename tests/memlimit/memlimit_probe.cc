@@ -18,6 +18,8 @@
 //   ptsz                        (procaddr) cuMemAllocAsync with per-thread default stream
 //   exporttable                 cuGetExportTable through the resolved pointer
 //   rtldnext                    dlsym(RTLD_NEXT, "cuMemAlloc_v2")
+//   rtlddefault SIZE            cuInit and cuMemAlloc_v2 looked up with dlsym(RTLD_DEFAULT), called
+//   inherit                     clear FD_CLOEXEC on every /dev/nvidia* descriptor (before exec)
 //   drivers                     each loaded libcuda.so.1 (path) and what it holds on device 0
 //                               (the simulated driver's gpulet_sim_device_used)
 //   wait FILE                   until FILE exists (several processes start together)
@@ -25,7 +27,9 @@
 //   exec                        exec this program with the commands after it (same pid)
 // APIs: alloc pitch managed create async pool array array3d mipmap module library context
 //       modulefile fatbinary libraryfile green
+#include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <link.h>
 #include <unistd.h>
 
@@ -368,6 +372,32 @@ int main(int argc, char** argv) {
     } else if (cmd == "rtldnext") {
       // From the program, the next cuMemAlloc_v2 after it is the preloaded library's.
       std::printf("rtldnext cuMemAlloc_v2=%s\n", Owner(dlsym(RTLD_NEXT, "cuMemAlloc_v2")).c_str());
+    } else if (cmd == "rtlddefault" && i + 1 < argc) {
+      // An honest program that finds the driver's functions in the global scope (issue 36 item 1).
+      auto init = reinterpret_cast<decltype(&::cuInit)>(dlsym(RTLD_DEFAULT, "cuInit"));
+      auto alloc =
+          reinterpret_cast<decltype(&::cuMemAlloc_v2)>(dlsym(RTLD_DEFAULT, "cuMemAlloc_v2"));
+      CUresult a = init == nullptr ? CUDA_ERROR_NOT_FOUND : init(0);
+      CUdeviceptr p = 0;
+      CUresult b = alloc == nullptr ? CUDA_ERROR_NOT_FOUND : alloc(&p, Number(argv[++i]));
+      if (b == CUDA_SUCCESS) g_held.push_back(Held{"alloc", p});
+      std::printf("rtlddefault init_rc=%d alloc_rc=%d\n", a, b);
+    } else if (cmd == "inherit") {
+      // The driver's descriptors made to survive exec (issue 36 item 7).
+      int kept = 0;
+      if (DIR* dir = opendir("/proc/self/fd")) {
+        while (const dirent* e = readdir(dir)) {
+          char target[256];
+          const ssize_t n = readlinkat(dirfd(dir), e->d_name, target, sizeof target - 1);
+          if (n <= 0) continue;
+          target[n] = '\0';
+          if (std::strncmp(target, "/dev/nvidia", 11) != 0) continue;
+          const int fd = std::atoi(e->d_name);
+          kept += fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) & ~FD_CLOEXEC) == 0;
+        }
+        closedir(dir);
+      }
+      std::printf("inherit kept=%d\n", kept);
     } else if (cmd == "drivers") {
       std::vector<std::string> paths;
       dl_iterate_phdr(
