@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Memory limits (issues 13, 24): the library's added cost per allocate+free pair, per cuGetProcAddress
+# Memory limits (issues 13, 24, 36): the library's added cost per allocate+free pair, per cuGetProcAddress
 # lookup and per kernel launch, against the simulated driver, without and with libgpulet-cuda.so
 # in the same run.
 set -euo pipefail
@@ -25,7 +25,7 @@ model=$(MODEL_LIMIT=$((512 << 20)) LD_PRELOAD="$tmp/libgpulet-cuda.so" \
 model_s=$(( $(date +%s) - start ))
 echo "$model" >&2
 {
-  echo "## Memory limits (issues 13, 24)"
+  echo "## Memory limits (issues 13, 24, 36)"
   echo
   echo "Per call, simulated libcuda.so.1, ${BATCHES:-500} batches of 2000 calls (median and p99 of"
   echo "the batch means); \"added\" is with the library minus without. Load average at the run:"
