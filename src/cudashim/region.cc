@@ -98,27 +98,45 @@ uint64_t ProcessStartTime(pid_t pid, bool* zombie) {
   return start;
 }
 
-bool DescriptorsOpenUnder(const char* prefix) {
+namespace {
+// Whether `match(dir_fd, entry_name, fd)` holds for one of this process's descriptors (from
+// /proc/self/fd; the directory's own descriptor left out); `unreadable` when it cannot be read.
+template <typename Match>
+bool AnyOwnDescriptor(bool unreadable, Match&& match) {
   DIR* dir = ::opendir("/proc/self/fd");
-  if (dir == nullptr) return false;
+  if (dir == nullptr) return unreadable;
   const int own = ::dirfd(dir);
-  const size_t n = std::strlen(prefix);
   bool found = false;
   while (const dirent* e = ::readdir(dir)) {
     char* end = nullptr;
     const long fd = std::strtol(e->d_name, &end, 10);
     if (end == e->d_name || *end != '\0' || fd == own) continue;
-    char target[256];
-    const ssize_t len = ::readlinkat(own, e->d_name, target, sizeof target - 1);
-    if (len <= 0) continue;
-    target[len] = '\0';
-    if (std::strncmp(target, prefix, n) == 0) {
+    if (match(own, e->d_name, static_cast<int>(fd))) {
       found = true;
       break;
     }
   }
   ::closedir(dir);
   return found;
+}
+}  // namespace
+
+bool DescriptorsOpenUnder(const char* prefix) {
+  const size_t n = std::strlen(prefix);
+  return AnyOwnDescriptor(false, [&](int dir, const char* name, int) {
+    char target[256];
+    const ssize_t len = ::readlinkat(dir, name, target, sizeof target - 1);
+    if (len <= 0) return false;
+    target[len] = '\0';
+    return std::strncmp(target, prefix, n) == 0;
+  });
+}
+
+bool DescriptorOpenOn(dev_t dev, ino_t ino) {
+  return AnyOwnDescriptor(true, [&](int, const char*, int fd) {
+    struct stat st {};
+    return ::fstat(fd, &st) == 0 && st.st_ino == ino && st.st_dev == dev;
+  });
 }
 
 bool OwnerAlive(int32_t pid, uint64_t start_time) {

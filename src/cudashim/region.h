@@ -189,6 +189,10 @@ std::string ParseRegionCopy(const unsigned char* bytes, size_t n, uint64_t file_
 // Whether this process has a descriptor open on a path that starts with `prefix` ("/dev/nvidia":
 // the driver's device files), read from /proc/self/fd. False when that cannot be read.
 bool DescriptorsOpenUnder(const char* prefix);
+// Whether this process has a descriptor open on the file (dev, ino), asked of the kernel (fstat
+// of each of its descriptors). True when /proc/self/fd cannot be read: a caller keeping a charge
+// while the descriptor lives keeps it then.
+bool DescriptorOpenOn(dev_t dev, ino_t ino);
 
 // Liveness of a process slot's owner: exists, is not a zombie, and started at `start_time`.
 bool OwnerAlive(int32_t pid, uint64_t start_time);

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,7 +25,38 @@ class RegionTest : public ::testing::Test {
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void TearDown() override {
+    for (int fd : {go_[0], go_[1], ready_[0], ready_[1]}) {
+      if (fd >= 0) ::close(fd);
+    }
+    std::filesystem::remove_all(dir_);
+  }
+  // Forks another process of the container: it attaches, admits `bytes` on GPU 0, runs `then`
+  // (a step of its own), reports its slot and waits for LetGo. Returns its pid; its slot in *slot.
+  pid_t StartHolder(uint64_t bytes, int* slot = nullptr, const std::function<void()>& then = {}) {
+    if (go_[0] < 0 && (::pipe(go_) != 0 || ::pipe(ready_) != 0)) ADD_FAILURE() << "pipe";
+    const pid_t child = ::fork();
+    if (child == 0) {
+      Region r;
+      if (!r.Open(dir_).empty() || !r.LoadLimits(limits()).empty()) ::_exit(1);
+      const int p = r.Attach();
+      const int reported = p >= 0 && r.Admit(p, 0, bytes) ? p : -1;
+      if (then) then();
+      if (::write(ready_[1], &reported, sizeof reported) != sizeof reported) ::_exit(1);
+      char c;
+      while (::read(go_[0], &c, 1) < 0) {
+      }
+      ::_exit(0);
+    }
+    int reported = -1;
+    EXPECT_EQ(::read(ready_[0], &reported, sizeof reported),
+              static_cast<ssize_t>(sizeof reported));
+    EXPECT_GE(reported, 0);
+    if (slot != nullptr) *slot = reported;
+    return child;
+  }
+  // Lets one holder exit.
+  void LetGo() { EXPECT_EQ(::write(go_[1], "g", 1), 1); }
   // The region and, beside it, the limits file the plugin writes.
   void Make(const std::vector<GpuLimit>& gpus) {
     ASSERT_EQ(CreateRegion(dir_, gpus), "");
@@ -36,6 +68,7 @@ class RegionTest : public ::testing::Test {
     ASSERT_EQ(r.LoadLimits(limits()), "");
   }
   std::string dir_;
+  int go_[2] = {-1, -1}, ready_[2] = {-1, -1};
 };
 
 TEST_F(RegionTest, CreatedWorldWritableWhateverTheUmask) {
@@ -121,29 +154,8 @@ TEST_F(RegionTest, DeadProcessesShareIsReaped) {
 // kill(pid, 0) still succeeds) is reaped, a live one is kept, with /proc hidden.
 TEST_F(RegionTest, WithProcUnreadableTheSlotLockTellsLiveFromDead) {
   Make({{"GPU-a", 1000, 0}});
-  int go[2], ready[2];
-  ASSERT_EQ(::pipe(go), 0);
-  ASSERT_EQ(::pipe(ready), 0);
-  auto start_child = [&](uint64_t bytes) {
-    const pid_t child = ::fork();
-    if (child == 0) {
-      Region r;
-      if (!r.Open(dir_).empty() || !r.LoadLimits(limits()).empty()) ::_exit(1);
-      const int p = r.Attach();
-      const char ok = p >= 0 && r.Admit(p, 0, bytes) ? 'y' : 'n';
-      if (::write(ready[1], &ok, 1) != 1) ::_exit(1);
-      char c;
-      while (::read(go[0], &c, 1) < 0) {
-      }
-      ::_exit(0);
-    }
-    char ok = 0;
-    EXPECT_EQ(::read(ready[0], &ok, 1), 1);
-    EXPECT_EQ(ok, 'y');
-    return child;
-  };
-  const pid_t killed = start_child(300);
-  const pid_t alive = start_child(200);
+  const pid_t killed = StartHolder(300);
+  const pid_t alive = StartHolder(200);
   ASSERT_EQ(::kill(killed, SIGKILL), 0);
   // Its descriptors are closed by the time it is a zombie; wait for that without reaping it.
   siginfo_t info{};
@@ -163,11 +175,10 @@ TEST_F(RegionTest, WithProcUnreadableTheSlotLockTellsLiveFromDead) {
   EXPECT_EQ(r.Usage()[0].used, 200u);
   SetProcRootForTesting("/proc");
 
-  ASSERT_EQ(::write(go[1], "x", 1), 1);
+  LetGo();
   int status = 0;
   EXPECT_EQ(::waitpid(alive, &status, 0), alive);
   EXPECT_EQ(::waitpid(killed, &status, 0), killed);
-  for (int fd : {go[0], go[1], ready[0], ready[1]}) ::close(fd);
 }
 
 TEST_F(RegionTest, AReusedPidIsNotTheOwner) {
@@ -239,23 +250,8 @@ TEST_F(RegionTest, AnEarlierImageOfThisProcessIsReleased) {
 // is given this process's pid and start time, which is what a sibling namespace looks like.)
 TEST_F(RegionTest, ASlotWhoseLockIsHeldIsNeverTakenForAnEarlierImage) {
   Make({{"GPU-a", 1000, 0}});
-  int go[2], ready[2];
-  ASSERT_EQ(::pipe(go), 0);
-  ASSERT_EQ(::pipe(ready), 0);
-  const pid_t child = ::fork();
-  if (child == 0) {
-    Region r;
-    if (!r.Open(dir_).empty() || !r.LoadLimits(limits()).empty()) ::_exit(1);
-    const int p = r.Attach();
-    const char slot = p >= 0 && r.Admit(p, 0, 600) ? static_cast<char>(p) : -1;
-    if (::write(ready[1], &slot, 1) != 1) ::_exit(1);
-    char c;
-    while (::read(go[0], &c, 1) < 0) {
-    }
-    ::_exit(0);
-  }
-  char slot = -1;
-  ASSERT_EQ(::read(ready[0], &slot, 1), 1);
+  int slot = -1;
+  const pid_t child = StartHolder(600, &slot);
   ASSERT_GE(slot, 0);
   {
     // The sibling's numbers: this process's pid and start time.
@@ -281,53 +277,33 @@ TEST_F(RegionTest, ASlotWhoseLockIsHeldIsNeverTakenForAnEarlierImage) {
   ASSERT_GE(p, 0);
   EXPECT_FALSE(r.Admit(p, 0, 401));  // the sibling's 600 still count
   EXPECT_TRUE(r.Admit(p, 0, 400));
-  const char c = 'g';
-  ASSERT_EQ(::write(go[1], &c, 1), 1);
+  LetGo();
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   EXPECT_EQ(WEXITSTATUS(status), 0);
-  for (int fd : {go[0], go[1], ready[0], ready[1]}) ::close(fd);
 }
 
 // Issue 36 item 7: a process that closes its own region descriptors (its slot lock among them)
 // is still alive and may still hold driver memory: its share stays until it exits.
 TEST_F(RegionTest, AProcessThatClosedItsSlotLockStaysChargedWhileItLives) {
   Make({{"GPU-a", 1000, 0}});
-  int go[2], ready[2];
-  ASSERT_EQ(::pipe(go), 0);
-  ASSERT_EQ(::pipe(ready), 0);
-  const pid_t child = ::fork();
-  if (child == 0) {
-    Region r;
-    if (!r.Open(dir_).empty() || !r.LoadLimits(limits()).empty()) ::_exit(1);
-    const int p = r.Attach();
-    const char ok = p >= 0 && r.Admit(p, 0, 600) ? 'y' : 'n';
-    for (int fd = 3; fd < 1024; ++fd) {  // everything but the two pipe ends it uses
-      if (fd != go[0] && fd != ready[1]) ::close(fd);
+  const pid_t child = StartHolder(600, nullptr, [this] {
+    for (int fd = 3; fd < 1024; ++fd) {  // everything but the two pipe ends it still uses
+      if (fd != go_[0] && fd != ready_[1]) ::close(fd);
     }
-    if (::write(ready[1], &ok, 1) != 1) ::_exit(1);
-    char c;
-    while (::read(go[0], &c, 1) < 0) {
-    }
-    ::_exit(0);
-  }
-  char ok = 0;
-  ASSERT_EQ(::read(ready[0], &ok, 1), 1);
-  ASSERT_EQ(ok, 'y');
+  });
   Region r;
   OpenWithLimits(r);
   const int p = r.Attach();  // attaching reaps
   ASSERT_GE(p, 0);
   EXPECT_EQ(r.Usage().at(0).used, 600u);
   EXPECT_FALSE(r.Admit(p, 0, 401));
-  const char c = 'g';
-  ASSERT_EQ(::write(go[1], &c, 1), 1);
+  LetGo();
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   EXPECT_EQ(WEXITSTATUS(status), 0);
   EXPECT_EQ(r.Reap(), 1);  // gone now
   EXPECT_TRUE(r.Admit(p, 0, 1000));
-  for (int fd : {go[0], go[1], ready[0], ready[1]}) ::close(fd);
 }
 
 // Issue 36 item 7: the driver's device files left open across exec are found by their path.

@@ -16,7 +16,6 @@
 //
 // A C ABI library has no caller-owned object, so its state is one process-wide State, created on
 // first use and never destroyed (other threads may still call in while the process exits).
-#include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sys/stat.h>
@@ -494,27 +493,6 @@ void Uncharge(State& s, int slot, uint64_t bytes) {
   if (slot >= 0 && bytes != 0) s.region.Release(s.proc.load(), slot, bytes);
 }
 
-// Whether a descriptor of this process still names the file (dev, ino). Asked of the kernel
-// (fstat of each of our own descriptors), not of anything the tenant writes.
-bool DescriptorOpen(dev_t dev, ino_t ino) {
-  DIR* dir = ::opendir("/proc/self/fd");
-  if (dir == nullptr) return true;  // cannot tell: the charge stays
-  const int own = ::dirfd(dir);
-  bool open = false;
-  while (const dirent* e = ::readdir(dir)) {
-    char* end = nullptr;
-    const long fd = std::strtol(e->d_name, &end, 10);
-    if (end == e->d_name || *end != '\0' || fd == own) continue;
-    struct stat st {};
-    if (::fstat(static_cast<int>(fd), &st) == 0 && st.st_ino == ino && st.st_dev == dev) {
-      open = true;
-      break;
-    }
-  }
-  ::closedir(dir);
-  return open;
-}
-
 // Uncharges and forgets physical allocation `id` once no handle, no mapping and no exported
 // descriptor refers to it (Driver API, Virtual Memory Management, cuMemRelease: the memory is
 // freed when every mapping is unmapped and every reference to the handle, its shareable
@@ -523,7 +501,7 @@ void MaybeFreePhysicalLocked(State& s, uint64_t id) {
   auto it = s.physical.find(id);
   if (it == s.physical.end() || it->second.handle_refs > 0 || it->second.maps > 0) return;
   if (it->second.exported_inode != 0 &&
-      DescriptorOpen(it->second.exported_dev, it->second.exported_inode)) {
+      DescriptorOpenOn(it->second.exported_dev, it->second.exported_inode)) {
     s.exported_pending.store(true, std::memory_order_relaxed);
     return;
   }
