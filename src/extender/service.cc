@@ -5,6 +5,7 @@
 #include "common/listen_address.h"
 #include "metrics/collector.h"
 #include "metrics/http_server.h"
+#include "metrics/web_config.h"
 
 namespace gpulet::extender {
 
@@ -73,9 +74,40 @@ bool Service::synced() const {
   return objects_->synced() && (!options_.watch_nodes || nodes_->synced());
 }
 
+Status CheckVerbsListener(const std::string& address, const std::string& web_config_file) {
+  auto addr = ParseListenAddress(address);
+  if (!addr.ok()) return addr.status();
+  if (IsLoopback(addr->host)) return Status::Ok();
+  metrics::WebConfig web;
+  if (!web_config_file.empty()) {
+    auto loaded = metrics::LoadWebConfig(web_config_file);
+    if (!loaded.ok()) return loaded.status();
+    web = std::move(loaded).value();
+  }
+  if (!web.tls()) {
+    return Status(ErrorCode::kUsage,
+                  "--listen " + address +
+                      ": plain HTTP is served on loopback only; give a --web-config-file with a "
+                      "certificate (tls_server_config) or listen on 127.0.0.1");
+  }
+  if (!web.require_client_cert) {
+    return Status(ErrorCode::kUsage,
+                  web_config_file + ": tls_server_config.client_auth_type: the extender serves "
+                  "/filter, /prioritize and /bind on " + address +
+                  " (not loopback) only to kube-scheduler's client certificate: set "
+                  "client_auth_type: RequireAndVerifyClientCert and client_ca_file, or listen on "
+                  "127.0.0.1 (docs/security.md)");
+  }
+  return Status::Ok();
+}
+
 Status Service::Start() {
   auto addr = ParseListenAddress(options_.address);
   if (!addr.ok()) return addr.status();
+  // Before anything starts: who may call the verbs.
+  if (Status s = CheckVerbsListener(options_.address, options_.web_config_file); !s.ok()) {
+    return s;
+  }
   metrics::HttpOptions o;
   o.address = options_.address;
   o.web_config_file = options_.web_config_file;
@@ -145,13 +177,6 @@ Status Service::Start() {
   if (Status s = server_->Start(); !s.ok()) {
     Stop();
     return s;
-  }
-  if (!server_->tls() && !IsLoopback(addr->host)) {
-    Stop();
-    return Status(ErrorCode::kUsage,
-                  "--listen " + options_.address +
-                      ": plain HTTP is served on loopback only; give a --web-config-file with a "
-                      "certificate (tls_server_config) or listen on 127.0.0.1");
   }
   spdlog::info("event=extender_started address={} port={} tls={} namespace={}", options_.address,
                server_->port(), server_->tls(), options_.view.ns);

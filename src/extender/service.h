@@ -3,8 +3,12 @@
 // served over the bounded HTTP server (POST /filter, /prioritize, /bind; GET /healthz, /metrics),
 // and binds made through the API (POST .../pods/NAME/binding).
 //
-// Serving: HTTPS with the certificate of a web config file (the exporter's format,
-// metrics/web_config.h), or plain HTTP only on a loopback address (a sidecar of the scheduler).
+// Serving: the verbs bind pods of every namespace, so a listener that is not loopback must be
+// mutual TLS (a web config file in the exporter's format, metrics/web_config.h, with
+// client_auth_type: RequireAndVerifyClientCert): only a client with a certificate of the client
+// CA (kube-scheduler's) gets an answer. On a loopback address (127.0.0.0/8, ::1, localhost) TLS
+// and client certificates are optional: only processes in the extender's network namespace reach
+// it (a sidecar in kube-scheduler's pod; with hostNetwork, every process of the node).
 // Start() returns once both watches have listed (the server opens only then; /healthz is 200).
 #pragma once
 
@@ -47,6 +51,10 @@ struct ServiceOptions {
 // and ".." whole), so a name holding "/", "?" or "%" cannot change the path.
 std::string PathSegment(std::string_view name);
 
+// Whether `address` may serve the verbs with `web_config_file` (see above): kUsage naming the
+// file and field when not, kInvalidInput/kNotFound for a web config that does not load.
+Status CheckVerbsListener(const std::string& address, const std::string& web_config_file);
+
 // POST .../pods/NAME/binding through `client`, with metadata.uid as the precondition.
 Status CreateBinding(const k8s::Client& client, const std::string& ns, const std::string& name,
                      const std::string& uid, const std::string& node);
@@ -59,7 +67,8 @@ class Service {
   Service& operator=(const Service&) = delete;
 
   // Starts the watches, waits for their first lists (kUnavailable after sync_timeout), then
-  // serves (errors: kUsage for plain HTTP on a non-loopback address, and the server's).
+  // serves (errors, before anything starts: kUsage for a listener that is not loopback without
+  // TLS client certificates (CheckVerbsListener); then the server's).
   Status Start();
   void Stop();
 

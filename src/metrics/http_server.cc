@@ -1,5 +1,6 @@
 #include "metrics/http_server.h"
 
+#include <dlfcn.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -7,10 +8,14 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
@@ -28,70 +33,9 @@ namespace {
 
 using Steady = std::chrono::steady_clock;
 
-struct Request {
-  std::string method;
-  std::string path;
-  bool http10 = false;
-  std::string authorization;
-  std::string accept;
-  std::string connection;
-  bool has_body = false;
-  bool chunked = false;
-  size_t content_length = 0;
+struct Request : RequestHead {
   std::string body;  // POST routes only
 };
-
-std::string Lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-std::string Trim(const std::string& s) {
-  const size_t b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
-}
-
-// Parses the header block `head` (without the final blank line). False: not HTTP.
-bool ParseRequest(const std::string& head, Request* r) {
-  size_t eol = head.find("\r\n");
-  const std::string line = head.substr(0, eol);
-  const size_t sp1 = line.find(' ');
-  const size_t sp2 = line.rfind(' ');
-  if (sp1 == std::string::npos || sp2 == sp1) return false;
-  r->method = line.substr(0, sp1);
-  r->path = line.substr(sp1 + 1, sp2 - sp1 - 1);
-  const std::string version = line.substr(sp2 + 1);
-  if (version.rfind("HTTP/1.", 0) != 0) return false;
-  r->http10 = version == "HTTP/1.0";
-  const size_t q = r->path.find('?');
-  if (q != std::string::npos) r->path.resize(q);
-  while (eol != std::string::npos) {
-    const size_t start = eol + 2;
-    eol = head.find("\r\n", start);
-    const std::string h =
-        head.substr(start, eol == std::string::npos ? std::string::npos : eol - start);
-    const size_t colon = h.find(':');
-    if (colon == std::string::npos) continue;
-    const std::string name = Lower(h.substr(0, colon));
-    const std::string value = Trim(h.substr(colon + 1));
-    if (name == "authorization") r->authorization = value;
-    if (name == "accept") r->accept = value;
-    if (name == "connection") r->connection = Lower(value);
-    if ((name == "content-length" && value != "0") || name == "transfer-encoding") {
-      r->has_body = true;
-    }
-    if (name == "transfer-encoding") r->chunked = true;
-    if (name == "content-length") {
-      errno = 0;
-      char* end = nullptr;
-      const unsigned long long n = std::strtoull(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || errno != 0) return false;
-      r->content_length = static_cast<size_t>(n);
-    }
-  }
-  return true;
-}
 
 const char* Reason(int status) {
   switch (status) {
@@ -126,17 +70,103 @@ std::string Digest(const std::string& s) { return Sha256(*Crypto(), s); }
 
 constexpr size_t kAuthCacheSize = 4096;
 
+// The server-side calls libssl has that the shared table (common/openssl_library.h) does not
+// carry yet, looked up in the libssl that Ssl() loaded. Null when libssl lacks one.
+struct ServerTlsCalls {
+  decltype(&::SSL_CTX_set_session_id_context) set_session_id_context;
+  decltype(&::SSL_CTX_set_cipher_list) set_cipher_list;
+};
+const ServerTlsCalls* ServerTls() {
+  static const ServerTlsCalls* calls = []() -> const ServerTlsCalls* {
+    if (Ssl() == nullptr) return nullptr;
+    void* lib = dlopen("libssl.so.3", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    if (lib == nullptr) return nullptr;
+    static ServerTlsCalls c;
+    c.set_session_id_context = reinterpret_cast<decltype(c.set_session_id_context)>(
+        dlsym(lib, "SSL_CTX_set_session_id_context"));
+    c.set_cipher_list =
+        reinterpret_cast<decltype(c.set_cipher_list)>(dlsym(lib, "SSL_CTX_set_cipher_list"));
+    return c.set_session_id_context && c.set_cipher_list ? &c : nullptr;
+  }();
+  return calls;
+}
+
+Result<SSL_CTX*> MakeTlsContext(const WebConfig& web, const std::string& file);
+
+// What the certificate, key and client CA files are now (device, inode, size, times; or the
+// stat error): a change means they are loaded again.
+std::string TlsFilesSignature(const WebConfig& web) {
+  std::string sig;
+  for (const std::string* f : {&web.cert_file, &web.key_file, &web.client_ca_file}) {
+    struct stat st {};
+    if (f->empty()) {
+      sig += "-;";
+    } else if (::stat(f->c_str(), &st) != 0) {
+      sig += "e" + std::to_string(errno) + ";";
+    } else {
+      sig += std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
+             std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+             std::to_string(st.st_mtim.tv_nsec) + ":" + std::to_string(st.st_ctim.tv_sec) + "." +
+             std::to_string(st.st_ctim.tv_nsec) + ";";
+    }
+  }
+  return sig;
+}
+
+constexpr std::chrono::milliseconds kAcceptBackoffFirst{5};
+constexpr std::chrono::milliseconds kAcceptBackoffMax{1000};
+
 }  // namespace
+
+HeadParse ParseRequestHead(std::string_view in, size_t max_header_bytes, RequestHead* r,
+                           size_t* head_bytes) {
+  namespace http = boost::beast::http;
+  http::request_parser<http::empty_body> p;
+  p.eager(false);  // the head only: the body is framed (and budgeted) by the server
+  p.header_limit(static_cast<std::uint32_t>(std::min<size_t>(max_header_bytes, UINT32_MAX)));
+  boost::system::error_code ec;
+  const size_t n = p.put(boost::asio::const_buffer(in.data(), in.size()), ec);
+  if (ec == http::error::need_more) {
+    return in.size() > max_header_bytes ? HeadParse::kTooLarge : HeadParse::kIncomplete;
+  }
+  if (ec == http::error::header_limit) return HeadParse::kTooLarge;
+  if (ec || !p.is_header_done()) return HeadParse::kBad;
+  const auto& m = p.get();
+  // Go's net/http: HTTP/1.1 needs a Host; more than one is refused in any version.
+  const size_t hosts = m.count(http::field::host);
+  if (hosts > 1 || (m.version() == 11 && hosts == 0)) return HeadParse::kBad;
+  *r = RequestHead{};
+  r->method = std::string(m.method_string());
+  const std::string_view target(m.target().data(), m.target().size());
+  r->path = std::string(target.substr(0, target.find('?')));
+  r->http10 = m.version() == 10;
+  // The first of a repeated field, as Go's Header.Get.
+  auto first = [&](http::field f) -> std::string {
+    auto it = m.find(f);
+    return it == m.end() ? std::string() : std::string(it->value());
+  };
+  r->authorization = first(http::field::authorization);
+  r->accept = first(http::field::accept);
+  r->connection = first(http::field::connection);
+  for (char& c : r->connection) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  r->chunked = m.count(http::field::transfer_encoding) > 0;
+  r->content_length = p.content_length() ? static_cast<size_t>(*p.content_length()) : 0;
+  r->has_body = r->chunked || r->content_length > 0;
+  *head_bytes = n;
+  return HeadParse::kComplete;
+}
 
 class MetricsServer::Loop {
  public:
   Loop(const Publisher& publisher, const HttpOptions& options, std::unique_ptr<BasicAuth> auth,
-       std::map<std::string, std::string> headers, SSL_CTX* ssl_ctx, int listen_fd)
+       const WebConfig& web, SSL_CTX* ssl_ctx, int listen_fd)
       : publisher_(publisher),
         options_(options),
         auth_(std::move(auth)),
-        headers_(std::move(headers)),
+        headers_(web.headers),
+        web_(web),
         ssl_ctx_(ssl_ctx),
+        tls_signature_(ssl_ctx ? TlsFilesSignature(web) : ""),
         listen_fd_(listen_fd) {}
 
   ~Loop() {
@@ -157,7 +187,7 @@ class MetricsServer::Loop {
     }
     Watch(listen_fd_, EPOLLIN, EPOLL_CTL_ADD);
     Watch(wake_fd_, EPOLLIN, EPOLL_CTL_ADD);
-    const int workers = auth_->enabled() ? std::max(1, options_.threads) : 0;
+    const int workers = auth_->enabled() ? std::max(1, options_.password_check_threads) : 0;
     for (int i = 0; i < workers; ++i) auth_threads_.emplace_back([this] { AuthWorker(); });
     const int post_workers = options_.post_routes.empty() ? 0 : std::max(1, options_.threads);
     for (int i = 0; i < post_workers; ++i) post_threads_.emplace_back([this] { PostWorker(); });
@@ -193,6 +223,8 @@ class MetricsServer::Loop {
  private:
   // kBodyWait: headers read, the body not yet: waiting for room in max_body_bytes_in_flight.
   enum class Phase { kHandshake, kReading, kBodyWait, kAuthWait, kPostWait, kWriting };
+  // A request's head is parsed (`pending`) before anything else of it is looked at: the
+  // password is checked next (kAuthWait), and only then is its body granted room and read.
   struct Conn {
     int fd = -1;
     uint64_t id = 0;
@@ -207,7 +239,10 @@ class MetricsServer::Loop {
     bool close_after = false;
     bool eof = false;  // the client shut down its side: answer what is buffered, then close
     int requests = 0;
-    Request pending;        // waiting for a password check
+    bool have_head = false;   // `pending` holds the parsed head of the request being read
+    bool authorized = false;  // `pending`'s credentials are checked and good
+    size_t scanned = 0;       // bytes of `in` known to hold no end of a head
+    Request pending;
     size_t body_grant = 0;  // bytes of max_body_bytes_in_flight this connection's body holds
     Steady::time_point deadline;
     Steady::time_point last_active;
@@ -268,6 +303,7 @@ class MetricsServer::Loop {
   void Close(int fd) {
     auto it = conns_.find(fd);
     if (it == conns_.end()) return;
+    if (it->second->phase == Phase::kPostWait) DropQueuedPost(it->second->id);
     ReleaseBody(*it->second);
     by_id_.erase(it->second->id);
     Release(*it->second);
@@ -278,7 +314,13 @@ class MetricsServer::Loop {
     std::vector<epoll_event> events(256);
     Steady::time_point next_sweep = Steady::now();
     for (;;) {
-      const int n = ::epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), 100);
+      int timeout_ms = ready_.empty() ? 100 : 0;
+      if (accept_paused_) {
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(accept_resume_ - Steady::now());
+        timeout_ms = std::clamp<int>(static_cast<int>(left.count()), 0, timeout_ms);
+      }
+      const int n = ::epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()),
+                                 timeout_ms);
       {
         std::lock_guard<std::mutex> l(auth_mu_);
         if (stopping_) return;
@@ -296,7 +338,23 @@ class MetricsServer::Loop {
           Handle(fd, events[i].events);
         }
       }
+      // Connections with a response just written: whatever they sent next (pipelined, perhaps
+      // held decrypted inside OpenSSL where epoll cannot see it) is read now. One pass per turn
+      // of the loop, so a pipelining client neither recurses nor starves the others.
+      std::vector<uint64_t> ready;
+      ready.swap(ready_);
+      for (uint64_t id : ready) {
+        auto it = by_id_.find(id);
+        if (it == by_id_.end()) continue;
+        Conn& c = *conns_.at(it->second);
+        if (c.phase == Phase::kReading) ReadRequest(c);
+      }
       const Steady::time_point now = Steady::now();
+      if (accept_paused_ && now >= accept_resume_) {
+        accept_paused_ = false;
+        Watch(listen_fd_, EPOLLIN, EPOLL_CTL_MOD);
+        AcceptAll();
+      }
       if (now >= next_sweep) {
         Sweep(now);
         next_sweep = now + std::chrono::milliseconds(100);
@@ -362,12 +420,25 @@ class MetricsServer::Loop {
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EMFILE || errno == ENFILE) {
+          Count(&HttpStats::accept_errors);
           // Out of descriptors: shed the quietest connection so the next accept succeeds.
-          if (!EvictQuietest()) return;
-          continue;
+          if (EvictQuietest()) continue;
+          // Nothing to shed (the descriptors are held elsewhere): the pending connection keeps
+          // the listener readable, so wait before trying again, as Go's Serve does (5 ms,
+          // doubling to 1 s) instead of spinning on it.
+          accept_delay_ = accept_delay_.count() == 0
+                              ? kAcceptBackoffFirst
+                              : std::min(accept_delay_ * 2, kAcceptBackoffMax);
+          accept_paused_ = true;
+          accept_resume_ = Steady::now() + accept_delay_;
+          Watch(listen_fd_, 0, EPOLL_CTL_MOD);
+          spdlog::warn("event=accept_paused reason=\"{}\" retry_ms={}", std::strerror(errno),
+                       accept_delay_.count());
+          return;
         }
         return;  // EAGAIN, or an aborted connection
       }
+      accept_delay_ = std::chrono::milliseconds(0);
       Count(&HttpStats::accepted);
       if (conns_.size() >= options_.max_connections && !EvictQuietest()) {
         // Every connection has a request in flight: the newcomer waits its turn elsewhere.
@@ -383,6 +454,7 @@ class MetricsServer::Loop {
       c->last_active = Steady::now();
       c->deadline = c->last_active + options_.request_timeout;
       if (ssl_ctx_) {
+        ReloadTlsIfChanged();
         c->ssl = Ssl()->ssl_new(ssl_ctx_);
         Ssl()->set_fd(c->ssl, fd);
         c->phase = Phase::kHandshake;
@@ -431,8 +503,18 @@ class MetricsServer::Loop {
         return ReadRequest(c);
       case Phase::kWriting:
         return WriteResponse(c);
-      case Phase::kAuthWait:
       case Phase::kPostWait:
+        if (ev & (EPOLLHUP | EPOLLERR)) return Close(fd);
+        if (ev & EPOLLRDHUP) {
+          // FIN: a job not yet started is dropped with its connection (the client is gone as
+          // far as TCP tells); a running one answers the half-closed connection, then closes.
+          if (DropQueuedPost(c.id)) return Close(fd);
+          c.eof = true;
+          Count(&HttpStats::half_closed);
+          SetInterest(c, 0);  // EPOLLHUP and EPOLLERR are still reported
+        }
+        return;
+      case Phase::kAuthWait:
       case Phase::kBodyWait:
         if (ev & (EPOLLHUP | EPOLLRDHUP)) Close(fd);
         return;
@@ -507,66 +589,117 @@ class MetricsServer::Loop {
     }
   }
 
-  // Answers the request at the front of `in` if it is complete.
+  // Works on the request at the front of `in`: its head once complete, then its credentials,
+  // then (authenticated only) its body.
   void ProcessBuffered(Conn& c) {
-    const size_t end = c.in.find("\r\n\r\n");
-    if (end == std::string::npos || end + 4 > options_.max_header_bytes) {
-      if (c.in.size() > options_.max_header_bytes) {
+    if (!c.have_head) {
+      // Beast wants the whole head at once: call it when an end of head may be there (every head
+      // ends in "\n\r\n", or "\n\n" from a lax client Beast then refuses), so a trickled head
+      // is scanned once, not parsed again on every read.
+      const size_t from = c.scanned >= 2 ? c.scanned - 2 : 0;
+      const bool maybe_end = c.in.find("\n\r\n", from) != std::string::npos ||
+                             c.in.find("\n\n", from) != std::string::npos;
+      Request req;
+      size_t head_bytes = 0;
+      const HeadParse parsed =
+          maybe_end || c.in.size() > options_.max_header_bytes
+              ? ParseRequestHead(c.in, options_.max_header_bytes, &req, &head_bytes)
+              : HeadParse::kIncomplete;
+      if (parsed == HeadParse::kIncomplete) {
+        c.scanned = c.in.size();
+        if (c.in.size() <= options_.max_header_bytes) return;  // within the request timeout
+      }
+      if (parsed == HeadParse::kTooLarge || parsed == HeadParse::kIncomplete) {
         Count(&HttpStats::too_large);
         return Respond(c, 431, "text/plain", "request headers too large\n", /*close=*/true);
       }
-      return;  // wait for the rest, within the request timeout
+      if (parsed == HeadParse::kBad) {
+        c.in.clear();
+        return Respond(c, 400, "text/plain", "bad request\n", true);
+      }
+      c.in.erase(0, head_bytes);
+      c.scanned = 0;
+      // Refusals that need no credentials (the connection is closed: a body is not read).
+      const bool post_route = req.method == "POST" && options_.post_routes.count(req.path);
+      if (post_route && req.chunked) {
+        return Respond(c, 411, "text/plain", "a Content-Length is required\n", true);
+      }
+      if (req.has_body && !(post_route && req.content_length <= options_.max_body_bytes)) {
+        return Respond(c, 413, "text/plain", "request bodies are not accepted\n", true);
+      }
+      if (req.method != "GET" && req.method != "HEAD" && !post_route) {
+        return Respond(c, 405, "text/plain", "method not allowed\n", true);
+      }
+      c.pending = std::move(req);
+      c.have_head = true;
+      c.authorized = !auth_->enabled();
     }
-    Request req;
-    const bool parsed = ParseRequest(c.in.substr(0, end), &req);
-    const bool post_route = parsed && req.method == "POST" && options_.post_routes.count(req.path);
-    if (post_route && req.has_body && !req.chunked &&
-        req.content_length <= options_.max_body_bytes) {
+    if (!c.authorized) return Authenticate(c);
+    Request& req = c.pending;
+    if (req.has_body) {  // a POST route's body, within max_body_bytes
       if (c.body_grant == 0 && !AcquireBody(c, req.content_length)) {
         body_waiting_.emplace_back(c.id, req.content_length);
         c.phase = Phase::kBodyWait;
         c.deadline = Steady::now() + options_.post_timeout;
         return SetInterest(c, EPOLLRDHUP);
       }
-      if (c.in.size() < end + 4 + req.content_length) return;  // wait for the rest of the body
-      req.body = c.in.substr(end + 4, req.content_length);
+      if (c.in.size() < req.content_length) return;  // wait for the rest of the body
+      req.body = c.in.substr(0, req.content_length);
       // A fresh buffer: the old one's capacity (the whole body) is not kept with the connection.
-      std::string rest = c.in.substr(end + 4 + req.content_length);
+      std::string rest = c.in.substr(req.content_length);
       c.in.swap(rest);
-    } else {
-      c.in.erase(0, end + 4);
     }
-    if (!parsed) return Respond(c, 400, "text/plain", "bad request\n", true);
-    if (post_route && req.chunked) {
-      return Respond(c, 411, "text/plain", "a Content-Length is required\n", true);
-    }
-    if (req.has_body && !(post_route && req.content_length <= options_.max_body_bytes))
-      return Respond(c, 413, "text/plain", "request bodies are not accepted\n", true);
-    if (req.method != "GET" && req.method != "HEAD" && !post_route) {
-      return Respond(c, 405, "text/plain", "method not allowed\n", true);
-    }
-    if (!auth_->enabled()) return Route(c, req);
-    if (req.authorization.empty()) return Unauthorized(c, req);
-    const std::string key = Digest(req.authorization);
+    c.have_head = false;
+    const Request ready = std::move(c.pending);
+    c.pending = Request{};
+    Route(c, ready);
+  }
+
+  // The credentials of `c.pending`, from the cache or by a password worker (kAuthWait).
+  void Authenticate(Conn& c) {
+    if (c.pending.authorization.empty()) return Unauthorized(c);
+    const std::string key = Digest(c.pending.authorization);
     auto known = auth_cache_.find(key);
-    if (known != auth_cache_.end()) return known->second ? Route(c, req) : Unauthorized(c, req);
+    if (known != auth_cache_.end()) {
+      if (!known->second) return Unauthorized(c);
+      c.authorized = true;
+      return ProcessBuffered(c);
+    }
     {
       std::lock_guard<std::mutex> l(auth_mu_);
       if (auth_queue_.size() >= options_.max_pending_auth) {
         Count(&HttpStats::auth_throttled);
-        return Respond(c, 429, "text/plain", "too many password checks pending, retry\n", false,
+        // The body (if any) is unread: the connection cannot carry another request.
+        const bool close = c.pending.has_body;
+        const Request req = std::move(c.pending);
+        c.have_head = false;
+        return Respond(c, 429, "text/plain", "too many password checks pending, retry\n", close,
                        "Retry-After: 1\r\n", &req);
       }
-      auth_queue_.push_back({c.id, key, req.authorization});
+      auth_queue_.push_back({c.id, key, c.pending.authorization});
     }
     auth_cv_.notify_one();
-    c.pending = std::move(req);
     c.phase = Phase::kAuthWait;
     SetInterest(c, EPOLLRDHUP);
   }
 
-  void Unauthorized(Conn& c, const Request& req) {
-    Respond(c, 401, "text/plain", "Unauthorized\n", false, "WWW-Authenticate: Basic\r\n", &req);
+  void Authenticated(Conn& c, bool ok) {
+    if (!ok) return Unauthorized(c);
+    c.authorized = true;
+    if (c.phase != Phase::kReading) {
+      c.phase = Phase::kReading;
+      SetInterest(c, EPOLLIN | EPOLLRDHUP);
+    }
+    ReadRequest(c);  // the body, or the request as it is
+  }
+
+  void Unauthorized(Conn& c) {
+    // A body announced but not read would be taken for the next request: close after answering.
+    const bool close = c.pending.has_body;
+    const Request req = std::move(c.pending);
+    c.pending = Request{};
+    c.have_head = false;
+    Respond(c, 401, "text/plain", "Unauthorized\n", close, "WWW-Authenticate: Basic\r\n", &req);
   }
 
   void AuthWorker() {
@@ -579,7 +712,13 @@ class MetricsServer::Loop {
         job = std::move(auth_queue_.front());
         auth_queue_.pop_front();
       }
+      const uint64_t running = ++auth_running_;
+      {
+        std::lock_guard<std::mutex> l(stats_mu_);
+        stats_.auth_parallel_peak = std::max(stats_.auth_parallel_peak, running);
+      }
       const bool ok = auth_->Check(job.authorization);
+      --auth_running_;
       Count(&HttpStats::auth_checks);
       {
         std::lock_guard<std::mutex> l(auth_mu_);
@@ -605,26 +744,28 @@ class MetricsServer::Loop {
       if (id == by_id_.end()) continue;  // the client left meanwhile
       Conn& c = *conns_.at(id->second);
       if (c.phase != Phase::kAuthWait) continue;
-      Request req = std::move(c.pending);
-      if (d.ok) {
-        Route(c, req);
-      } else {
-        Unauthorized(c, req);
-      }
+      Authenticated(c, d.ok);
     }
   }
 
   // Hands a POST to the workers; the answer comes back through PostCompletions.
+  // Never answers under post_mu_: an answer written at once goes on to the client's next
+  // (pipelined) request, which may be a POST again.
   void Post(Conn& c, Request req) {
     const auto& handler = options_.post_routes.at(req.path);
+    bool queued = false;
     {
       std::lock_guard<std::mutex> l(post_mu_);
-      if (post_queue_.size() >= options_.max_pending_posts) {
-        return Respond(c, 503, "text/plain", "too many requests pending, retry\n", false,
-                       "Retry-After: 1\r\n", &req);
+      if (post_queue_.size() < options_.max_pending_posts) {
+        post_queue_.push_back({c.id, &handler, std::move(req.body), c.body_grant});
+        queued = true;
       }
-      post_queue_.push_back({c.id, &handler, std::move(req.body), c.body_grant});
     }
+    if (!queued) {
+      return Respond(c, 503, "text/plain", "too many requests pending, retry\n", false,
+                     "Retry-After: 1\r\n", &req);
+    }
+    Count(&HttpStats::posts_queued);
     c.body_grant = 0;  // now the job's
     post_cv_.notify_one();
     req.body.clear();
@@ -657,6 +798,46 @@ class MetricsServer::Loop {
       }
       Wake();
     }
+  }
+
+  // Removes the job of connection `id` if no worker has taken it yet (its body budget is given
+  // back); false when there is none.
+  bool DropQueuedPost(uint64_t id) {
+    size_t grant = 0;
+    {
+      std::lock_guard<std::mutex> l(post_mu_);
+      auto it = std::find_if(post_queue_.begin(), post_queue_.end(),
+                             [id](const PostJob& j) { return j.conn_id == id; });
+      if (it == post_queue_.end()) return false;
+      grant = it->grant;
+      post_queue_.erase(it);
+    }
+    ReleaseGrant(grant);
+    Count(&HttpStats::posts_dropped);
+    return true;
+  }
+
+  // On a new connection: the certificate, key and client CA are loaded again when their files
+  // changed (exporter-toolkit reads them on every handshake); files that fail to load keep the
+  // previous context, and are tried again only once they change again.
+  void ReloadTlsIfChanged() {
+    const std::string sig = TlsFilesSignature(web_);
+    if (sig == tls_signature_ || sig == tls_failed_signature_) return;
+    Result<SSL_CTX*> made = MakeTlsContext(web_, options_.web_config_file);
+    if (!made.ok()) {
+      tls_failed_signature_ = sig;
+      Count(&HttpStats::tls_reload_failures);
+      spdlog::error("event=tls_reload_failed error=\"{}\" action=\"serving the previous files\"",
+                    made.status().message());
+      return;
+    }
+    Ssl()->ctx_free(ssl_ctx_);  // connections that use it hold their own reference
+    ssl_ctx_ = *made;
+    tls_signature_ = sig;
+    tls_failed_signature_.clear();
+    Count(&HttpStats::tls_reloads);
+    spdlog::info("event=tls_reloaded cert={} key={} client_ca={}", web_.cert_file, web_.key_file,
+                 web_.client_ca_file);
   }
 
   void PostCompletions() {
@@ -800,17 +981,20 @@ class MetricsServer::Loop {
     c.phase = Phase::kReading;
     c.deadline = Steady::now() + options_.idle_timeout;
     SetInterest(c, EPOLLIN | EPOLLRDHUP);
-    if (!c.in.empty()) {
-      c.deadline = Steady::now() + options_.request_timeout;
-      ProcessBuffered(c);  // a pipelined request
-    }
+    if (!c.in.empty()) c.deadline = Steady::now() + options_.request_timeout;  // pipelined
+    // The next request is read by the loop (Run), not from here. TLS: epoll cannot tell about
+    // bytes OpenSSL already decrypted.
+    if (c.ssl || !c.in.empty()) ready_.push_back(c.id);
   }
 
   const Publisher& publisher_;
   const HttpOptions options_;
   const std::unique_ptr<BasicAuth> auth_;
   const std::map<std::string, std::string> headers_;
-  SSL_CTX* const ssl_ctx_;
+  const WebConfig web_;
+  SSL_CTX* ssl_ctx_;  // replaced when its files change (event thread)
+  std::string tls_signature_;         // of the files ssl_ctx_ was made from
+  std::string tls_failed_signature_;  // of files that did not load
   const int listen_fd_;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
@@ -821,6 +1005,11 @@ class MetricsServer::Loop {
   size_t bodies_in_flight_ = 0;  // granted bytes (max_body_bytes_in_flight)
   std::deque<std::pair<uint64_t, size_t>> body_waiting_;  // connection id, Content-Length
   bool grants_changed_ = false;
+  std::vector<uint64_t> ready_;  // connections to read from again (a response was written)
+  bool accept_paused_ = false;   // out of descriptors: not accepting until accept_resume_
+  Steady::time_point accept_resume_;
+  std::chrono::milliseconds accept_delay_{0};
+  std::atomic<uint64_t> auth_running_{0};
   std::unordered_map<std::string, bool> auth_cache_;  // SHA-256 of Authorization → verdict
   std::deque<std::string> auth_order_;                // oldest first, for eviction
   // Shared with the password workers.
@@ -864,14 +1053,34 @@ Result<SSL_CTX*> MakeTlsContext(const WebConfig& web, const std::string& file) {
     Ssl()->ctx_set_client_ca_list(ctx, Ssl()->load_client_ca_file(web.client_ca_file.c_str()));
     Ssl()->ctx_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
   }
-  if (web.min_tls_version != 0) {
-    const int v = web.min_tls_version == 10   ? TLS1_VERSION
-                  : web.min_tls_version == 11 ? TLS1_1_VERSION
-                  : web.min_tls_version == 12 ? TLS1_2_VERSION
-                                              : TLS1_3_VERSION;
-    Ssl()->ctx_ctrl(ctx, SSL_CTRL_SET_MIN_PROTO_VERSION, v,
-                    nullptr);  // SSL_CTX_set_min_proto_version
+  auto version = [](int v) {
+    return v == 10 ? TLS1_VERSION : v == 11 ? TLS1_1_VERSION : v == 13 ? TLS1_3_VERSION : TLS1_2_VERSION;
+  };
+  // exporter-toolkit's defaults: TLS 1.2 to TLS 1.3.
+  Ssl()->ctx_ctrl(ctx, SSL_CTRL_SET_MIN_PROTO_VERSION,  // SSL_CTX_set_min_proto_version
+                  version(web.min_tls_version ? web.min_tls_version : 12), nullptr);
+  Ssl()->ctx_ctrl(ctx, SSL_CTRL_SET_MAX_PROTO_VERSION,
+                  version(web.max_tls_version ? web.max_tls_version : 13), nullptr);
+  const ServerTlsCalls* more = ServerTls();
+  if (more == nullptr) return fail("libssl.so.3 lacks SSL_CTX_set_cipher_list or session ids");
+  // Go's cipher_suites restrict TLS 1.0-1.2 only: OpenSSL's cipher list is exactly that (TLS
+  // 1.3 suites are SSL_CTX_set_ciphersuites, left at the default as Go leaves them).
+  if (!web.cipher_list.empty() && more->set_cipher_list(ctx, web.cipher_list.c_str()) != 1) {
+    return fail("tls_server_config.cipher_suites: none of " + web.cipher_list +
+                " is available in this OpenSSL");
   }
+  if (!web.groups.empty() &&
+      Ssl()->ctx_ctrl(ctx, SSL_CTRL_SET_GROUPS_LIST, 0,  // SSL_CTX_set1_groups_list
+                      const_cast<char*>(web.groups.c_str())) != 1) {
+    return fail("tls_server_config.curve_preferences: cannot use " + web.groups);
+  }
+  if (web.prefer_server_cipher_suites) {
+    Ssl()->ctx_set_options(ctx, SSL_OP_CIPHER_SERVER_PREFERENCE);
+  }
+  // Sessions are resumed only within this context: without an ID context, OpenSSL refuses to
+  // resume a TLS 1.2 session when client certificates are verified (alert 80).
+  static constexpr unsigned char kSessionContext[] = "gpulet-http";
+  more->set_session_id_context(ctx, kSessionContext, sizeof kSessionContext - 1);
   Ssl()->ctx_ctrl(ctx, SSL_CTRL_MODE,  // SSL_CTX_set_mode
                   SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
                       SSL_MODE_RELEASE_BUFFERS,
@@ -947,7 +1156,7 @@ Status MetricsServer::Start() {
   }
   auto auth = std::make_unique<BasicAuth>(web.users);
   const bool basic_auth = auth->enabled();
-  loop_ = std::make_unique<Loop>(publisher_, options_, std::move(auth), web.headers, ctx, *fd);
+  loop_ = std::make_unique<Loop>(publisher_, options_, std::move(auth), web, ctx, *fd);
   if (Status s = loop_->Start(); !s.ok()) {
     loop_.reset();
     return s;

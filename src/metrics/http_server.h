@@ -11,14 +11,29 @@
 // - A request's headers must arrive within `request_timeout` (else the connection is closed) and
 //   fit in `max_header_bytes` (else 431 and close); a keep-alive connection is closed after
 //   `idle_timeout`; a response the client does not read within `write_timeout` is abandoned.
-//   Request bodies are refused (413).
+//   Request bodies are refused (413). Requests are parsed with Boost.Beast's HTTP/1.1 parser (the
+//   grammar: a space before a colon, a line without one, a repeated or signed Content-Length,
+//   an unknown version are 400), plus what Go's net/http adds (HTTP/1.1 needs exactly one Host);
+//   connections, timeouts and budgets stay ours.
 // - Responses are the collector's immutable renderings, written as they are (no per-scrape copy).
-// - Basic auth: a checked Authorization value (good or bad) is remembered, so neither Prometheus
-//   nor a client retrying a wrong password pays a bcrypt each time. Unknown values are checked on
-//   `threads` worker(s), at most `max_pending_auth` queued; beyond that the answer is 429 at once.
+// - Basic auth: checked on the headers, before a byte of the body is read or a body budget is
+//   granted. A checked Authorization value (good or bad) is remembered, so neither Prometheus
+//   nor a client retrying a wrong password pays a bcrypt each time. Unknown values are checked
+//   on `password_check_threads` worker(s) (one by default: unauthenticated clients get one core
+//   at most), one at a time per connection (a connection waiting for its check reads nothing),
+//   at most `max_pending_auth` queued; beyond that the answer is 429 at once.
 // - TLS (web config) is OpenSSL on the same non-blocking sockets, handshake inside the request
-//   timeout. OpenSSL is loaded (dlopen, common/openssl_library.h) only when the web config asks
-//   for it: libcrypto for basic auth or TLS, libssl for TLS.
+//   timeout. The certificate, key and client CA files are looked at (stat) on every new
+//   connection, as exporter-toolkit re-reads them per handshake: changed files are loaded for
+//   the connections that follow; files that do not load keep the previous ones (logged). OpenSSL
+//   is loaded (dlopen, common/openssl_library.h) only when the web config asks for it: libcrypto
+//   for basic auth or TLS, libssl for TLS.
+// - A client that shuts down its sending side (FIN) is taken as gone for a POST not yet started:
+//   the job is dropped and the connection closed, as Go cancels a request's context at EOF. A
+//   handler already running (a bind) runs to its end and its answer is written to the
+//   half-closed connection before it is closed.
+// - Out of descriptors (EMFILE/ENFILE) with no idle connection to shed, accepting pauses 5 ms,
+//   doubling to 1 s, as Go's http.Server does, instead of spinning.
 #pragma once
 
 #include <atomic>
@@ -27,6 +42,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -39,7 +55,8 @@ namespace gpulet::metrics {
 struct HttpOptions {
   std::string address = ":9400";  // [host]:port; ":9400" = every interface; port 0 = any free port
   std::string web_config_file;    // optional, see web_config.h
-  int threads = 4;                // password-check workers (bcrypt); serving is one event thread
+  int threads = 4;                // POST handler workers; serving is one event thread
+  int password_check_threads = 1;  // bcrypt workers for credentials not seen before
   int write_timeout_s = 10;
   // /health fails when the last collection is older than this (0 = never).
   std::chrono::milliseconds stale_after{0};
@@ -82,7 +99,32 @@ struct HttpStats {
   uint64_t responses = 0;
   uint64_t auth_checks = 0;     // passwords actually checked (bcrypt)
   uint64_t auth_throttled = 0;  // 429: too many unknown credentials waiting
+  uint64_t auth_parallel_peak = 0;  // most password checks that ran at once
+  uint64_t posts_queued = 0;        // POST jobs handed to the workers
+  uint64_t posts_dropped = 0;       // queued POST jobs dropped: their client left first
+  uint64_t half_closed = 0;         // clients that shut down their side while a handler ran
+  uint64_t accept_errors = 0;       // accept() out of descriptors (EMFILE/ENFILE)
+  uint64_t tls_reloads = 0;         // certificate/key/CA files loaded again after a change
+  uint64_t tls_reload_failures = 0;  // changed files that did not load (the old ones kept)
 };
+
+// One request's head as the server reads it: Boost.Beast's HTTP/1.1 parser for the grammar, and
+// Go's net/http's checks on top (exactly one Host for HTTP/1.1, at most one for HTTP/1.0).
+struct RequestHead {
+  std::string method;
+  std::string path;  // the target without its query
+  bool http10 = false;
+  std::string authorization;
+  std::string accept;
+  std::string connection;  // lower case
+  bool has_body = false;   // a Content-Length above 0, or any Transfer-Encoding
+  bool chunked = false;
+  size_t content_length = 0;
+};
+enum class HeadParse { kIncomplete, kComplete, kBad, kTooLarge };
+// Parses the head at the front of `in`; kComplete sets `*head_bytes` (the body follows).
+HeadParse ParseRequestHead(std::string_view in, size_t max_header_bytes, RequestHead* head,
+                           size_t* head_bytes);
 
 class MetricsServer {
  public:

@@ -211,13 +211,13 @@ TEST(MetricsServer, BodiesAndOtherMethodsAreRefused) {
   MetricsServer server(pub, {"127.0.0.1:0"});
   ASSERT_TRUE(server.Start().ok());
   int fd = Dial(server.port());
-  Send(fd, "POST /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello");
+  Send(fd, "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello");
   EXPECT_NE(ReadResponse(fd).find(" 413 "), std::string::npos);
   ::close(fd);
   fd = Dial(server.port());
   EXPECT_NE(Request(fd, "/nope").find(" 404 "), std::string::npos);
   // Pipelined requests on one connection are answered in order.
-  Send(fd, "GET /health HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n");
+  Send(fd, "GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n");
   std::string both;
   char buf[4096];
   while (both.find("</html>") == std::string::npos) {
@@ -247,15 +247,15 @@ TEST(MetricsServer, PostRoutesReceiveTheirBody) {
   MetricsServer server(pub, opts);
   ASSERT_TRUE(server.Start().ok());
   int fd = Dial(server.port());
-  Send(fd, "POST /echo HTTP/1.1\r\nContent-Length: 11\r\n\r\nhello");
+  Send(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\n\r\nhello");
   Send(fd, " world");
   std::string r = ReadResponse(fd);
   EXPECT_NE(r.find("200 OK"), std::string::npos) << r;
   EXPECT_NE(r.find("\r\n\r\n[hello world]"), std::string::npos) << r;
   // Two pipelined POSTs on the kept-alive connection, answered in order (both answers may come
   // in one segment: the reader keeps the second).
-  Send(fd, "POST /echo HTTP/1.1\r\nContent-Length: 1\r\n\r\naPOST /teapot HTTP/1.1\r\n"
-           "Content-Length: 1\r\n\r\nb");
+  Send(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\naPOST /teapot HTTP/1.1\r\n"
+           "Host: x\r\nContent-Length: 1\r\n\r\nb");
   std::string rest;
   r = ReadResponse(fd, &rest);
   EXPECT_NE(r.find("\r\n\r\n[a]"), std::string::npos) << r;
@@ -264,15 +264,15 @@ TEST(MetricsServer, PostRoutesReceiveTheirBody) {
   ::close(fd);
   // Too large, chunked, a POST elsewhere, a GET of a POST route.
   fd = Dial(server.port());
-  Send(fd, "POST /echo HTTP/1.1\r\nContent-Length: 65\r\n\r\n");
+  Send(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 65\r\n\r\n");
   EXPECT_NE(ReadResponse(fd).find(" 413 "), std::string::npos);
   ::close(fd);
   fd = Dial(server.port());
-  Send(fd, "POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\n\r\n");
+  Send(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\n\r\n");
   EXPECT_NE(ReadResponse(fd).find(" 411 "), std::string::npos);
   ::close(fd);
   fd = Dial(server.port());
-  Send(fd, "POST /health HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
+  Send(fd, "POST /health HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
   EXPECT_NE(ReadResponse(fd).find(" 405 "), std::string::npos);
   ::close(fd);
   fd = Dial(server.port());

@@ -370,10 +370,11 @@ TEST_F(ExtenderHttpTest, PlainHttpOnlyOnLoopback) {
   EXPECT_THAT(st.message(), HasSubstr("plain HTTP is served on loopback only"));
 }
 
-// HTTPS with a certificate (the test PKI's server certificate for 127.0.0.1) on every interface,
-// as the Deployment serves it, verified by the client against the CA, as kube-scheduler's
-// tlsConfig.caFile does.
-TEST_F(ExtenderHttpTest, HttpsWithACertificateOnAnyAddress) {
+// Issue 35, item 2: HTTPS without client certificates on every interface would serve /bind to any
+// pod that reaches the port: refused at start, naming the field. On loopback (a sidecar) the same
+// web config serves, verified by the client against the CA, as kube-scheduler's tlsConfig.caFile
+// does.
+TEST_F(ExtenderHttpTest, HttpsWithoutClientCertificatesOnlyOnLoopback) {
   AddNode("n1", {{80, 80}});
   json pod = AddPod("p", {10});
   std::ofstream(dir_ + "/web.yml") << "tls_server_config:\n  cert_file: " << pki_.server_cert
@@ -382,6 +383,15 @@ TEST_F(ExtenderHttpTest, HttpsWithACertificateOnAnyAddress) {
   o.address = "0.0.0.0:0";
   o.web_config_file = dir_ + "/web.yml";
   o.view.ns = kNs;
+  {
+    Service open(*client_, clock_, o);
+    const Status refused = open.Start();
+    EXPECT_EQ(refused.code(), ErrorCode::kUsage);
+    EXPECT_THAT(refused.message(), HasSubstr("tls_server_config.client_auth_type"));
+    EXPECT_THAT(refused.message(), HasSubstr("RequireAndVerifyClientCert"));
+    EXPECT_EQ(open.port(), 0);  // nothing was served
+  }
+  o.address = "127.0.0.1:0";
   Service s(*client_, clock_, o);
   Status st = s.Start();
   ASSERT_TRUE(st.ok()) << st.message();
@@ -396,6 +406,24 @@ TEST_F(ExtenderHttpTest, HttpsWithACertificateOnAnyAddress) {
   ASSERT_TRUE(b);
   EXPECT_EQ(json::parse(b->body)["Error"], "");
   EXPECT_EQ(NodeOf("p"), "n1");
+}
+
+// Issue 35, item 2: which listeners may serve the verbs, decided before anything starts.
+TEST_F(ExtenderHttpTest, VerbsNeedClientCertificatesOffLoopback) {
+  const std::string tls = "tls_server_config:\n  cert_file: s.crt\n  key_file: s.key\n";
+  std::ofstream(dir_ + "/tls.yml") << tls;
+  std::ofstream(dir_ + "/mtls.yml")
+      << tls << "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n";
+  EXPECT_TRUE(CheckVerbsListener("0.0.0.0:8888", dir_ + "/mtls.yml").ok());
+  EXPECT_TRUE(CheckVerbsListener(":8888", dir_ + "/mtls.yml").ok());
+  for (const char* loopback : {"127.0.0.1:8888", "[::1]:8888", "localhost:8888"}) {
+    EXPECT_TRUE(CheckVerbsListener(loopback, "").ok()) << loopback;
+    EXPECT_TRUE(CheckVerbsListener(loopback, dir_ + "/tls.yml").ok()) << loopback;
+  }
+  const Status open = CheckVerbsListener(":8888", dir_ + "/tls.yml");
+  EXPECT_EQ(open.code(), ErrorCode::kUsage);
+  EXPECT_THAT(open.message(), HasSubstr(dir_ + "/tls.yml: tls_server_config.client_auth_type"));
+  EXPECT_EQ(CheckVerbsListener("10.0.0.1:8888", "").code(), ErrorCode::kUsage);
 }
 
 // Issue 23, item 1: the extender as deployed (deploy/extender/web-config.yaml, certificates from
