@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# gpulet's shipped RBAC on the real API server (issue 32, item 8): enough for everything the agent
+# does (its running pod logs no refusal), and no more (writes outside it are refused with 403).
+# Runs after cluster_device_plugin, with the agent deployed.
+source "$(dirname "$0")/lib.sh"
+sa=system:serviceaccount:gpulet-system:gpulet
+
+kc -n gpulet-system rollout status daemonset/gpulet --timeout=120s >/dev/null || fail "gpulet DaemonSet not ready"
+
+say "what the agent's ServiceAccount may do, as the real RBAC authorizer answers"
+can() { kc auth can-i "$@" --as="$sa" >/dev/null 2>&1; }
+for ok in "get nodes" "watch nodes" "get configmaps -n gpulet-system" "watch configmaps -n gpulet-system" \
+          "create configmaps -n gpulet-system" "patch configmaps -n gpulet-system"; do
+  # shellcheck disable=SC2086
+  can $ok || fail "the agent may not '$ok', which its code does"
+done
+for no in "patch nodes" "update nodes" "delete nodes" "list secrets -A" "get secrets -n gpulet-system" \
+          "create pods -n gpulet-system" "create configmaps -n default" "delete configmaps -n gpulet-system" \
+          "create resourceslices.resource.k8s.io"; do
+  # shellcheck disable=SC2086
+  can $no && fail "the agent may '$no', which no code of it needs"
+done
+
+say "a write outside the roles, with the agent's own token, is refused with 403"
+token="$(kc create token gpulet -n gpulet-system --duration=10m)"
+code="$(curl -s -o /tmp/gpulet-rbac-body.$$ -w '%{http_code}' --cacert "$GPULET_CLUSTER_BASE/pki/ca.crt" \
+  -H "Authorization: Bearer $token" -H 'Content-Type: application/merge-patch+json' -X PATCH \
+  --data '{"metadata":{"labels":{"gpulet.io/test":"x"}}}' "$GPULET_CLUSTER_API/api/v1/nodes/$node")"
+body="$(cat /tmp/gpulet-rbac-body.$$)"; rm -f /tmp/gpulet-rbac-body.$$
+[ "$code" = 403 ] || fail "patching the node with the agent's token answered $code: $body"
+echo "$body" | grep -q '"reason":"Forbidden"' || fail "the 403 is not a Forbidden Status: $body"
+
+say "the running agent met no refusal from the API server"
+pod="$(kc get pods -n gpulet-system -l app.kubernetes.io/component=node -o jsonpath='{.items[0].metadata.name}')"
+logs="$(kc logs -n gpulet-system "$pod" --all-containers)"
+if echo "$logs" | grep -qiE 'forbidden|\b403\b'; then
+  fail "the agent was refused: $(echo "$logs" | grep -iE 'forbidden|\b403\b' | head -5)"
+fi
+echo PASS
