@@ -16,6 +16,12 @@
 //
 // A C ABI library has no caller-owned object, so its state is one process-wide State, created on
 // first use and never destroyed (other threads may still call in while the process exits).
+//
+// Where things are: driver_table.h resolves the driver's entry points (which driver, the hook
+// table, REAL); accounting.h is the account and the record rules (tested alone in
+// accounting_test.cc); region.h is the shared region and the limits file. This file holds the
+// process state, then the wrappers grouped by what they charge: linear allocations, pools and
+// async, arrays, contexts and modules, VMM, graphs, and what programs read.
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sys/stat.h>
@@ -35,11 +41,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cudashim/accounting.h"
 #include "cudashim/cuda_api.h"
+#include "cudashim/driver_table.h"
 #include "cudashim/region.h"
 #include "gpu/nvml_api.h"
-
-#define GPULET_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace gpulet::cudashim {
 namespace {
@@ -47,161 +53,6 @@ namespace {
 constexpr const char* kDefaultDir = "/run/gpulet/cuda";
 constexpr int kMaxDevices = 64;
 constexpr uint64_t kAllocAlign = 512;  // the driver's smallest allocation alignment
-
-void Say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-
-// ---- the real dlsym, found without calling the interposed one ----------------------------------
-
-using DlsymFn = void* (*)(void*, const char*) noexcept;
-
-// Runs before the sanitizer runtimes are ready when a sanitizer's own start-up asks dlsym for
-// RTLD_NEXT (it finds ours first): no instrumentation on this path.
-#define GPULET_NO_SANITIZE __attribute__((no_sanitize("address", "undefined", "thread")))
-
-GPULET_NO_SANITIZE DlsymFn ResolveRealDlsym() {
-  // dlvsym is not interposed: asking it for libc's dlsym cannot recurse into ours.
-  const char* versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
-  for (const char* version : versions) {
-    if (void* p = ::dlvsym(RTLD_NEXT, "dlsym", version)) return reinterpret_cast<DlsymFn>(p);
-  }
-  std::fprintf(stderr, "gpulet-cuda: cannot find libc's dlsym (dlvsym failed); aborting\n");
-  std::abort();
-}
-
-// libc's dlsym, once found. Written only with the value every writer computes alike.
-// (Builtins, not std::atomic: its inline members would carry sanitizer instrumentation.)
-DlsymFn g_real_dlsym = nullptr;
-
-GPULET_NO_SANITIZE DlsymFn RealDlsym() {
-  DlsymFn fn = __atomic_load_n(&g_real_dlsym, __ATOMIC_ACQUIRE);
-  if (fn == nullptr) {
-    fn = ResolveRealDlsym();
-    __atomic_store_n(&g_real_dlsym, fn, __ATOMIC_RELEASE);
-  }
-  return fn;
-}
-
-struct State;
-State& S();
-const char* NodeDriverPath(State& s);
-
-// The driver library every wrapper calls: the path the node named in the limits file, else the
-// first of the fixed list (region.h) that exists. Opened by absolute path, so neither the process
-// environment nor LD_LIBRARY_PATH (nor a copy a tenant library already loaded under the same
-// soname) decides which driver it is: a path with a slash is opened as named, and an object
-// already loaded from that file is the same object. Every entry point of the table is looked up
-// in this handle only (RealFor), never by RTLD_DEFAULT/RTLD_NEXT, which find our own exports.
-void* DriverHandle() {
-  static void* handle = [] {
-    const char* path = NodeDriverPath(S());
-    if (path == nullptr) {
-      Say("no CUDA driver library: the limits file names none and none of the fixed paths "
-          "(/usr/lib/x86_64-linux-gnu/libcuda.so.1, ...) exists; CUDA is refused");
-      return static_cast<void*>(nullptr);
-    }
-    void* h = ::dlopen(path, RTLD_NOW | RTLD_NOLOAD);
-    if (h == nullptr) h = ::dlopen(path, RTLD_NOW);
-    if (h == nullptr) Say("cannot load the CUDA driver %s: %s", path, ::dlerror());
-    return h;
-  }();
-  return handle;
-}
-
-void* NvmlHandle() {
-  static void* handle = [] {
-    void* h = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_NOLOAD);
-    if (h == nullptr) h = ::dlopen("libnvidia-ml.so.1", RTLD_NOW);
-    return h;
-  }();
-  return handle;
-}
-
-// ---- the wrapped entry points and their real counterparts -------------------------------------
-
-enum HookIndex : int {
-#define GPULET_INDEX(name, base, since, ptsz, ret, params) k_##name,
-  GPULET_CUDA_WRAPPED(GPULET_INDEX) GPULET_CUDA_PLAIN(GPULET_INDEX)
-#undef GPULET_INDEX
-#define GPULET_LEGACY_INDEX(name, base, since) k_##name,
-      GPULET_CUDA_LEGACY(GPULET_LEGACY_INDEX)
-#undef GPULET_LEGACY_INDEX
-          kHookCount
-};
-
-struct Hook {
-  const char* name;
-  const char* base;
-  int since;
-  bool ptsz;
-  bool wrapped;  // false: a driver function we only call
-  bool legacy;   // refused
-  void* wrapper;
-  std::atomic<void*> real{nullptr};
-};
-
-}  // namespace
-}  // namespace gpulet::cudashim
-
-// Forward declarations of the legacy refusals (defined at the end, variadic: never reads args).
-#define GPULET_LEGACY_DECLARE(name, base, since) GPULET_EXPORT CUresult name(...);
-GPULET_CUDA_LEGACY(GPULET_LEGACY_DECLARE)
-#undef GPULET_LEGACY_DECLARE
-
-namespace gpulet::cudashim {
-namespace {
-
-Hook g_hooks[kHookCount] = {
-#define GPULET_HOOK(name, base, since, ptsz, ret, params) \
-  {#name, #base, since, ptsz != 0, true, false, reinterpret_cast<void*>(&::name), {}},
-    GPULET_CUDA_WRAPPED(GPULET_HOOK)
-#undef GPULET_HOOK
-#define GPULET_PLAIN_HOOK(name, base, since, ptsz, ret, params) \
-  {#name, #base, since, ptsz != 0, false, false, nullptr, {}},
-        GPULET_CUDA_PLAIN(GPULET_PLAIN_HOOK)
-#undef GPULET_PLAIN_HOOK
-#define GPULET_LEGACY_HOOK(name, base, since) \
-  {#name, #base, since, false, true, true, reinterpret_cast<void*>(&::name), {}},
-            GPULET_CUDA_LEGACY(GPULET_LEGACY_HOOK)
-#undef GPULET_LEGACY_HOOK
-};
-
-void* RealFor(int index) {
-  Hook& h = g_hooks[index];
-  void* p = h.real.load(std::memory_order_acquire);
-  if (p != nullptr) return p;
-  if (void* lib = DriverHandle()) p = RealDlsym()(lib, h.name);
-  if (p != nullptr) h.real.store(p, std::memory_order_release);
-  return p;
-}
-
-// REAL(cuMemAlloc_v2) is the driver's function with our declared type, or nullptr.
-#define REAL(name) (reinterpret_cast<decltype(&::name)>(RealFor(k_##name)))
-// Calls the driver's function, or answers CUDA_ERROR_NOT_FOUND when the driver has none.
-#define CALL_REAL(name, ...)                              \
-  do {                                                    \
-    auto real_fn_ = REAL(name);                           \
-    if (real_fn_ == nullptr) return CUDA_ERROR_NOT_FOUND; \
-    return real_fn_(__VA_ARGS__);                         \
-  } while (0)
-
-// Name → hook, for dlsym and cuGetProcAddress (exact exported names and base names).
-struct NameIndex {
-  std::unordered_map<std::string_view, int> exact;
-  std::unordered_multimap<std::string_view, int> by_base;
-};
-
-const NameIndex& Names() {
-  static const NameIndex* index = [] {
-    auto* n = new NameIndex();
-    for (int i = 0; i < kHookCount; ++i) {
-      if (!g_hooks[i].wrapped) continue;
-      n->exact.emplace(g_hooks[i].name, i);
-      n->by_base.emplace(g_hooks[i].base, i);
-    }
-    return n;
-  }();
-  return *index;
-}
 
 // ---- messages: one line each, once per cause ---------------------------------------------------
 
@@ -217,13 +68,6 @@ void Say(const char* fmt, ...) {
 // ---- accounting state --------------------------------------------------------------------------
 
 enum class Mode { kActive, kPassthrough, kFailed };
-
-struct Charge {
-  int gpu = -1;
-  uint64_t bytes = 0;
-  CUmemoryPool pool = nullptr;  // allocations from a stream-ordered pool
-  uint64_t dying = 0;           // a block of a pool destroyed while it was out (DyingPool)
-};
 
 // A pool destroyed with blocks still out: the driver releases it when the last is freed (Stream
 // Ordered Memory Allocator, cuMemPoolDestroy), so what it held beyond those blocks stays charged
@@ -272,6 +116,7 @@ struct State {
   std::string error;
   Region region;
   std::atomic<int> proc{-1};
+  Account account{region, proc};
   std::mutex attach_mu;
   std::atomic<int> device_slot[kMaxDevices];  // -2: not looked up; -1: not in the region
   std::atomic<bool> warned_unlisted[kMaxDevices];
@@ -489,9 +334,7 @@ CUresult Refusal(Gate g) {
   return g == Gate::kFailedClosed ? CUDA_ERROR_NOT_INITIALIZED : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-void Uncharge(State& s, int slot, uint64_t bytes) {
-  if (slot >= 0 && bytes != 0) s.region.Release(s.proc.load(), slot, bytes);
-}
+void Uncharge(State& s, int slot, uint64_t bytes) { s.account.Uncharge(slot, bytes); }
 
 // Uncharges and forgets physical allocation `id` once no handle, no mapping and no exported
 // descriptor refers to it (Driver API, Virtual Memory Management, cuMemRelease: the memory is
@@ -522,53 +365,22 @@ void SweepExported(State& s) {
   for (uint64_t id : ids) MaybeFreePhysicalLocked(s, id);
 }
 
-// Charges a size the driver decided after the call (pitch, array layout, pool rounding).
-void ChargeAfter(State& s, int slot, uint64_t bytes) {
-  if (slot >= 0 && bytes != 0) s.region.Admit(s.proc.load(), slot, bytes, /*force=*/true);
-}
-
-// Adjusts a recorded charge from `from` to `to` bytes.
 void Recharge(State& s, int slot, uint64_t from, uint64_t to) {
-  if (to > from) ChargeAfter(s, slot, to - from);
-  if (to < from) Uncharge(s, slot, from - to);
+  s.account.Recharge(slot, from, to);
 }
 
-// ---- records -----------------------------------------------------------------------------------
-//
-// The driver hands a freed address (handle, array, module, context, pool) out again at once, to
-// any thread. So a release takes its record out *before* calling the driver (and puts it back if
-// the driver refuses), and a new record never overwrites another: whatever was recorded under the
-// same key is uncharged first. Another thread's allocation of the same address then can never be
-// erased by this thread's release.
-
-// Takes the record of `key` out of `m`; false when there is none.
+// Records (accounting.h), on this process's maps and account.
 template <typename Map, typename Key>
 bool TakeRecord(State& s, Map& m, const Key& key, typename Map::mapped_type* out) {
-  std::lock_guard lock(s.mu);
-  auto it = m.find(key);
-  if (it == m.end()) return false;
-  *out = it->second;
-  m.erase(it);
-  return true;
+  return TakeRecord(s.mu, m, key, out);
 }
-
-// Puts a record back after the driver refused its release (the key was not freed, so nobody can
-// have taken it meanwhile; if somebody did, the newer record stays and this one is uncharged).
 template <typename Map, typename Key>
 void PutBack(State& s, Map& m, const Key& key, const Charge& c) {
-  std::lock_guard lock(s.mu);
-  if (!m.emplace(key, c).second) Uncharge(s, c.gpu, c.bytes);
+  PutBack(s.mu, s.account, m, key, c);
 }
-
-// Records `c` under `key`; a stale record under the same key (a release we never saw) is
-// uncharged, never silently overwritten.
 template <typename Map, typename Key>
 void RecordLocked(State& s, Map& m, const Key& key, const Charge& c) {
-  auto [it, fresh] = m.try_emplace(key, c);
-  if (!fresh) {
-    if (it->second.pool == nullptr) Uncharge(s, it->second.gpu, it->second.bytes);
-    it->second = c;
-  }
+  RecordLocked(s.account, m, key, c);
 }
 
 // ---- allocation families -----------------------------------------------------------------------
