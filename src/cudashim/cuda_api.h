@@ -23,6 +23,16 @@ typedef struct CUctx_st* CUcontext;
 typedef struct CUmod_st* CUmodule;
 typedef struct CUlib_st* CUlibrary;
 typedef struct CUgreenCtx_st* CUgreenCtx;
+// cuCtxSetLimit's limits (those below 0x05 reserve device memory when set).
+typedef enum CUlimit_enum {
+  CU_LIMIT_STACK_SIZE = 0x00,
+  CU_LIMIT_PRINTF_FIFO_SIZE = 0x01,
+  CU_LIMIT_MALLOC_HEAP_SIZE = 0x02,
+  CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH = 0x03,
+  CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT = 0x04,
+  CU_LIMIT_MAX_L2_FETCH_GRANULARITY = 0x05,
+  CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06,
+} CUlimit;
 typedef struct CUdevResourceDesc_st* CUdevResourceDesc;
 typedef struct CUstream_st* CUstream;
 typedef struct CUevent_st* CUevent;
@@ -315,6 +325,7 @@ typedef int CUjit_option;
   X(cuGreenCtxCreate, cuGreenCtxCreate, 12040, 0, CUresult,                                        \
     (CUgreenCtx * phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags))                \
   X(cuGreenCtxDestroy, cuGreenCtxDestroy, 12040, 0, CUresult, (CUgreenCtx hCtx))                   \
+  X(cuCtxSetLimit, cuCtxSetLimit, 3010, 0, CUresult, (CUlimit limit, size_t value))                \
   X(cuMemMap, cuMemMap, 10020, 0, CUresult,                                                        \
     (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,             \
      unsigned long long flags))                                                                    \
@@ -379,6 +390,7 @@ typedef int CUjit_option;
   X(cuDeviceGetUuid, cuDeviceGetUuid, 9020, 0, CUresult, (CUuuid * uuid, CUdevice dev))           \
   X(cuDeviceGetUuid_v2, cuDeviceGetUuid, 11040, 0, CUresult, (CUuuid * uuid, CUdevice dev))       \
   X(cuCtxGetDevice, cuCtxGetDevice, 2000, 0, CUresult, (CUdevice * device))                       \
+  X(cuCtxGetLimit, cuCtxGetLimit, 3010, 0, CUresult, (size_t * pvalue, CUlimit limit))            \
   X(cuCtxGetCurrent, cuCtxGetCurrent, 4000, 0, CUresult, (CUcontext * pctx))                      \
   X(cuCtxSetCurrent, cuCtxSetCurrent, 4000, 0, CUresult, (CUcontext ctx))                         \
   X(cuMemPoolGetAttribute, cuMemPoolGetAttribute, 11020, 0, CUresult,                             \

@@ -130,6 +130,7 @@ struct State {
   std::unordered_map<CUmemoryPool, PoolState> pools;
   int primary_refs[kMaxDevices] = {};
   uint64_t primary_charge[kMaxDevices] = {};
+  uint64_t limit_charge[kMaxGpus] = {};  // by region slot: what cuCtxSetLimit reservations took
   std::atomic<bool> pools_cache{false};  // some pool holds freed blocks: reconcile at syncs
   std::unordered_map<uint64_t, DyingPool> dying_pools;
   uint64_t next_dying = 1;
@@ -254,6 +255,7 @@ void AfterFork() {
   s.pools.clear();
   std::fill(std::begin(s.primary_refs), std::end(s.primary_refs), 0);
   std::fill(std::begin(s.primary_charge), std::end(s.primary_charge), 0);
+  std::fill(std::begin(s.limit_charge), std::end(s.limit_charge), 0);
 }
 
 int Proc(State& s) {
@@ -736,6 +738,10 @@ CUresult ChargeContext(CUdevice dev, CUcontext* ctx_out, uint64_t* charged, Crea
 // of their allocations go too (VMM handles from cuMemCreate live on until cuMemRelease).
 void DropContextMemoryLocked(State& s, int slot) {
   uint64_t bytes = 0;
+  if (slot >= 0 && static_cast<uint32_t>(slot) < kMaxGpus) {
+    bytes += s.limit_charge[slot];  // the limits' reservations went with the contexts
+    s.limit_charge[slot] = 0;
+  }
   for (auto it = s.pointers.begin(); it != s.pointers.end();) {
     if (it->second.gpu != slot) {
       ++it;
@@ -880,6 +886,53 @@ CUresult LoadModule(void** handle_out, Load&& load, Unload&& unload) {
   }
   std::lock_guard lock(s.mu);
   RecordLocked(s, s.modules, static_cast<const void*>(*handle_out), Charge{slot, bytes, nullptr});
+  return rc;
+}
+
+// Context limits (Driver API, Context Management, cuCtxSetLimit): the device malloc heap, the
+// printf FIFO, the per-thread stack (for every thread that can be resident) and the device
+// runtime's reservations are device memory the driver reserves when the limit is set. What a
+// change took (or gave back) is the free memory the current context sees before and after it;
+// a growth that does not fit is undone (the old value set back) and refused with
+// CUDA_ERROR_OUT_OF_MEMORY. Unmeasurable (no free memory to read): set back and refused.
+CUresult SetContextLimit(CUlimit limit, size_t value) {
+  auto real = REAL(cuCtxSetLimit);
+  auto get = REAL(cuCtxGetLimit);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  State& s = S();
+  if (s.mode == Mode::kPassthrough) return real(limit, value);
+  if (s.mode == Mode::kFailed) return CUDA_ERROR_NOT_INITIALIZED;
+  CUdevice dev = 0;
+  if (const CUresult rc = CurrentDeviceOrError(&dev); rc != CUDA_SUCCESS) return rc;
+  const int slot = SlotOfDevice(s, dev);
+  const int proc = Proc(s);
+  if (slot < 0 || proc < 0 || static_cast<uint32_t>(slot) >= kMaxGpus) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  size_t old = 0;
+  const bool can_undo = get != nullptr && get(&old, limit) == CUDA_SUCCESS;
+  const int64_t before = RealFree();
+  const CUresult rc = real(limit, value);
+  if (rc != CUDA_SUCCESS) return rc;
+  const int64_t after = RealFree();
+  if (before < 0 || after < 0) {
+    if (can_undo) real(limit, old);
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  if (after < before) {
+    const uint64_t grew = static_cast<uint64_t>(before - after);
+    if (!s.region.Admit(proc, slot, grew)) {
+      if (can_undo) real(limit, old);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    std::lock_guard lock(s.mu);
+    s.limit_charge[slot] += grew;
+  } else if (after > before) {
+    std::lock_guard lock(s.mu);
+    const uint64_t shrank = std::min(static_cast<uint64_t>(after - before), s.limit_charge[slot]);
+    s.limit_charge[slot] -= shrank;
+    Uncharge(s, slot, shrank);
+  }
   return rc;
 }
 
@@ -2046,6 +2099,10 @@ GPULET_EXPORT CUresult cuLibraryUnload(CUlibrary library) {
   auto real = REAL(cuLibraryUnload);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
   return UnloadModule(library, [&] { return real(library); });
+}
+
+GPULET_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
+  return SetContextLimit(limit, value);
 }
 
 // Green contexts (Driver API, Green Contexts: cuGreenCtxCreate, CUDA 12.4) are contexts of their

@@ -45,6 +45,8 @@
 struct CUctx_st {
   int dev = 0;
   bool primary = false;
+  size_t limits[5] = {1024, 1 << 20, 8 << 20, 2, 2048};  // cuCtxSetLimit's, the model's defaults
+  uint64_t limit_bytes = 0;  // device memory the limits above their defaults reserve
 };
 struct CUmod_st {
   CUctx_st* ctx = nullptr;
@@ -322,7 +324,10 @@ struct Driver {
         ++it;
       }
     }
-    Give(ctx->dev, context_bytes);
+    Give(ctx->dev, context_bytes + ctx->limit_bytes);
+    ctx->limit_bytes = 0;
+    const CUctx_st defaults{};
+    std::copy(std::begin(defaults.limits), std::end(defaults.limits), std::begin(ctx->limits));
   }
 
   // [SOMA] cuMemPoolTrimTo: releases reserved memory the pool does not use, down to `keep`.
@@ -1623,6 +1628,45 @@ SIM_EXPORT CUresult cuModuleLoadFatBinary(CUmodule* module, const void* fatCubin
 }
 
 
+// [CTX] cuCtxSetLimit: the device malloc heap (CU_LIMIT_MALLOC_HEAP_SIZE), the printf FIFO and
+// the per-thread stack are device memory the driver reserves when the limit is set ("the driver
+// will reserve ... the heap"; the stack for every thread that can be resident). The model's
+// choice: a context's memory covers the defaults; past them the heap and FIFO take their size,
+// the stack its size times 65,536 resident threads, device-runtime depths and counts 1 MiB each.
+namespace {
+uint64_t LimitFootprint(const size_t (&v)[5]) {
+  const size_t d[5] = {1024, 1 << 20, 8 << 20, 2, 2048};
+  auto over = [&](int i) -> uint64_t { return v[i] > d[i] ? v[i] - d[i] : 0; };
+  return over(0) * 65536 + over(1) + over(2) + (over(3) + over(4)) * (1 << 20);
+}
+}  // namespace
+SIM_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
+  SIM_LOCK();
+  SIM_CONTEXT();
+  if (static_cast<int>(limit) < 0 || static_cast<int>(limit) > 6) return CUDA_ERROR_INVALID_VALUE;
+  if (static_cast<int>(limit) >= 5) return CUDA_SUCCESS;  // caches: no device memory
+  size_t next[5];
+  std::copy(std::begin(ctx->limits), std::end(ctx->limits), next);
+  next[limit] = value;
+  const uint64_t now = LimitFootprint(next);
+  if (now > ctx->limit_bytes) {
+    if (CUresult rc = d.Take(ctx->dev, now - ctx->limit_bytes); rc != CUDA_SUCCESS) return rc;
+  } else {
+    d.Give(ctx->dev, ctx->limit_bytes - now);
+  }
+  ctx->limit_bytes = now;
+  ctx->limits[limit] = value;
+  return CUDA_SUCCESS;
+}
+SIM_EXPORT CUresult cuCtxGetLimit(size_t* pvalue, CUlimit limit) {
+  SIM_LOCK();
+  SIM_CONTEXT();
+  if (pvalue == nullptr || static_cast<int>(limit) < 0 || static_cast<int>(limit) > 6)
+    return CUDA_ERROR_INVALID_VALUE;
+  *pvalue = static_cast<int>(limit) < 5 ? ctx->limits[limit] : 0;
+  return CUDA_SUCCESS;
+}
+
 // [CTX] Green Contexts (cuGreenCtxCreate, CUDA 12.4): a context of its own on `dev` with the
 // resources `desc` names; it is not made current ("the green context is not pushed onto the
 // current thread's stack") and takes a context's device memory until cuGreenCtxDestroy.
@@ -1769,6 +1813,8 @@ const Entry kEntries[] = {
     E(cuLibraryLoadFromFile, cuLibraryLoadFromFile, 12000, false),
     E(cuGreenCtxCreate, cuGreenCtxCreate, 12040, false),
     E(cuGreenCtxDestroy, cuGreenCtxDestroy, 12040, false),
+    E(cuCtxSetLimit, cuCtxSetLimit, 3010, false),
+    E(cuCtxGetLimit, cuCtxGetLimit, 3010, false),
     E(cuLaunchKernel, cuLaunchKernel, 4000, false),
     E(cuGraphCreate, cuGraphCreate, 10000, false),
     E(cuGraphDestroy, cuGraphDestroy, 10000, false),

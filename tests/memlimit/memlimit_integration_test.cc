@@ -570,6 +570,11 @@ TEST_F(MemLimitTest, TheTenantDoesNotPickTheDriver) {
   }
 }
 
+// Item 5: the device malloc heap, printf FIFO and stack that cuCtxSetLimit reserves.
+TEST_F(MemLimitTest, ContextLimitReservationsAreCharged) {
+  EXPECT_EQ(Model({"ctx-limits"}, 128 * kMiB), "ok ctx-limits");
+}
+
 // Item 6: memory exported as a POSIX descriptor stays charged until the descriptor is closed.
 TEST_F(MemLimitTest, VmmMemoryIsChargedWhileItsExportedDescriptorIsOpen) {
   EXPECT_EQ(Model({"vmm-exported"}, 256 * kMiB), "ok vmm-exported");

@@ -8,7 +8,7 @@
 // Scenarios (one per escape of issue 24): reuse-race, vmm-mapped, vmm-retain, vmm-import, graph,
 // neighbour-module, neighbour-context, stream-device, arrays, procaddr, retain-race,
 // pool-destroyed; and of issue 36: driver-first (MODEL_POISON: the tenant library's path),
-// library-no-context, vmm-exported.
+// library-no-context, vmm-exported, ctx-limits.
 // Prints "ok …" and exits 0, or "FAIL …" (with the seed and step for diff) and exits 1.
 #include <dlfcn.h>
 #include <sys/wait.h>
@@ -689,6 +689,28 @@ void VmmExported(uint64_t limit) {
   std::printf("ok vmm-exported\n");
 }
 
+// Issue 36 item 5: cuCtxSetLimit reserves device memory (the malloc heap, the stack for every
+// resident thread): charged by what it took, refused (and undone) past the limit.
+void ContextLimits(uint64_t limit) {
+  Init();
+  Check("initialized", limit);
+  Ok(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 64 * kMiB), "cuCtxSetLimit(heap 64 MiB)");
+  Check("heap 64 MiB", limit);
+  const CUresult big = cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 1024 + 4096);  // the model: 256 MiB
+  Check("stack past the limit", limit);
+  size_t stack = 0;
+  Ok(cuCtxGetLimit(&stack, CU_LIMIT_STACK_SIZE), "cuCtxGetLimit");
+  if (big != CUDA_ERROR_OUT_OF_MEMORY || stack != 1024)
+    Fail("a stack past the limit: rc=" + std::to_string(big) + " stack=" + std::to_string(stack));
+  Ok(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 8 * kMiB), "cuCtxSetLimit(heap back to 8 MiB)");
+  Check("heap back to its default", limit);
+  Ok(cuCtxSetLimit(CU_LIMIT_PRINTF_FIFO_SIZE, 16 * kMiB), "cuCtxSetLimit(printf 16 MiB)");
+  Check("printf FIFO 16 MiB", limit);
+  Ok(cuDevicePrimaryCtxRelease_v2(0), "cuDevicePrimaryCtxRelease_v2");
+  Check("context released", limit);
+  std::printf("ok ctx-limits\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -733,6 +755,8 @@ int main(int argc, char** argv) {
     LibraryNoContext(limit);
   else if (what == "vmm-exported")
     VmmExported(limit);
+  else if (what == "ctx-limits")
+    ContextLimits(limit);
   else if (what == "diff" && argc == 5)
     Differential(limit, std::strtoull(argv[3], nullptr, 10), std::strtoll(argv[4], nullptr, 10));
   else
