@@ -120,7 +120,7 @@ FileStamp Stamp(const std::string& path) {
 
 // X509_VERIFY_PARAM_set_hostflags, from the libcrypto that Crypto() loaded (not in its table,
 // which the exporter's TLS shares; RTLD_NOLOAD finds the copy already mapped). Null when absent.
-using SetHostFlags = void (*)(X509_VERIFY_PARAM*, unsigned int);
+using SetHostFlags = decltype(&::X509_VERIFY_PARAM_set_hostflags);
 SetHostFlags HostFlagsSetter() {
   static const SetHostFlags fn = [] {
     void* lib = dlopen("libcrypto.so.3", RTLD_NOW | RTLD_NOLOAD);
