@@ -2002,29 +2002,54 @@ GPULET_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
   return rc;
 }
 
+namespace {
+// A module or library loaded through `load` (the driver's loader with the caller's arguments):
+// measured and charged (LoadModule), unloaded again when it does not fit.
+template <typename Load>
+CUresult LoadCountedModule(CUmodule* module, Load&& load) {
+  auto unload = REAL(cuModuleUnload);
+  if (module == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return LoadModule(reinterpret_cast<void**>(module), load, [&] {
+    if (unload != nullptr) unload(*module);
+  });
+}
+template <typename Load>
+CUresult LoadCountedLibrary(CUlibrary* library, Load&& load) {
+  auto unload = REAL(cuLibraryUnload);
+  if (library == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return LoadModule(reinterpret_cast<void**>(library), load, [&] {
+    if (unload != nullptr) unload(*library);
+  });
+}
+}  // namespace
+
 GPULET_EXPORT CUresult cuModuleLoadData(CUmodule* module, const void* image) {
   auto real = REAL(cuModuleLoadData);
-  auto unload = REAL(cuModuleUnload);
-  if (real == nullptr || module == nullptr) return CUDA_ERROR_NOT_FOUND;
-  return LoadModule(
-      reinterpret_cast<void**>(module), [&] { return real(module, image); },
-      [&] {
-        if (unload != nullptr) unload(*module);
-      });
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return LoadCountedModule(module, [&] { return real(module, image); });
 }
 
 GPULET_EXPORT CUresult cuModuleLoadDataEx(CUmodule* module, const void* image,
                                           unsigned int numOptions, CUjit_option* options,
                                           void** optionValues) {
   auto real = REAL(cuModuleLoadDataEx);
-  auto unload = REAL(cuModuleUnload);
-  if (real == nullptr || module == nullptr) return CUDA_ERROR_NOT_FOUND;
-  return LoadModule(
-      reinterpret_cast<void**>(module),
-      [&] { return real(module, image, numOptions, options, optionValues); },
-      [&] {
-        if (unload != nullptr) unload(*module);
-      });
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return LoadCountedModule(
+      module, [&] { return real(module, image, numOptions, options, optionValues); });
+}
+
+// The file and fat-binary loaders take the same device memory as the *Data ones (Module and
+// Library Management): measured and charged the same way.
+GPULET_EXPORT CUresult cuModuleLoad(CUmodule* module, const char* fname) {
+  auto real = REAL(cuModuleLoad);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return LoadCountedModule(module, [&] { return real(module, fname); });
+}
+
+GPULET_EXPORT CUresult cuModuleLoadFatBinary(CUmodule* module, const void* fatCubin) {
+  auto real = REAL(cuModuleLoadFatBinary);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return LoadCountedModule(module, [&] { return real(module, fatCubin); });
 }
 
 GPULET_EXPORT CUresult cuModuleUnload(CUmodule hmod) {
@@ -2039,41 +2064,11 @@ GPULET_EXPORT CUresult cuLibraryLoadData(CUlibrary* library, const void* code,
                                          void** libraryOptionValues,
                                          unsigned int numLibraryOptions) {
   auto real = REAL(cuLibraryLoadData);
-  auto unload = REAL(cuLibraryUnload);
-  if (real == nullptr || library == nullptr) return CUDA_ERROR_NOT_FOUND;
-  return LoadModule(
-      reinterpret_cast<void**>(library),
-      [&] {
-        return real(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
-                    libraryOptionValues, numLibraryOptions);
-      },
-      [&] {
-        if (unload != nullptr) unload(*library);
-      });
-}
-
-// The file and fat-binary loaders take the same device memory as the *Data ones (Module and
-// Library Management): measured and charged the same way.
-GPULET_EXPORT CUresult cuModuleLoad(CUmodule* module, const char* fname) {
-  auto real = REAL(cuModuleLoad);
-  auto unload = REAL(cuModuleUnload);
-  if (real == nullptr || module == nullptr) return CUDA_ERROR_NOT_FOUND;
-  return LoadModule(
-      reinterpret_cast<void**>(module), [&] { return real(module, fname); },
-      [&] {
-        if (unload != nullptr) unload(*module);
-      });
-}
-
-GPULET_EXPORT CUresult cuModuleLoadFatBinary(CUmodule* module, const void* fatCubin) {
-  auto real = REAL(cuModuleLoadFatBinary);
-  auto unload = REAL(cuModuleUnload);
-  if (real == nullptr || module == nullptr) return CUDA_ERROR_NOT_FOUND;
-  return LoadModule(
-      reinterpret_cast<void**>(module), [&] { return real(module, fatCubin); },
-      [&] {
-        if (unload != nullptr) unload(*module);
-      });
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return LoadCountedLibrary(library, [&] {
+    return real(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
+                libraryOptionValues, numLibraryOptions);
+  });
 }
 
 GPULET_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* fileName,
@@ -2082,17 +2077,11 @@ GPULET_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* fil
                                              void** libraryOptionValues,
                                              unsigned int numLibraryOptions) {
   auto real = REAL(cuLibraryLoadFromFile);
-  auto unload = REAL(cuLibraryUnload);
-  if (real == nullptr || library == nullptr) return CUDA_ERROR_NOT_FOUND;
-  return LoadModule(
-      reinterpret_cast<void**>(library),
-      [&] {
-        return real(library, fileName, jitOptions, jitOptionsValues, numJitOptions,
-                    libraryOptions, libraryOptionValues, numLibraryOptions);
-      },
-      [&] {
-        if (unload != nullptr) unload(*library);
-      });
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return LoadCountedLibrary(library, [&] {
+    return real(library, fileName, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
+                libraryOptionValues, numLibraryOptions);
+  });
 }
 
 GPULET_EXPORT CUresult cuLibraryUnload(CUlibrary library) {
