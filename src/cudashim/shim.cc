@@ -1062,7 +1062,9 @@ __attribute__((constructor)) void SetRealDlsym() { RealDlsym(); }
 __attribute__((noinline)) void* WrapperFor(const char* name, void* real) noexcept {
   if (name[0] == 'c') {
     const NameIndex& names = Names();
-    if (auto it = names.exact.find(name); it != names.exact.end()) return g_hooks[it->second].wrapper;
+    if (auto it = names.exact.find(name); it != names.exact.end()) {
+      return g_hooks[it->second].wrapper;
+    }
   } else if (std::strcmp(name, "nvmlDeviceGetMemoryInfo") == 0) {
     return reinterpret_cast<void*>(&::nvmlDeviceGetMemoryInfo);
   } else if (std::strcmp(name, "nvmlDeviceGetMemoryInfo_v2") == 0) {

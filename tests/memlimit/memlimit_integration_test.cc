@@ -513,7 +513,7 @@ TEST_F(MemLimitTest, ExecReleasesTheEarlierImagesCharges) {
   EXPECT_EQ(U(Line(out.out, "info"), "cu_free"), 64 * kMiB - context_) << out.out;
 }
 
-// ---- issue 36 ------------------------------------------------------------------------------------
+// ---- issue 36 -----------------------------------------------------------------------------------
 
 // Item 1: cuInit and cuMemAlloc_v2 looked up with dlsym(RTLD_DEFAULT) (our own exports) and a
 // tenant library's no-op cuMemFree_v2 looked up first: the table still holds the driver's.

@@ -414,7 +414,8 @@ int main(int argc, char** argv) {
         auto used = h == nullptr ? nullptr
                                  : reinterpret_cast<unsigned long long (*)(int)>(
                                        dlsym(h, "gpulet_sim_device_used"));
-        std::printf(" %s=%lld", p.c_str(), used == nullptr ? -1LL : static_cast<long long>(used(0)));
+        const long long held = used == nullptr ? -1LL : static_cast<long long>(used(0));
+        std::printf(" %s=%lld", p.c_str(), held);
       }
       std::printf("\n");
     } else if (cmd == "exporttable") {
