@@ -172,10 +172,12 @@ std::string CheckLimits(const LimitsFile& f, const std::string& path);
 // in a container, /usr/lib/gpulet/gpulet-cuda.limits. "" when it cannot be found.
 std::string LimitsFileBesideLibrary();
 // Where the interposer looks for the driver when the limits file names none: the directories the
-// NVIDIA container toolkit mounts the host's libcuda.so.1 into, never LD_LIBRARY_PATH.
+// NVIDIA container toolkit mounts the host's libcuda.so.1 into, then GKE's driver mount, never
+// LD_LIBRARY_PATH.
 inline constexpr const char* kDriverLibraryCandidates[] = {
     "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1",
-    "/usr/lib/aarch64-linux-gnu/libcuda.so.1", "/usr/lib/libcuda.so.1"};
+    "/usr/lib/aarch64-linux-gnu/libcuda.so.1", "/usr/lib/libcuda.so.1",
+    "/usr/local/nvidia/lib64/libcuda.so.1"};
 
 // The part of a region a reader copies: the header and the GPU slots.
 inline constexpr size_t kRegionPrefixBytes = offsetof(RegionLayout, processes);

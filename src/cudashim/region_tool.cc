@@ -1,11 +1,12 @@
 // gpulet-cuda-region: writes or shows an accounting region by hand (the device plugin writes them
 // on Allocate; this is for checks on a real GPU and for operators).
 //
-//   gpulet-cuda-region create [--passthrough] DIR GPU-UUID=BYTES [GPU-UUID=BYTES …]
+//   gpulet-cuda-region create [--passthrough] [--driver PATH] DIR GPU-UUID=BYTES [...]
 //   gpulet-cuda-region show DIR [LIMITS-FILE]
 //
 // `create` writes DIR/memory.region (the container's, writable) and DIR/gpulet-cuda.limits (the
-// limits: mount it read-only beside the library, as /usr/lib/gpulet/gpulet-cuda.limits).
+// limits: mount it read-only beside the library, as /usr/lib/gpulet/gpulet-cuda.limits);
+// --driver names the CUDA driver library the interposer calls (an absolute path in the container).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -18,11 +19,13 @@ namespace {
 
 int Usage() {
   std::fprintf(stderr,
-               "usage: gpulet-cuda-region create [--passthrough] DIR GPU-UUID=BYTES "
-               "[GPU-UUID=BYTES ...]\n"
+               "usage: gpulet-cuda-region create [--passthrough] [--driver PATH] DIR "
+               "GPU-UUID=BYTES [GPU-UUID=BYTES ...]\n"
                "       gpulet-cuda-region show DIR [LIMITS-FILE]\n"
                "create writes DIR/memory.region (mode 0666, usage only) and DIR/%s (mode 0644:\n"
-               "each GPU's limit; mount it read-only beside libgpulet-cuda.so). show prints the\n"
+               "each GPU's limit; mount it read-only beside libgpulet-cuda.so). --driver PATH\n"
+               "names the CUDA driver library the interposer calls (absolute, as the container\n"
+               "sees it; default: the first of its fixed paths that exists). show prints the\n"
                "use, with the limits of LIMITS-FILE (default DIR/%s).\n",
                gpulet::cudashim::kLimitsFileName, gpulet::cudashim::kLimitsFileName);
   return 2;
@@ -37,8 +40,18 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc >= 4 && std::strcmp(argv[1], "create") == 0) {
-    const bool passthrough = std::strcmp(argv[2], "--passthrough") == 0;
-    const int first = passthrough ? 3 : 2;
+    bool passthrough = false;
+    std::string driver;
+    int first = 2;
+    for (; first < argc && argv[first][0] == '-'; ++first) {
+      if (std::strcmp(argv[first], "--passthrough") == 0) {
+        passthrough = true;
+      } else if (std::strcmp(argv[first], "--driver") == 0 && first + 1 < argc) {
+        driver = argv[++first];
+      } else {
+        return Usage();
+      }
+    }
     if (argc < first + 2) return Usage();
     const std::string dir = argv[first];
     std::vector<GpuLimit> gpus;
@@ -56,7 +69,7 @@ int main(int argc, char** argv) {
     std::string err = gpulet::cudashim::CreateRegion(dir, gpus, /*replace=*/true);
     if (err.empty()) {
       err = gpulet::cudashim::WriteLimitsFile(dir + "/" + gpulet::cudashim::kLimitsFileName, gpus,
-                                              passthrough);
+                                              passthrough, driver);
     }
     if (!err.empty()) {
       std::fprintf(stderr, "gpulet-cuda-region: %s\n", err.c_str());
