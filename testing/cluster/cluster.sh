@@ -20,15 +20,25 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 cache="${GPULET_CLUSTER_CACHE:-$([ "$(id -u)" = 0 ] && echo /var/cache/gpulet-cluster || echo "${XDG_CACHE_HOME:-$HOME/.cache}/gpulet-cluster")}"
-base="${GPULET_CLUSTER_BASE:-/var/lib/gpulet-k8s}"     # configs, PKI, etcd, containerd root, logs
-run="${GPULET_CLUSTER_RUN:-/run/gpulet-k8s}"           # sockets, pids, netns, containerd state
+# GPULET_CLUSTER_INSTANCE=N (1-9): a second, control-plane-only cluster beside the default one,
+# with its own directories and ports (N*10 above the default ones) and its API server on 127.0.0.1;
+# for work that needs no kubelet (scheduling at scale, RBAC, admission) while the node cluster runs.
+instance="${GPULET_CLUSTER_INSTANCE:-0}"
+case "$instance" in [0-9]) ;; *) echo "cluster: GPULET_CLUSTER_INSTANCE must be 0-9" >&2; exit 2;; esac
+suffix=""; [ "$instance" = 0 ] || suffix="-$instance"
+off=$((instance * 10))
+base="${GPULET_CLUSTER_BASE:-/var/lib/gpulet-k8s$suffix}"     # configs, PKI, etcd, containerd root, logs
+run="${GPULET_CLUSTER_RUN:-/run/gpulet-k8s$suffix}"           # sockets, pids, netns, containerd state
+etcd_port=$((2379 + off)); etcd_peer=$((2380 + off)); etcd_metrics=$((2381 + off))
+api_port=$((6443 + off)); kcm_port=$((10257 + off)); sched_port=$((10259 + off))
 kubelet_root=/var/lib/kubelet                          # where the shipped manifests' hostPaths point
 node="${GPULET_CLUSTER_NODE:-gpulet-node-0}"
 bridge=cni0
 gw=10.88.0.1
 pod_cidr=10.88.0.0/16
 svc_cidr=10.0.0.0/24
-api="https://$gw:6443"
+api_host="$gw"; [ "$instance" = 0 ] || api_host=127.0.0.1
+api="https://$api_host:$api_port"
 marker_name=.gpulet-k8s-owned                         # marks a directory this script made
 
 log() { echo "cluster: $*" >&2; }
@@ -39,11 +49,13 @@ bin_dir() { "$here/build.sh"; }
 # ---------------------------------------------------------------------------------------------
 # Teardown: safe to run at any time, on any leftover of an earlier run.
 
-owned_pids() {  # processes whose executable is one of the cluster's binaries (cache bin dirs)
+owned_pids() {  # this instance's processes: a cluster binary (cache bin dirs) naming its directories
   local p exe
   for p in /proc/[0-9]*; do
     exe="$(readlink "$p/exe" 2>/dev/null || true)"
-    case "$exe" in "$cache"/bin/*) echo "${p#/proc/}";; esac
+    case "$exe" in
+      "$cache"/bin/*) tr '\0' ' ' < "$p/cmdline" 2>/dev/null | grep -qE "($base|$run)/" && echo "${p#/proc/}";;
+    esac
   done
 }
 
@@ -82,7 +94,7 @@ down() {
   fi
   for p in gpulet kubelet kube-scheduler kube-controller-manager kube-apiserver; do kill_pidfile "$p"; done
   # Whatever still runs in the pods' cgroups (made by this cluster's kubelet) is a container process.
-  for m in $(kubepods_cgroups); do
+  [ "$instance" = 0 ] && for m in $(kubepods_cgroups); do
     [ -f "$m/cgroup.procs" ] && for p in $(cat "$m/cgroup.procs" 2>/dev/null); do kill -KILL "$p" 2>/dev/null || true; done
   done
   kill_pidfile containerd
@@ -90,11 +102,19 @@ down() {
   kill_pidfile etcd
   for _ in $(seq 50); do [ -z "$(owned_pids)" ] && break; sleep 0.1; done
   # Mounts under the cluster's directories and the kubelet's, deepest first.
+  local roots="$run|$base"
+  [ "$instance" = 0 ] && roots="$roots|$kubelet_root"
   for _ in 1 2 3; do
-    mapfile -t mounts < <(awk '{print $5}' /proc/self/mountinfo | grep -E "^($run|$base|$kubelet_root)(/|$)" | sort -r || true)
+    mapfile -t mounts < <(awk '{print $5}' /proc/self/mountinfo | grep -E "^($roots)(/|$)" | sort -r || true)
     [ "${#mounts[@]}" = 0 ] && break
     for m in "${mounts[@]}"; do umount -l "$m" 2>/dev/null || true; done
   done
+  if [ "$instance" != 0 ]; then
+    rm -rf "$base" "$run"
+    [ -z "$(owned_pids)" ] || die "teardown: processes left: $(owned_pids | tr '\n' ' ')"
+    log "down: nothing of cluster instance $instance is left"
+    return 0
+  fi
   for _ in $(seq 30); do
     local left=0
     for m in $(kubepods_cgroups); do rmdir "$m" 2>/dev/null || left=1; done
@@ -140,6 +160,7 @@ preflight() {
   for t in runc openssl python3 gcc ip; do command -v "$t" >/dev/null || die "preflight: $t not found (make deps installs it)"; done
   [ -x /usr/lib/cni/bridge ] || die "preflight: /usr/lib/cni/bridge missing (Debian package containernetworking-plugins)"
   [ -x /bin/busybox ] || die "preflight: /bin/busybox missing (Debian package busybox-static)"
+  [ "$instance" = 0 ] || return 0
   if [ -d "$kubelet_root" ] && [ ! -f "$kubelet_root/$marker_name" ]; then
     die "preflight: $kubelet_root exists and was not made by this script: another kubelet owns this machine"
   fi
@@ -225,14 +246,14 @@ control_plane() {
   local bin="$1"
   log "layer 1/3: control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler)"
   start etcd "$bin/etcd" --name default --data-dir "$base/etcd" \
-    --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
-    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
-    --initial-cluster default=http://127.0.0.1:2380 --listen-metrics-urls http://127.0.0.1:2381 \
+    --listen-client-urls http://127.0.0.1:$etcd_port --advertise-client-urls http://127.0.0.1:$etcd_port \
+    --listen-peer-urls http://127.0.0.1:$etcd_peer --initial-advertise-peer-urls http://127.0.0.1:$etcd_peer \
+    --initial-cluster default=http://127.0.0.1:$etcd_peer --listen-metrics-urls http://127.0.0.1:$etcd_metrics \
     --unsafe-no-fsync --log-level warn
-  wait_for 30 etcd curl -sf http://127.0.0.1:2379/health || layer_failed "control plane: etcd" etcd
+  wait_for 30 etcd curl -sf http://127.0.0.1:$etcd_port/health || layer_failed "control plane: etcd" etcd
   local p="$base/pki"
-  start kube-apiserver "$bin/kube-apiserver" --etcd-servers=http://127.0.0.1:2379 \
-    --bind-address="$gw" --advertise-address="$gw" --secure-port=6443 \
+  start kube-apiserver "$bin/kube-apiserver" --etcd-servers=http://127.0.0.1:$etcd_port \
+    --bind-address="$api_host" --advertise-address="$api_host" --secure-port=$api_port \
     --tls-cert-file="$p/apiserver.crt" --tls-private-key-file="$p/apiserver.key" --client-ca-file="$p/ca.crt" \
     --service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$p/sa.pub" \
     --service-account-signing-key-file="$p/sa.key" --service-cluster-ip-range="$svc_cidr" \
@@ -250,7 +271,7 @@ control_plane() {
     --authorization-kubeconfig "$base/controller-manager.kubeconfig" \
     --use-service-account-credentials --service-account-private-key-file="$p/sa.key" --root-ca-file="$p/ca.crt" \
     --cluster-signing-cert-file="$p/ca.crt" --cluster-signing-key-file="$p/ca.key" \
-    --controllers='*' --leader-elect=false --bind-address=127.0.0.1 --profiling=false --v=1
+    --controllers='*' --leader-elect=false --bind-address=127.0.0.1 --secure-port=$kcm_port --profiling=false --v=1
   cat > "$base/scheduler.yaml" <<EOF
 apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
@@ -259,11 +280,12 @@ clientConnection:
 leaderElection:
   leaderElect: false
 EOF
-  start kube-scheduler "$bin/kube-scheduler" --config "$base/scheduler.yaml" \
-    --authentication-kubeconfig "$base/scheduler.kubeconfig" --authorization-kubeconfig "$base/scheduler.kubeconfig" \
-    --bind-address=127.0.0.1 --profiling=false --v=1
-  wait_for 60 kcm curl -skf https://127.0.0.1:10257/healthz || layer_failed "control plane: kube-controller-manager" kube-controller-manager
-  wait_for 60 scheduler curl -skf https://127.0.0.1:10259/healthz || layer_failed "control plane: kube-scheduler" kube-scheduler
+  # GPULET_CLUSTER_SCHEDULER_EXTRA: a file of top-level KubeSchedulerConfiguration keys (for example
+  # gpulet's `extenders:` entry, as deploy/extender ships it) appended to the scheduler's config.
+  if [ -n "${GPULET_CLUSTER_SCHEDULER_EXTRA:-}" ]; then { echo "# extra"; cat "$GPULET_CLUSTER_SCHEDULER_EXTRA"; } >> "$base/scheduler.yaml"; fi
+  start_scheduler "$bin"
+  wait_for 60 kcm curl -skf https://127.0.0.1:$kcm_port/healthz || layer_failed "control plane: kube-controller-manager" kube-controller-manager
+  wait_for 60 scheduler curl -skf https://127.0.0.1:$sched_port/healthz || layer_failed "control plane: kube-scheduler" kube-scheduler
   wait_for 60 default-sa "$bin/kubectl" --kubeconfig "$base/admin.kubeconfig" get serviceaccount default \
     || layer_failed "control plane: service accounts (kube-controller-manager)" kube-controller-manager
   log "layer 1/3: control plane ready"
@@ -402,11 +424,28 @@ start_kubelet_and_wait() {
     "node/$node" --timeout=5s || layer_failed "node: Ready" kubelet containerd
 }
 
-restart() {  # restart kubelet: stop it (SIGTERM) and start it again with the same configuration
+start_scheduler() {
+  local bin="$1"
+  start kube-scheduler "$bin/kube-scheduler" --config "$base/scheduler.yaml" \
+    --authentication-kubeconfig "$base/scheduler.kubeconfig" --authorization-kubeconfig "$base/scheduler.kubeconfig" \
+    --bind-address=127.0.0.1 --secure-port=$sched_port --profiling=false --v=1
+}
+
+# restart kubelet|kube-scheduler: stop it (SIGTERM) and start it again with its configuration
+# (the scheduler's rewritten first when GPULET_CLUSTER_SCHEDULER_EXTRA is set).
+restart() {
   local bin; bin="$(bin_dir)"
   case "${1:-}" in
     kubelet) kill_pidfile kubelet; start_kubelet "$bin";;
-    *) die "restart: only the kubelet can be restarted";;
+    kube-scheduler)
+      kill_pidfile kube-scheduler
+      if [ -n "${GPULET_CLUSTER_SCHEDULER_EXTRA:-}" ]; then
+        sed -i '/^# extra$/,$d' "$base/scheduler.yaml"
+        { echo "# extra"; cat "$GPULET_CLUSTER_SCHEDULER_EXTRA"; } >> "$base/scheduler.yaml"
+      fi
+      start_scheduler "$bin"
+      wait_for 60 scheduler curl -skf "https://127.0.0.1:$sched_port/healthz" || layer_failed "kube-scheduler restart" kube-scheduler;;
+    *) die "restart: only the kubelet and kube-scheduler can be restarted";;
   esac
 }
 
@@ -426,11 +465,14 @@ up() {
   bin="$(bin_dir)" || die "build of upstream components failed"
   mkdir -p "$base/logs" "$run/pids"
   : > "$run/made-paths"
-  sysctl -qw vm.overcommit_memory=1 kernel.panic=10 kernel.panic_on_oops=1 2>/dev/null || true
-  # The bridge first: the API server listens on its gateway address.
-  ip link add "$bridge" type bridge
-  ip addr add "$gw/16" dev "$bridge"
-  ip link set "$bridge" up
+  [ "$instance" = 0 ] && sysctl -qw vm.overcommit_memory=1 kernel.panic=10 kernel.panic_on_oops=1 2>/dev/null || true
+  [ "$instance" = 0 ] || with_node=0
+  if [ "$instance" = 0 ]; then
+    # The bridge first: the API server listens on its gateway address.
+    ip link add "$bridge" type bridge
+    ip addr add "$gw/16" dev "$bridge"
+    ip link set "$bridge" up
+  fi
   pki
   for k in admin kubelet controller-manager scheduler; do kubeconfig "$k"; done
   control_plane "$bin"
@@ -461,6 +503,7 @@ export KUBECONFIG=$base/admin.kubeconfig
 export PATH=$bin:\$PATH
 export GPULET_CLUSTER_BASE=$base GPULET_CLUSTER_RUN=$run GPULET_CLUSTER_NODE=$node GPULET_CLUSTER_API=$api
 export GPULET_CLUSTER_CONTAINERD=$run/containerd/containerd.sock GPULET_CLUSTER_BIN=$bin
+export GPULET_CLUSTER_INSTANCE=$instance
 EOF
 }
 
