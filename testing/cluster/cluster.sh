@@ -10,7 +10,7 @@
 #   cluster.sh status           what runs, and the kubeconfig to use
 #   cluster.sh env              shell lines: KUBECONFIG, PATH and the cluster's variables
 #   cluster.sh images BUILD     (re)build and import the pause, test and gpulet images
-#   cluster.sh restart kubelet  stop the kubelet and start it again (pods keep running)
+#   cluster.sh restart kubelet  stop the kubelet (or kube-scheduler) and start it again (pods keep running)
 #
 # Addresses: etcd, the controller-manager, the scheduler and the kubelet's health port listen on
 # 127.0.0.1; the API server and the kubelet on the bridge's gateway (10.88.0.1 on cni0, a bridge this
