@@ -1,0 +1,667 @@
+// Command fleet puts a fleet of GPU nodes into a real API server without a kubelet for any of them,
+// and measures how fast the real kube-scheduler places pods on it (docs/real-cluster.md, "A fleet
+// without kubelets"). Nothing here is shipped; it is a test and benchmark client.
+//
+//	fleet nodes -count N [flags]   create N Node objects of 8 GPUs each (nvidia.com/gpu and the
+//	                               memory pool gpulet.io/gpu-memory-1gi, as gpulet's agent
+//	                               advertises them), their kube-node-lease Leases and the
+//	                               gpulet-memory-<node> ConfigMaps the extender reads; keep them
+//	                               Ready (Leases renewed, status refreshed, ConfigMaps republished
+//	                               within their heartbeat) until SIGTERM/SIGINT
+//	fleet pods -count M [flags]    create M pods in a fresh namespace and measure, from a watch,
+//	                               creation -> bound (spec.nodeName set) per pod; print one JSON
+//	                               line: pods/s, p50/p99 latency, how many stayed Pending
+//
+// Both take -kubeconfig (default $KUBECONFIG) and print what they do to stderr.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: fleet nodes|pods [flags]   (fleet nodes -h, fleet pods -h)")
+	os.Exit(2)
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	var err error
+	switch os.Args[1] {
+	case "nodes":
+		err = runNodes(os.Args[2:])
+	case "pods":
+		err = runPods(os.Args[2:])
+	case "-h", "--help", "help":
+		usage()
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleet:", err)
+		os.Exit(1)
+	}
+}
+
+func client(kubeconfig string, qps float32, burst int) (*kubernetes.Clientset, error) {
+	if kubeconfig == "" {
+		kubeconfig = os.Getenv("KUBECONFIG")
+	}
+	if kubeconfig == "" {
+		return nil, errors.New("-kubeconfig or KUBECONFIG is required")
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", kubeconfig, err)
+	}
+	cfg.QPS, cfg.Burst = qps, burst
+	cfg.UserAgent = "gpulet-fleet"
+	return kubernetes.NewForConfig(cfg)
+}
+
+func logf(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "fleet: "+format+"\n", a...)
+}
+
+// parallel runs fn(i) for i in [0, n) on `workers` goroutines; the first error stops the rest.
+func parallel(ctx context.Context, n, workers int, fn func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var next atomic.Int64
+	var first error
+	var once sync.Once
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if err := fn(ctx, i); err != nil {
+					once.Do(func() { first = err; cancel() })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// ---------------------------------------------------------------------------------------------
+// nodes
+
+type nodeFlags struct {
+	kubeconfig     string
+	count          int
+	prefix         string
+	gpus           int
+	memoryGpus     int
+	unitsPerGpu    int
+	namespace      string
+	heartbeat      time.Duration
+	leaseRenew     time.Duration
+	workers        int
+	readyFile      string
+	deleteOnExit   bool
+	statusInterval time.Duration
+}
+
+func nodeName(f *nodeFlags, i int) string { return fmt.Sprintf("%s%05d", f.prefix, i) }
+
+// memoryJSON is data["memory.json"] as gpulet's node agent publishes it (deviceplugin/
+// memory_publisher.cc; the contract in docs/memory-requests.md): every GPU of the pool free.
+func memoryJSON(f *nodeFlags, node string, generation int64) string {
+	type gpu struct {
+		UUID       string `json:"uuid"`
+		Index      int    `json:"index"`
+		Model      string `json:"model"`
+		NumaNode   int    `json:"numaNode"`
+		Healthy    bool   `json:"healthy"`
+		TotalUnits int    `json:"totalUnits"`
+		FreeUnits  int    `json:"freeUnits"`
+	}
+	gpus := make([]gpu, 0, f.memoryGpus)
+	for g := 0; g < f.memoryGpus; g++ {
+		gpus = append(gpus, gpu{UUID: fmt.Sprintf("GPU-%s-%d", node, g), Index: g,
+			Model: "NVIDIA H100 80GB HBM3", NumaNode: g * 2 / max(f.memoryGpus, 1), Healthy: true,
+			TotalUnits: f.unitsPerGpu, FreeUnits: f.unitsPerGpu})
+	}
+	doc := map[string]any{
+		"version": 1, "node": node, "generation": generation, "resource": "gpulet.io/gpu-memory-1gi",
+		"unitBytes": 1 << 30, "heartbeatSeconds": int(f.heartbeat / time.Second), "gpus": gpus,
+		"pods": []any{},
+	}
+	b, _ := json.Marshal(doc)
+	return string(b)
+}
+
+func configMap(f *nodeFlags, node string, generation int64) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpulet-memory-" + node, Namespace: f.namespace,
+			Labels: map[string]string{"app.kubernetes.io/name": "gpulet",
+				"gpulet.io/memory-pool": "true", "gpulet.io/node": node}},
+		Data: map[string]string{"memory.json": memoryJSON(f, node, generation)},
+	}
+}
+
+func readyConditions(now metav1.Time) []corev1.NodeCondition {
+	c := func(t corev1.NodeConditionType, s corev1.ConditionStatus, reason string) corev1.NodeCondition {
+		return corev1.NodeCondition{Type: t, Status: s, Reason: reason, LastHeartbeatTime: now,
+			LastTransitionTime: now, Message: "gpulet fleet node (no kubelet)"}
+	}
+	return []corev1.NodeCondition{
+		c(corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory"),
+		c(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure"),
+		c(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID"),
+		c(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady"),
+	}
+}
+
+func nodeObject(f *nodeFlags, name string) *corev1.Node {
+	res := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("224"),
+		corev1.ResourceMemory: resource.MustParse("2Ti"),
+		corev1.ResourcePods:   resource.MustParse("110"),
+		"nvidia.com/gpu":      *resource.NewQuantity(int64(f.gpus), resource.DecimalSI),
+	}
+	labels := map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+		"kubernetes.io/arch": "amd64", "nvidia.com/gpu.present": "true", "gpulet.io/fleet": "true"}
+	if f.memoryGpus > 0 {
+		res["gpulet.io/gpu-memory-1gi"] = *resource.NewQuantity(int64(f.memoryGpus*f.unitsPerGpu), resource.DecimalSI)
+		labels["gpulet.io/gpu-memory.pool"] = "true"
+		labels["gpulet.io/gpu-memory.unit"] = "1Gi"
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Status: corev1.NodeStatus{Capacity: res, Allocatable: res,
+			Conditions: readyConditions(metav1.Now()),
+			NodeInfo:   corev1.NodeSystemInfo{KubeletVersion: "v1.37.2", OperatingSystem: "linux", Architecture: "amd64"},
+			Addresses:  []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: name}}},
+	}
+}
+
+func runNodes(args []string) error {
+	f := &nodeFlags{}
+	fs := flag.NewFlagSet("fleet nodes", flag.ExitOnError)
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig (default $KUBECONFIG)")
+	fs.IntVar(&f.count, "count", 100, "nodes")
+	fs.StringVar(&f.prefix, "prefix", "fleet-", "node name prefix (names are PREFIX00000...)")
+	fs.IntVar(&f.gpus, "gpus", 8, "nvidia.com/gpu per node")
+	fs.IntVar(&f.memoryGpus, "memory-gpus", 8, "GPUs per node in the memory pool (gpulet.io/gpu-memory-1gi; 0: none, no ConfigMap). "+
+		"A real node has each GPU in one pool; the fleet advertises both so one fleet serves whole-GPU and memory runs")
+	fs.IntVar(&f.unitsPerGpu, "units-per-gpu", 80, "1 GiB units per GPU (an H100 80GB)")
+	fs.StringVar(&f.namespace, "namespace", "gpulet-system", "namespace of the gpulet-memory-<node> ConfigMaps")
+	fs.DurationVar(&f.heartbeat, "heartbeat", 5*time.Minute, "heartbeatSeconds the ConfigMaps state; each is republished (generation+1) this often "+
+		"(the agent's default is 30s; the extender calls an object stale after 3 heartbeats)")
+	fs.DurationVar(&f.leaseRenew, "lease-renew", 10*time.Second, "how often each node's Lease is renewed (the kubelet: 10s of a 40s lease)")
+	fs.DurationVar(&f.statusInterval, "status-interval", 5*time.Minute, "how often each node's status conditions are refreshed (the kubelet's nodeStatusReportFrequency)")
+	fs.IntVar(&f.workers, "workers", 16, "concurrent API calls")
+	fs.StringVar(&f.readyFile, "ready-file", "", "written once every node is Ready and untainted")
+	fs.BoolVar(&f.deleteOnExit, "delete-on-exit", true, "delete the nodes, Leases and ConfigMaps on SIGTERM/SIGINT")
+	_ = fs.Parse(args)
+	if f.count < 1 || f.gpus < 0 || f.memoryGpus < 0 || f.memoryGpus > f.gpus || f.unitsPerGpu < 1 || f.heartbeat < time.Second {
+		return errors.New("nodes: -count >= 1, 0 <= -memory-gpus <= -gpus, -units-per-gpu >= 1, -heartbeat >= 1s")
+	}
+	cs, err := client(f.kubeconfig, 2000, 4000)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	bg := context.Background()
+
+	if f.memoryGpus > 0 {
+		_, err := cs.CoreV1().Namespaces().Create(bg, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.namespace}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("namespace %s: %w", f.namespace, err)
+		}
+	}
+	t0 := time.Now()
+	leases := make([]*coordinationv1.Lease, f.count)
+	var leaseMu sync.Mutex
+	err = parallel(ctx, f.count, f.workers, func(ctx context.Context, i int) error {
+		name := nodeName(f, i)
+		want := nodeObject(f, name)
+		n, err := cs.CoreV1().Nodes().Create(ctx, want, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			n, err = cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		}
+		if err != nil {
+			return fmt.Errorf("node %s: %w", name, err)
+		}
+		// The API server drops status on create: set it through the status subresource.
+		n.Status = want.Status
+		if n, err = cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("node %s status: %w", name, err)
+		}
+		dur := int32(40)
+		now := metav1.NewMicroTime(time.Now())
+		l := &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-node-lease",
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: name, UID: n.UID}}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &name, LeaseDurationSeconds: &dur, RenewTime: &now},
+		}
+		got, err := cs.CoordinationV1().Leases("kube-node-lease").Create(ctx, l, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			got, err = cs.CoordinationV1().Leases("kube-node-lease").Get(ctx, name, metav1.GetOptions{})
+		}
+		if err != nil {
+			return fmt.Errorf("lease %s: %w", name, err)
+		}
+		leaseMu.Lock()
+		leases[i] = got
+		leaseMu.Unlock()
+		if f.memoryGpus > 0 {
+			cm := configMap(f, name, 1)
+			_, err := cs.CoreV1().ConfigMaps(f.namespace).Create(ctx, cm, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				_, err = cs.CoreV1().ConfigMaps(f.namespace).Update(ctx, cm, metav1.UpdateOptions{})
+			}
+			if err != nil {
+				return fmt.Errorf("configmap %s: %w", cm.Name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	logf("created %d nodes (%d GPUs, %d in the memory pool, each) with Leases and ConfigMaps in %.1fs",
+		f.count, f.gpus, f.memoryGpus, time.Since(t0).Seconds())
+
+	var wg sync.WaitGroup
+	// Leases: each renewed every lease-renew, spread evenly over the interval.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		renewLoop(ctx, f.count, f.leaseRenew, f.workers, func(ctx context.Context, i int) {
+			leaseMu.Lock()
+			l := leases[i].DeepCopy()
+			leaseMu.Unlock()
+			now := metav1.NewMicroTime(time.Now())
+			l.Spec.RenewTime = &now
+			got, err := cs.CoordinationV1().Leases("kube-node-lease").Update(ctx, l, metav1.UpdateOptions{})
+			if apierrors.IsConflict(err) {
+				if got, err = cs.CoordinationV1().Leases("kube-node-lease").Get(ctx, l.Name, metav1.GetOptions{}); err == nil {
+					got.Spec.RenewTime = &now
+					got, err = cs.CoordinationV1().Leases("kube-node-lease").Update(ctx, got, metav1.UpdateOptions{})
+				}
+			}
+			if err != nil {
+				if ctx.Err() == nil {
+					logf("lease %s: %v", l.Name, err)
+				}
+				return
+			}
+			leaseMu.Lock()
+			leases[i] = got
+			leaseMu.Unlock()
+		})
+	}()
+	// Status conditions (their heartbeat) at the kubelet's report frequency.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		renewLoop(ctx, f.count, f.statusInterval, f.workers, func(ctx context.Context, i int) {
+			name := nodeName(f, i)
+			now := metav1.Now()
+			patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": readyConditions(now)}})
+			if _, err := cs.CoreV1().Nodes().PatchStatus(ctx, name, patch); err != nil && ctx.Err() == nil {
+				logf("node %s status: %v", name, err)
+			}
+		})
+	}()
+	if f.memoryGpus > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			gens := make([]atomic.Int64, f.count)
+			renewLoop(ctx, f.count, f.heartbeat, f.workers, func(ctx context.Context, i int) {
+				name := nodeName(f, i)
+				cm := configMap(f, name, gens[i].Add(1)+1)
+				if _, err := cs.CoreV1().ConfigMaps(f.namespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil && ctx.Err() == nil {
+					logf("configmap %s: %v", cm.Name, err)
+				}
+			})
+		}()
+	}
+
+	// Ready: every node Ready=True and without the not-ready taint the API server's admission put
+	// on it at creation (the node lifecycle controller removes it once it sees Ready).
+	if err := waitNodesReady(ctx, cs, f); err != nil {
+		return err
+	}
+	logf("all %d nodes Ready and untainted %.1fs after the first was created", f.count, time.Since(t0).Seconds())
+	if f.readyFile != "" {
+		if err := os.WriteFile(f.readyFile, []byte(strconv.Itoa(f.count)+"\n"), 0o644); err != nil {
+			return err
+		}
+	}
+	<-ctx.Done()
+	wg.Wait()
+	if f.deleteOnExit {
+		logf("deleting the fleet")
+		dctx, cancel := context.WithTimeout(bg, 5*time.Minute)
+		defer cancel()
+		err := parallel(dctx, f.count, f.workers, func(ctx context.Context, i int) error {
+			name := nodeName(f, i)
+			if err := cs.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+			if err := cs.CoordinationV1().Leases("kube-node-lease").Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+			if f.memoryGpus > 0 {
+				if err := cs.CoreV1().ConfigMaps(f.namespace).Delete(ctx, "gpulet-memory-"+name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("delete: %w", err)
+		}
+	}
+	return nil
+}
+
+// renewLoop calls fn(i) for every i once per interval, spread evenly, on `workers` goroutines,
+// until ctx ends.
+func renewLoop(ctx context.Context, n int, interval time.Duration, workers int, fn func(ctx context.Context, i int)) {
+	work := make(chan int, workers)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				fn(ctx, i)
+			}
+		}()
+	}
+	defer func() { close(work); wg.Wait() }()
+	step := interval / time.Duration(n)
+	tick := time.NewTicker(max(step, time.Millisecond))
+	defer tick.Stop()
+	per := 1
+	if step < time.Millisecond {
+		per = int(math.Ceil(float64(time.Millisecond) / float64(max(step, 1))))
+	}
+	for i := 0; ; {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for k := 0; k < per; k++ {
+			select {
+			case work <- i:
+			case <-ctx.Done():
+				return
+			}
+			i = (i + 1) % n
+		}
+	}
+}
+
+func waitNodesReady(ctx context.Context, cs *kubernetes.Clientset, f *nodeFlags) error {
+	for {
+		list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "gpulet.io/fleet=true", ResourceVersion: "0"})
+		if err != nil {
+			return err
+		}
+		ready := 0
+		for i := range list.Items {
+			n := &list.Items[i]
+			if len(n.Spec.Taints) > 0 {
+				continue
+			}
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+					ready++
+				}
+			}
+		}
+		if ready >= f.count {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("interrupted with %d of %d nodes Ready and untainted", ready, f.count)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------------------------
+// pods
+
+type podResult struct {
+	Kind          string  `json:"kind"`
+	Scheduler     string  `json:"scheduler"`
+	Pods          int     `json:"pods"`
+	Bound         int     `json:"bound"`
+	Pending       int     `json:"pending"`
+	Seconds       float64 `json:"seconds"`
+	PodsPerSecond float64 `json:"pods_per_second"`
+	P50Ms         float64 `json:"p50_ms"`
+	P99Ms         float64 `json:"p99_ms"`
+	MaxMs         float64 `json:"max_ms"`
+	CreateSeconds float64 `json:"create_seconds"`
+}
+
+func percentile(sorted []time.Duration, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	k := int(math.Ceil(p*float64(len(sorted)))) - 1
+	k = min(max(k, 0), len(sorted)-1)
+	return float64(sorted[k].Microseconds()) / 1000
+}
+
+func runPods(args []string) error {
+	fs := flag.NewFlagSet("fleet pods", flag.ExitOnError)
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig (default $KUBECONFIG)")
+	count := fs.Int("count", 100, "pods")
+	kind := fs.String("kind", "gpu", "gpu: limits nvidia.com/gpu; memory: limits gpulet.io/gpu-memory-1gi")
+	amount := fs.Int("amount", 1, "GPUs (kind gpu) or 1 GiB units (kind memory) per pod")
+	ns := fs.String("namespace", "fleet-pods", "namespace (deleted and made again first)")
+	scheduler := fs.String("scheduler", "default-scheduler", "spec.schedulerName")
+	workers := fs.Int("workers", 8, "concurrent creates")
+	timeout := fs.Duration("timeout", 5*time.Minute, "give up waiting for binds after this")
+	keep := fs.Bool("keep", false, "leave the pods (default: delete the namespace at the end)")
+	_ = fs.Parse(args)
+	var res corev1.ResourceName
+	switch *kind {
+	case "gpu":
+		res = "nvidia.com/gpu"
+	case "memory":
+		res = "gpulet.io/gpu-memory-1gi"
+	default:
+		return fmt.Errorf("pods: -kind gpu|memory, got %q", *kind)
+	}
+	cs, err := client(*kubeconfig, 2000, 4000)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := freshNamespace(ctx, cs, *ns); err != nil {
+		return err
+	}
+
+	created := make([]time.Time, *count)
+	bound := make([]time.Time, *count)
+	var mu sync.Mutex
+	nBound := 0
+	allBound := make(chan struct{})
+	index := func(name string) int {
+		var i int
+		if _, err := fmt.Sscanf(name, "p%06d", &i); err != nil || i < 0 || i >= *count {
+			return -1
+		}
+		return i
+	}
+	w, err := cs.CoreV1().Pods(*ns).Watch(ctx, metav1.ListOptions{FieldSelector: fields.Everything().String()})
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	go func() {
+		for ev := range w.ResultChan() {
+			if ev.Type != watch.Added && ev.Type != watch.Modified {
+				continue
+			}
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || p.Spec.NodeName == "" {
+				continue
+			}
+			now := time.Now()
+			i := index(p.Name)
+			if i < 0 {
+				continue
+			}
+			mu.Lock()
+			if bound[i].IsZero() {
+				bound[i] = now
+				nBound++
+				if nBound == *count {
+					close(allBound)
+				}
+			}
+			mu.Unlock()
+		}
+	}()
+
+	t0 := time.Now()
+	err = parallel(ctx, *count, *workers, func(ctx context.Context, i int) error {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%06d", i), Namespace: *ns},
+			Spec: corev1.PodSpec{
+				SchedulerName:                 *scheduler,
+				TerminationGracePeriodSeconds: new(int64),
+				Containers: []corev1.Container{{Name: "main", Image: "localhost/gpulet/test:test",
+					Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+						res: *resource.NewQuantity(int64(*amount), resource.DecimalSI)}}}},
+			},
+		}
+		mu.Lock()
+		created[i] = time.Now()
+		mu.Unlock()
+		_, err := cs.CoreV1().Pods(*ns).Create(ctx, p, metav1.CreateOptions{})
+		return err
+	})
+	createSeconds := time.Since(t0).Seconds()
+	if err != nil {
+		return fmt.Errorf("create: %w", err)
+	}
+	select {
+	case <-allBound:
+	case <-time.After(*timeout):
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	var lat []time.Duration
+	var last time.Time
+	for i := range bound {
+		if !bound[i].IsZero() {
+			lat = append(lat, bound[i].Sub(created[i]))
+			if bound[i].After(last) {
+				last = bound[i]
+			}
+		}
+	}
+	mu.Unlock()
+	sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
+	r := podResult{Kind: *kind, Scheduler: *scheduler, Pods: *count, Bound: len(lat), Pending: *count - len(lat),
+		CreateSeconds: createSeconds, P50Ms: percentile(lat, 0.50), P99Ms: percentile(lat, 0.99)}
+	if len(lat) > 0 {
+		r.Seconds = last.Sub(t0).Seconds()
+		r.PodsPerSecond = float64(len(lat)) / r.Seconds
+		r.MaxMs = float64(lat[len(lat)-1].Microseconds()) / 1000
+	}
+	out, _ := json.Marshal(r)
+	fmt.Println(string(out))
+	if !*keep {
+		bg, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := deleteNamespace(bg, cs, *ns); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func freshNamespace(ctx context.Context, cs *kubernetes.Clientset, ns string) error {
+	if err := deleteNamespace(ctx, cs, ns); err != nil {
+		return err
+	}
+	_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("namespace %s: %w", ns, err)
+	}
+	// Pods are refused until the namespace's default ServiceAccount exists (the ServiceAccount
+	// admission plugin), which the controller-manager makes.
+	for end := time.Now().Add(time.Minute); ; {
+		if _, err := cs.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{}); err == nil {
+			return nil
+		}
+		if time.Now().After(end) {
+			return fmt.Errorf("namespace %s: no default ServiceAccount after 1m", ns)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// deleteNamespace deletes ns and waits until it is gone. Pods bound to fleet nodes have no kubelet
+// to confirm their end, so they are deleted with grace period 0 first (what the API server then
+// removes at once).
+func deleteNamespace(ctx context.Context, cs *kubernetes.Clientset, ns string) error {
+	zero := int64(0)
+	err := cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete pods in %s: %w", ns, err)
+	}
+	err = cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("delete namespace %s: %w", ns, err)
+	}
+	for end := time.Now().Add(2 * time.Minute); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+		if _, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			return nil
+		}
+	}
+	return fmt.Errorf("namespace %s still exists after 2m", ns)
+}
