@@ -18,6 +18,7 @@
 #include "metrics/http_server.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+extern size_t fuzz_heads_complete;
 
 namespace {
 
@@ -135,15 +136,22 @@ int main(int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   for (long i = 0; i < execs; ++i) {
     const std::string in = Mutate(rng, corpus);
+    const size_t heads_before = fuzz_heads_complete;
     LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(in.data()), in.size());
-    // Keep some mutants as parents (a bounded corpus), so mutations compound.
-    if (rng.Below(64) == 0) corpus[std::size(kSeeds) / 2 + rng.Below(corpus.size() - std::size(kSeeds) / 2)] = in;
-    if (rng.Below(1024) == 0 && corpus.size() < 256) corpus.push_back(in);
+    // Mutants that still parse are kept as parents (a bounded corpus, the seeds never
+    // replaced), so mutations compound past the grammar instead of only failing it.
+    if (fuzz_heads_complete > heads_before) {
+      if (corpus.size() < 512) {
+        corpus.push_back(in);
+      } else {
+        corpus[std::size(kSeeds) + rng.Below(corpus.size() - std::size(kSeeds))] = in;
+      }
+    }
   }
   const double parse_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("parser: execs=%ld seconds=%.2f execs_per_s=%.0f\n", execs, parse_s,
-              parse_s > 0 ? execs / parse_s : 0.0);
+  std::printf("parser: execs=%ld seconds=%.2f execs_per_s=%.0f heads_parsed=%zu\n", execs,
+              parse_s, parse_s > 0 ? execs / parse_s : 0.0, fuzz_heads_complete);
 
   gpulet::metrics::Publisher pub;
   pub.SetSnapshot(std::make_shared<gpulet::metrics::Snapshot>());
