@@ -251,8 +251,12 @@ control_plane() {
     --initial-cluster default=http://127.0.0.1:$etcd_peer --listen-metrics-urls http://127.0.0.1:$etcd_metrics \
     --unsafe-no-fsync --log-level warn
   wait_for 30 etcd curl -sf http://127.0.0.1:$etcd_port/health || layer_failed "control plane: etcd" etcd
-  local p="$base/pki"
-  start kube-apiserver "$bin/kube-apiserver" --etcd-servers=http://127.0.0.1:$etcd_port \
+  local p="$base/pki" reconciler=()
+  # An instance on 127.0.0.1 advertises a loopback address, which the API server's endpoint
+  # reconciler refuses ("may not be in the loopback range"); it has no in-cluster clients, so the
+  # kubernetes Service's endpoints are not reconciled.
+  [ "$instance" = 0 ] || reconciler=(--endpoint-reconciler-type=none)
+  start kube-apiserver "$bin/kube-apiserver" --etcd-servers=http://127.0.0.1:$etcd_port "${reconciler[@]}" \
     --bind-address="$api_host" --advertise-address="$api_host" --secure-port=$api_port \
     --tls-cert-file="$p/apiserver.crt" --tls-private-key-file="$p/apiserver.key" --client-ca-file="$p/ca.crt" \
     --service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$p/sa.pub" \
