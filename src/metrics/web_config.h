@@ -70,7 +70,8 @@ class BasicAuth {
   bool enabled() const { return !users_.empty(); }
   // `authorization` is the Authorization header value ("Basic <base64>").
   bool Check(const std::string& authorization);
-  // What an unknown user is checked against: "$2b$<cost>$..." of a random password.
+  // What an unknown user is checked against: "$2b$<cost>$..." of a fixed password, made at
+  // construction with a random salt ("" without users).
   const std::string& dummy_hash() const { return dummy_; }
 
  private:
