@@ -316,7 +316,8 @@ class MetricsServer::Loop {
     for (;;) {
       int timeout_ms = ready_.empty() ? 100 : 0;
       if (accept_paused_) {
-        const auto left = std::chrono::ceil<std::chrono::milliseconds>(accept_resume_ - Steady::now());
+        const auto left =
+            std::chrono::ceil<std::chrono::milliseconds>(accept_resume_ - Steady::now());
         timeout_ms = std::clamp<int>(static_cast<int>(left.count()), 0, timeout_ms);
       }
       const int n = ::epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()),
@@ -1054,7 +1055,10 @@ Result<SSL_CTX*> MakeTlsContext(const WebConfig& web, const std::string& file) {
     Ssl()->ctx_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
   }
   auto version = [](int v) {
-    return v == 10 ? TLS1_VERSION : v == 11 ? TLS1_1_VERSION : v == 13 ? TLS1_3_VERSION : TLS1_2_VERSION;
+    return v == 10   ? TLS1_VERSION
+           : v == 11 ? TLS1_1_VERSION
+           : v == 13 ? TLS1_3_VERSION
+                     : TLS1_2_VERSION;
   };
   // exporter-toolkit's defaults: TLS 1.2 to TLS 1.3.
   Ssl()->ctx_ctrl(ctx, SSL_CTRL_SET_MIN_PROTO_VERSION,  // SSL_CTX_set_min_proto_version

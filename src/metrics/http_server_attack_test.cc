@@ -338,7 +338,8 @@ TEST(Issue35Server, HalfClosedPostGetsItsAnswer) {
 TEST_F(Issue35Files, BodyIsNotReadBeforeAuthentication) {
   HttpOptions opts;
   opts.address = "127.0.0.1:0";
-  opts.web_config_file = Write("web.yml", std::string("basic_auth_users:\n  alice: ") + kHash + "\n");
+  opts.web_config_file =
+      Write("web.yml", std::string("basic_auth_users:\n  alice: ") + kHash + "\n");
   opts.max_body_bytes = 1000;
   opts.max_body_bytes_in_flight = 1000;
   opts.request_timeout = 30s;  // the old server held the budget for as long as this
@@ -604,7 +605,8 @@ TEST_F(Issue35Files, PasswordChecksRunOneAtATime) {
         EVP_EncodeBlock(reinterpret_cast<unsigned char*>(b64.data()),
                         reinterpret_cast<const unsigned char*>(user_pass.data()),
                         static_cast<int>(user_pass.size()))));
-    Send(fds.back(), "GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Basic " + b64 + "\r\n\r\n");
+    Send(fds.back(),
+         "GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Basic " + b64 + "\r\n\r\n");
   }
   for (int fd : fds) {
     EXPECT_EQ(Status(ReadResponse(fd)), 401);

@@ -268,7 +268,8 @@ TEST(MetricsServer, PostRoutesReceiveTheirBody) {
   EXPECT_NE(ReadResponse(fd).find(" 413 "), std::string::npos);
   ::close(fd);
   fd = Dial(server.port());
-  Send(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\n\r\n");
+  Send(fd,
+       "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\n\r\n");
   EXPECT_NE(ReadResponse(fd).find(" 411 "), std::string::npos);
   ::close(fd);
   fd = Dial(server.port());

@@ -238,7 +238,9 @@ Result<WebConfig> LoadWebConfig(const std::string& path) {
         }
       }
       if (const YAML::Node v = tls["curve_preferences"]; v && !v.IsNull()) {
-        auto map = [](const std::string& name, const YAML::Node&) { return OpenSslGroupName(name); };
+        auto map = [](const std::string& name, const YAML::Node&) {
+          return OpenSslGroupName(name);
+        };
         if (Status s = NameList(path, v, "tls_server_config.curve_preferences", "curve", map,
                                 &cfg.groups);
             !s.ok()) {

@@ -26,9 +26,11 @@ const char* const kSeeds[] = {
     "GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: application/openmetrics-text\r\n\r\n",
     "GET /health HTTP/1.0\r\n\r\n",
     "HEAD / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-    "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhelloGET /health HTTP/1.1\r\nHost: x\r\n\r\n",
+    "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
+    "GET /health HTTP/1.1\r\nHost: x\r\n\r\n",
     "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
-    "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length : 35\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n",
+    "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length : 35\r\n\r\n"
+    "GET /health HTTP/1.1\r\nHost: x\r\n\r\n",
     "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
     "GET /health HTTP/1.1\r\nHost: x\r\nAuthorization: Basic YWxpY2U6czNjcmV0\r\n\r\n",
     "GET /health HTTP/1.1\r\nHost: x\r\nX: a\r\n folded\r\n\r\n",
