@@ -11,6 +11,8 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cache="${GPULET_CLUSTER_CACHE:-$([ "$(id -u)" = 0 ] && echo /var/cache/gpulet-cluster || echo "${XDG_CACHE_HOME:-$HOME/.cache}/gpulet-cluster")}"
+# Bump when the way the binaries are built changes (flags, tags, ldflags): part of the cache key.
+recipe=1
 
 if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then PATH="/usr/local/go/bin:$PATH"; fi
 if ! command -v go >/dev/null 2>&1; then
@@ -24,17 +26,26 @@ case "$gov" in
   *) echo "build.sh: $gov is too old: Kubernetes 1.37's modules declare go 1.26.0; install Go >= 1.26" >&2; exit 2;;
 esac
 
-key="$( (echo "$gov"; cat "$here/k8s/go.mod" "$here/k8s/go.sum" "$here/k8s/etcd/main.go" \
-  "$here/containerd/go.mod" "$here/containerd/go.sum" "$here/build.sh") | sha256sum | cut -c1-16)"
+key="$( (echo "$gov recipe $recipe"; cat "$here/k8s/go.mod" "$here/k8s/go.sum" "$here/k8s/etcd/main.go" \
+  "$here/containerd/go.mod" "$here/containerd/go.sum") | sha256sum | cut -c1-16)"
 bin="$cache/bin/$key"
 export GOTOOLCHAIN=local GOFLAGS="-trimpath -mod=mod" CGO_ENABLED=0
 export GOMODCACHE="$cache/mod" GOCACHE="$cache/gocache"
 mkdir -p "$cache/bin"
 
 want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl containerd containerd-shim-runc-v2 ctr)
-complete=1
-for b in "${want[@]}"; do [ -x "$bin/$b" ] || complete=0; done
-if [ "$complete" = 1 ]; then
+complete() { local b; for b in "${want[@]}"; do [ -x "$bin/$b" ] || return 1; done; }
+if complete; then
+  echo "$bin"
+  exit 0
+fi
+# One build at a time per cache: a second caller waits for the first and then finds the binaries.
+exec 9>"$cache/build.lock"
+if ! flock -n 9; then
+  echo "build.sh: another build of the upstream components is running; waiting for it ..." >&2
+  flock 9
+fi
+if complete; then
   echo "$bin"
   exit 0
 fi
