@@ -12,10 +12,11 @@ code="$(curl -s -o /dev/null -w '%{http_code}' --cacert "$GPULET_CLUSTER_BASE/pk
 [ "$code" = 401 ] || [ "$code" = 403 ] || fail "anonymous list of secrets answered $code"
 
 say "resource.k8s.io/v1 is served (DeviceClass, ResourceClaim, ResourceSlice)"
+served="$(kc api-resources --api-group=resource.k8s.io -o name)"
 for r in deviceclasses resourceclaims resourceslices resourceclaimtemplates; do
-  kc api-resources --api-group=resource.k8s.io -o name | grep -qx "$r.resource.k8s.io" || fail "$r not served"
+  grep -qx "$r.resource.k8s.io" <<< "$served" || fail "$r not served: $served"
 done
-kc get --raw /apis/resource.k8s.io/v1 | grep -q '"resourceslices"' || fail "resource.k8s.io/v1 lacks resourceslices"
+grep -q '"resourceslices"' <<< "$(kc get --raw /apis/resource.k8s.io/v1)" || fail "resource.k8s.io/v1 lacks resourceslices"
 
 say "NodeRestriction: the node's own identity cannot label another node"
 other=gpulet-test-other-node
@@ -26,7 +27,7 @@ metadata: {name: $other}
 YAML
 out="$(kubectl --kubeconfig "$GPULET_CLUSTER_BASE/kubelet.kubeconfig" label node "$other" x=y 2>&1 || true)"
 kc delete node "$other" --wait=false >/dev/null
-echo "$out" | grep -q 'Forbidden\|forbidden' || fail "the kubelet's identity labelled another node: $out"
+grep -qi 'forbidden' <<< "$out" || fail "the kubelet's identity labelled another node: $out"
 
 say "RBAC: a ServiceAccount without roles cannot list pods"
 kc auth can-i list pods --as=system:serviceaccount:default:default -A >/dev/null 2>&1 \

@@ -17,7 +17,7 @@ pod_phase_is "$ns" gpu-0 Pending || fail "gpu-0 not Pending without the agent"
 
 say "gpulet doctor on the node says why"
 doctor="$("$build/gpulet" --simulate dgx-h100 doctor --device-plugin-path /var/lib/kubelet/device-plugins 2>&1 || true)"
-echo "$doctor" | grep -q "no gpulet resource socket" || fail "doctor did not name the missing plugin: $doctor"
+grep -q "no gpulet resource socket" <<< "$doctor" || fail "doctor did not name the missing plugin: $doctor"
 
 say "deploy: kubectl apply -k (the shipped base, on the simulated DGX H100)"
 kc label node "$node" nvidia.com/gpu.present=true --overwrite >/dev/null
@@ -35,7 +35,7 @@ for i in 0 1 2 3 4 5 6 7; do
 done
 declare -A seen_uuid seen_dev
 for i in 0 1 2 3 4 5 6 7; do
-  until_true 30 "gpu-$i printed its /dev" sh -c "kubectl logs -n $ns gpu-$i | grep -q '^DEV:'"
+  until_true 30 "gpu-$i printed its /dev" logs_have "$ns" "gpu-$i" '^DEV:'
   out="$(kc logs -n "$ns" "gpu-$i")"
   uuid="$(echo "$out" | sed -n 's/^NVIDIA_VISIBLE_DEVICES=//p')"
   [[ "$uuid" =~ ^GPU-[0-9a-f-]+$ ]] || fail "gpu-$i: NVIDIA_VISIBLE_DEVICES is '$uuid', want one GPU UUID"
@@ -45,7 +45,7 @@ for i in 0 1 2 3 4 5 6 7; do
   [ "$(echo "$devs" | grep -c .)" = 1 ] || fail "gpu-$i sees device nodes '$devs', want exactly one"
   [ -z "${seen_dev[$devs]:-}" ] || fail "gpu-$i and ${seen_dev[$devs]} got the same device node $devs"
   seen_dev[$devs]="gpu-$i"
-  echo "$out" | grep -qx nvidiactl || fail "gpu-$i lacks /dev/nvidiactl"
+  grep -qx nvidiactl <<< "$out" || fail "gpu-$i lacks /dev/nvidiactl"
   echo "gpu-$i: $uuid /dev/$devs"
 done
 

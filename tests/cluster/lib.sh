@@ -54,8 +54,12 @@ YAML
 
 # scheduler_said NAMESPACE POD TEXT: the scheduler's FailedScheduling event for POD contains TEXT.
 scheduler_said() {
-  kc get events -n "$1" --field-selector "involvedObject.name=$2,reason=FailedScheduling" \
-    -o jsonpath='{.items[*].message}' | grep -q -- "$3"
+  grep -q -- "$3" <<< "$(kc get events -n "$1" --field-selector "involvedObject.name=$2,reason=FailedScheduling" \
+    -o jsonpath='{.items[*].message}')"
+}
+
+logs_have() {  # logs_have NAMESPACE POD PATTERN
+  grep -q -- "$3" <<< "$(kc logs -n "$1" "$2" 2>/dev/null)"
 }
 
 fresh_namespace() {  # fresh_namespace NAME: an empty namespace (an earlier one deleted first)

@@ -17,10 +17,11 @@ tenants:
     maxPerContainer: 1
 YAML
 fresh_namespace "$ns"
+quota_counted() { grep -q nvidia <<< "$(kc get resourcequota -n "$1" -o jsonpath='{.items[*].status.hard}')"; }
 "$build/gpulet" quota --tenants "$work/tenants.yaml" --inventory "$work/inventory.json" > "$work/quota.yaml" \
   || fail "gpulet quota refused the tenants file"
 kc apply -f "$work/quota.yaml" >/dev/null || fail "the API server refused gpulet quota's manifests: $(cat "$work/quota.yaml")"
-until_true 30 "ResourceQuota status computed" sh -c "kubectl get resourcequota -n $ns -o jsonpath='{.items[*].status.hard}' | grep -q nvidia"
+until_true 30 "ResourceQuota status computed" quota_counted "$ns"
 
 say "two one-GPU pods fit the quota and run"
 gpu_pod "$ns" q-1 1
@@ -30,14 +31,14 @@ until_true 120 "q-2 Running" pod_phase_is "$ns" q-2 Running
 
 say "a third is refused by the API server with its quota message"
 out="$(gpu_pod "$ns" q-3 1 2>&1 || true)"
-echo "$out" | grep -q 'exceeded quota' || fail "a pod past the quota was not refused: $out"
+grep -q 'exceeded quota' <<< "$out" || fail "a pod past the quota was not refused: $out"
 echo "refused: $(echo "$out" | head -1)"
 
 if grep -q ValidatingAdmissionPolicy "$work/quota.yaml"; then
   say "a container asking for two GPUs is refused by the per-container policy"
   kc delete pod -n "$ns" q-2 --wait=true --timeout=60s >/dev/null
   out="$(gpu_pod "$ns" q-big 2 2>&1 || true)"
-  echo "$out" | grep -qi 'denied\|forbidden\|invalid' || fail "a two-GPU container was admitted: $out"
+  grep -qiE 'denied|forbidden|invalid' <<< "$out" || fail "a two-GPU container was admitted: $out"
   echo "refused: $(echo "$out" | head -1)"
 fi
 kc delete namespace "$ns" --wait=false >/dev/null

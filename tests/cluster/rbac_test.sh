@@ -28,12 +28,12 @@ code="$(curl -s -o /tmp/gpulet-rbac-body.$$ -w '%{http_code}' --cacert "$GPULET_
   --data '{"metadata":{"labels":{"gpulet.io/test":"x"}}}' "$GPULET_CLUSTER_API/api/v1/nodes/$node")"
 body="$(cat /tmp/gpulet-rbac-body.$$)"; rm -f /tmp/gpulet-rbac-body.$$
 [ "$code" = 403 ] || fail "patching the node with the agent's token answered $code: $body"
-echo "$body" | grep -q '"reason":"Forbidden"' || fail "the 403 is not a Forbidden Status: $body"
+grep -q '"reason":"Forbidden"' <<< "$body" || fail "the 403 is not a Forbidden Status: $body"
 
 say "the running agent met no refusal from the API server"
 pod="$(kc get pods -n gpulet-system -l app.kubernetes.io/component=node -o jsonpath='{.items[0].metadata.name}')"
 logs="$(kc logs -n gpulet-system "$pod" --all-containers)"
-if echo "$logs" | grep -qiE 'forbidden|\b403\b'; then
-  fail "the agent was refused: $(echo "$logs" | grep -iE 'forbidden|\b403\b' | head -5)"
+if grep -qiE 'forbidden|\b403\b' <<< "$logs"; then
+  fail "the agent was refused: $(grep -iE 'forbidden|\b403\b' <<< "$logs" | head -5)"
 fi
 echo PASS
