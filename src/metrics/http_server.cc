@@ -666,18 +666,23 @@ class MetricsServer::Loop {
       c.authorized = true;
       return ProcessBuffered(c);
     }
+    bool queued = false;
     {
       std::lock_guard<std::mutex> l(auth_mu_);
-      if (auth_queue_.size() >= options_.max_pending_auth) {
-        Count(&HttpStats::auth_throttled);
-        // The body (if any) is unread: the connection cannot carry another request.
-        const bool close = c.pending.has_body;
-        const Request req = std::move(c.pending);
-        c.have_head = false;
-        return Respond(c, 429, "text/plain", "too many password checks pending, retry\n", close,
-                       "Retry-After: 1\r\n", &req);
+      if (auth_queue_.size() < options_.max_pending_auth) {
+        auth_queue_.push_back({c.id, key, c.pending.authorization});
+        queued = true;
       }
-      auth_queue_.push_back({c.id, key, c.pending.authorization});
+    }
+    if (!queued) {  // answered outside auth_mu_, as Post answers outside post_mu_
+      Count(&HttpStats::auth_throttled);
+      // The body (if any) is unread: the connection cannot carry another request.
+      const bool close = c.pending.has_body;
+      const Request req = std::move(c.pending);
+      c.pending = Request{};
+      c.have_head = false;
+      return Respond(c, 429, "text/plain", "too many password checks pending, retry\n", close,
+                     "Retry-After: 1\r\n", &req);
     }
     auth_cv_.notify_one();
     c.phase = Phase::kAuthWait;
