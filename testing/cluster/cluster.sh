@@ -323,6 +323,10 @@ state = "$run/containerd"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = "localhost/gpulet/pause:test"
 [plugins.'io.containerd.cri.v1.runtime']
+  # This machine withholds CAP_SYS_RESOURCE from every process, so no oom_score_adj can go below
+  # the current one: the sandbox's -998 failed in runc ("failed to update /proc/self/oom_score_adj:
+  # Permission denied"). Clamp to containerd's own value instead, as for rootless containerd.
+  restrict_oom_score_adj = true
   enable_cdi = true
   cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
   netns_mounts_under_state_dir = true
@@ -337,6 +341,9 @@ state = "$run/containerd"
 [plugins.'io.containerd.grpc.v1.cri']
   stream_server_address = "127.0.0.1"
 EOF
+  # containerd 2 puts its shims' sockets in /run/containerd/s whatever its state directory: made
+  # here when missing, so that teardown removes it.
+  make_path /run/containerd/s
   PATH="$bin:$PATH" start containerd "$bin/containerd" --config "$base/containerd.toml"
   wait_for 30 containerd "$bin/ctr" --address "$run/containerd/containerd.sock" version \
     || layer_failed "runtime: containerd" containerd
@@ -376,13 +383,14 @@ node_layer() {
   local bin="$1"
   log "layer 3/3: node (kubelet $node, registered, Ready)"
   if [ ! -d "$kubelet_root" ]; then mkdir -p "$kubelet_root"; touch "$kubelet_root/$marker_name"; fi
-  for d in /var/log/pods /var/log/containers /etc/cdi /var/run/cdi /run/nvidia/mps \
-           /etc/kubernetes/node-feature-discovery/features.d; do make_path "$d"; done
+  # The shipped manifests' hostPaths (DirectoryOrCreate): made here so that teardown removes them.
+  for d in /var/log/pods /var/log/containers /etc/cdi /var/run/cdi /run/nvidia/mps /run/gpulet/dra \
+           /usr/lib/gpulet /etc/kubernetes/node-feature-discovery/features.d; do make_path "$d"; done
   mkdir -p "$base/static-pods"
   # The simulated GPUs' device nodes: character devices with /dev/null's numbers (harmless) under
   # the cluster's own driver root, never the host's /dev. Allocate and CDI specs name them there.
   local dr="$run/driver-root/dev"
-  mkdir -p "$dr/nvidia-caps"
+  mkdir -p "$dr/nvidia-caps" "$run/driver-root/proc/driver/nvidia/capabilities"
   for n in nvidiactl nvidia-uvm $(seq -f 'nvidia%g' 0 7); do mknod -m 666 "$dr/$n" c 1 3; done
   for n in $(seq 1 200); do mknod -m 444 "$dr/nvidia-caps/nvidia-cap$n" c 1 3; done
   cat > "$base/kubelet.yaml" <<EOF

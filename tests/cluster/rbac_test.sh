@@ -5,7 +5,11 @@
 source "$(dirname "$0")/lib.sh"
 sa=system:serviceaccount:gpulet-system:gpulet
 
+# A fresh agent pod from the shipped manifests, so that its log holds only this run's calls.
+kc apply -k "$repo/testing/cluster/overlays/sim-dgx-h100" >/dev/null 2>&1
+kc delete pods -n gpulet-system -l app.kubernetes.io/component=node --wait=true --timeout=60s >/dev/null
 kc -n gpulet-system rollout status daemonset/gpulet --timeout=120s >/dev/null || fail "gpulet DaemonSet not ready"
+until_true 60 "allocatable 8" allocatable_is 8
 
 say "what the agent's ServiceAccount may do, as the real RBAC authorizer answers"
 can() { kc auth can-i "$@" --as="$sa" >/dev/null 2>&1; }
@@ -28,7 +32,7 @@ code="$(curl -s -o /tmp/gpulet-rbac-body.$$ -w '%{http_code}' --cacert "$GPULET_
   --data '{"metadata":{"labels":{"gpulet.io/test":"x"}}}' "$GPULET_CLUSTER_API/api/v1/nodes/$node")"
 body="$(cat /tmp/gpulet-rbac-body.$$)"; rm -f /tmp/gpulet-rbac-body.$$
 [ "$code" = 403 ] || fail "patching the node with the agent's token answered $code: $body"
-grep -q '"reason":"Forbidden"' <<< "$body" || fail "the 403 is not a Forbidden Status: $body"
+grep -qE '"reason": *"Forbidden"' <<< "$body" || fail "the 403 is not a Forbidden Status: $body"
 
 say "the running agent met no refusal from the API server"
 pod="$(kc get pods -n gpulet-system -l app.kubernetes.io/component=node -o jsonpath='{.items[0].metadata.name}')"
@@ -36,4 +40,25 @@ logs="$(kc logs -n gpulet-system "$pod" --all-containers)"
 if grep -qiE 'forbidden|\b403\b' <<< "$logs"; then
   fail "the agent was refused: $(grep -iE 'forbidden|\b403\b' <<< "$logs" | head -5)"
 fi
+say "without its config role the agent says so, naming the refusal, and backs off instead of spinning"
+overlay="$repo/testing/cluster/overlays/sim-dgx-h100"
+kc delete rolebinding -n gpulet-system gpulet-config >/dev/null
+kc delete pod -n gpulet-system "$pod" --wait=true --timeout=60s >/dev/null
+new_pod() { kc get pods -n gpulet-system -l app.kubernetes.io/component=node -o jsonpath='{.items[0].metadata.name}'; }
+sync_log() { kc logs -n gpulet-system "$(new_pod)" -c config-sync 2>/dev/null; }
+refusals() { grep -E 'HTTP 403' <<< "$(sync_log)" | grep -oE 'retry_ms=[0-9]+' | cut -d= -f2; }
+backed_off() { [ "$(refusals | tail -1)" -ge 4000 ] 2>/dev/null; }
+until_true 90 "config-sync's refused watch retried with a growing delay (to 4 s)" backed_off
+line="$(grep -E 'HTTP 403' <<< "$(sync_log)" | head -1)"
+echo "config-sync said: $line"
+grep -q 'configmaps' <<< "$line" || fail "the refusal does not name what was refused: $line"
+grep -q 'RBAC' <<< "$line" || fail "the refusal does not point at gpulet's RBAC: $line"
+delays="$(refusals | tr '\n' ' ')"
+echo "retry delays (ms): $delays"
+sorted="$(refusals | sort -n | tr '\n' ' ')"
+[ "$delays" = "$sorted" ] || fail "retries did not back off: $delays"
+kc apply -k "$overlay" >/dev/null 2>&1
+kc delete pod -n gpulet-system "$(new_pod)" --wait=false >/dev/null
+kc -n gpulet-system rollout status daemonset/gpulet --timeout=180s >/dev/null || fail "the agent did not recover with its role back"
+until_true 60 "allocatable 8 with the role back" allocatable_is 8
 echo PASS

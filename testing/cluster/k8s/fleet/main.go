@@ -26,6 +26,7 @@ import (
 	"os/signal"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -137,6 +138,10 @@ type nodeFlags struct {
 
 func nodeName(f *nodeFlags, i int) string { return fmt.Sprintf("%s%05d", f.prefix, i) }
 
+// fleetLabel is the value of the nodes' gpulet.io/fleet label: the prefix without its trailing
+// dashes (a label value ends with an alphanumeric), so each fleet of one API server is selectable.
+func fleetLabel(f *nodeFlags) string { return strings.TrimRight(f.prefix, "-.") }
+
 // memoryJSON is data["memory.json"] as gpulet's node agent publishes it (deviceplugin/
 // memory_publisher.cc; the contract in docs/memory-requests.md): every GPU of the pool free.
 func memoryJSON(f *nodeFlags, node string, generation int64) string {
@@ -194,7 +199,7 @@ func nodeObject(f *nodeFlags, name string) *corev1.Node {
 		"nvidia.com/gpu":      *resource.NewQuantity(int64(f.gpus), resource.DecimalSI),
 	}
 	labels := map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-		"kubernetes.io/arch": "amd64", "nvidia.com/gpu.present": "true", "gpulet.io/fleet": "true"}
+		"kubernetes.io/arch": "amd64", "nvidia.com/gpu.present": "true", "gpulet.io/fleet": fleetLabel(f)}
 	if f.memoryGpus > 0 {
 		res["gpulet.io/gpu-memory-1gi"] = *resource.NewQuantity(int64(f.memoryGpus*f.unitsPerGpu), resource.DecimalSI)
 		labels["gpulet.io/gpu-memory.pool"] = "true"
@@ -222,7 +227,8 @@ func runNodes(args []string) error {
 	fs.StringVar(&f.namespace, "namespace", "gpulet-system", "namespace of the gpulet-memory-<node> ConfigMaps")
 	fs.DurationVar(&f.heartbeat, "heartbeat", 5*time.Minute, "heartbeatSeconds the ConfigMaps state; each is republished (generation+1) this often "+
 		"(the agent's default is 30s; the extender calls an object stale after 3 heartbeats)")
-	fs.DurationVar(&f.leaseRenew, "lease-renew", 10*time.Second, "how often each node's Lease is renewed (the kubelet: 10s of a 40s lease)")
+	fs.DurationVar(&f.leaseRenew, "lease-renew", 10*time.Second, "how often each node's Lease is renewed (the kubelet: 10s of a 40s lease); "+
+		"0: never, so the node lifecycle controller marks the nodes unreachable after its grace period (a control)")
 	fs.DurationVar(&f.statusInterval, "status-interval", 5*time.Minute, "how often each node's status conditions are refreshed (the kubelet's nodeStatusReportFrequency)")
 	fs.IntVar(&f.workers, "workers", 16, "concurrent API calls")
 	fs.StringVar(&f.readyFile, "ready-file", "", "written once every node is Ready and untainted")
@@ -303,6 +309,9 @@ func runNodes(args []string) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		if f.leaseRenew <= 0 {
+			return
+		}
 		renewLoop(ctx, f.count, f.leaseRenew, f.workers, func(ctx context.Context, i int) {
 			leaseMu.Lock()
 			l := leases[i].DeepCopy()
@@ -435,7 +444,7 @@ func renewLoop(ctx context.Context, n int, interval time.Duration, workers int, 
 
 func waitNodesReady(ctx context.Context, cs *kubernetes.Clientset, f *nodeFlags) error {
 	for {
-		list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "gpulet.io/fleet=true", ResourceVersion: "0"})
+		list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "gpulet.io/fleet=" + fleetLabel(f), ResourceVersion: "0"})
 		if err != nil {
 			return err
 		}
@@ -499,7 +508,16 @@ func runPods(args []string) error {
 	workers := fs.Int("workers", 8, "concurrent creates")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up waiting for binds after this")
 	keep := fs.Bool("keep", false, "leave the pods (default: delete the namespace at the end)")
+	selector := fs.String("node-selector", "", "KEY=VALUE: the pods' spec.nodeSelector (e.g. gpulet.io/fleet=fleet)")
 	_ = fs.Parse(args)
+	var nodeSelector map[string]string
+	if *selector != "" {
+		k, v, ok := strings.Cut(*selector, "=")
+		if !ok {
+			return fmt.Errorf("pods: -node-selector KEY=VALUE, got %q", *selector)
+		}
+		nodeSelector = map[string]string{k: v}
+	}
 	var res corev1.ResourceName
 	switch *kind {
 	case "gpu":
@@ -568,6 +586,7 @@ func runPods(args []string) error {
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%06d", i), Namespace: *ns},
 			Spec: corev1.PodSpec{
 				SchedulerName:                 *scheduler,
+				NodeSelector:                  nodeSelector,
 				TerminationGracePeriodSeconds: new(int64),
 				Containers: []corev1.Container{{Name: "main", Image: "localhost/gpulet/test:test",
 					Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
