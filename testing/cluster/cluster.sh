@@ -334,6 +334,7 @@ state = "$run/containerd"
     runtime_type = "io.containerd.runc.v2"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
       BinaryName = "$(command -v runc)"
+      Root = "$run/runc"
       SystemdCgroup = false
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = ["/usr/lib/cni"]

@@ -58,7 +58,6 @@ until_true 60 "FailedScheduling for gpu-8" scheduler_said "$ns" gpu-8 "Insuffici
 pod_phase_is "$ns" gpu-8 Pending || fail "gpu-8 not Pending on a full node"
 kc delete pod -n "$ns" gpu-8 --wait=false >/dev/null
 
-agent_pod() { kc get pods -n gpulet-system -l app.kubernetes.io/component=node -o jsonpath='{.items[0].metadata.name}'; }
 containers() { kc get pods -n "$ns" -o jsonpath='{range .items[*]}{.metadata.name}={.status.containerStatuses[0].containerID}/{.status.containerStatuses[0].restartCount} {end}'; }
 before="$(containers)"
 
@@ -89,6 +88,7 @@ say "agent restart: the DaemonSet's new pod re-registers, no running pod disturb
 old="$(agent_pod)"
 kc delete pod -n gpulet-system "$old" --wait=true --timeout=60s >/dev/null
 kc -n gpulet-system rollout status daemonset/gpulet --timeout=120s >/dev/null || fail "agent not back"
+until_true 60 "a new agent pod Ready" agent_ready
 until_true 60 "allocatable 8 after the agent restart" allocatable_is 8
 [ "$(containers)" = "$before" ] || fail "pods disturbed by the agent restart"
 

@@ -67,3 +67,14 @@ fresh_namespace() {  # fresh_namespace NAME: an empty namespace (an earlier one 
   kc create namespace "$1" >/dev/null
   until_true 60 "default ServiceAccount in $1" kc get serviceaccount -n "$1" default
 }
+
+# agent_pod: the name of the node agent's Running, Ready pod that is not being deleted ("" if none).
+agent_pod() {
+  kc get pods -n gpulet-system -l app.kubernetes.io/component=node -o json | python3 -c '
+import json, sys
+pods = [p for p in json.load(sys.stdin)["items"]
+        if not p["metadata"].get("deletionTimestamp") and p["status"].get("phase") == "Running"
+        and p["status"].get("containerStatuses") and all(c.get("ready") for c in p["status"]["containerStatuses"])]
+print(pods[0]["metadata"]["name"] if pods else "")'
+}
+agent_ready() { [ -n "$(agent_pod)" ]; }

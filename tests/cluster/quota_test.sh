@@ -7,7 +7,8 @@ ns=gpulet-test-quota
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 
 kc -n gpulet-system rollout status daemonset/gpulet --timeout=120s >/dev/null || fail "gpulet DaemonSet not ready"
-pod="$(kc get pods -n gpulet-system -l app.kubernetes.io/component=node -o jsonpath='{.items[0].metadata.name}')"
+until_true 60 "the agent pod Ready" agent_ready
+pod="$(agent_pod)"
 kc exec -n gpulet-system "$pod" -c gpulet -- gpulet info --output json > "$work/inventory.json" \
   || fail "gpulet info in the agent's pod failed"
 cat > "$work/tenants.yaml" <<YAML

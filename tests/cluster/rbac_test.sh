@@ -35,7 +35,8 @@ body="$(cat /tmp/gpulet-rbac-body.$$)"; rm -f /tmp/gpulet-rbac-body.$$
 grep -qE '"reason": *"Forbidden"' <<< "$body" || fail "the 403 is not a Forbidden Status: $body"
 
 say "the running agent met no refusal from the API server"
-pod="$(kc get pods -n gpulet-system -l app.kubernetes.io/component=node -o jsonpath='{.items[0].metadata.name}')"
+until_true 60 "the agent pod Ready" agent_ready
+pod="$(agent_pod)"
 logs="$(kc logs -n gpulet-system "$pod" --all-containers)"
 if grep -qiE 'forbidden|\b403\b' <<< "$logs"; then
   fail "the agent was refused: $(grep -iE 'forbidden|\b403\b' <<< "$logs" | head -5)"
@@ -58,7 +59,8 @@ echo "retry delays (ms): $delays"
 sorted="$(refusals | sort -n | tr '\n' ' ')"
 [ "$delays" = "$sorted" ] || fail "retries did not back off: $delays"
 kc apply -k "$overlay" >/dev/null 2>&1
-kc delete pod -n gpulet-system "$(new_pod)" --wait=false >/dev/null
+kc delete pod -n gpulet-system "$(new_pod)" --wait=true --timeout=60s >/dev/null
 kc -n gpulet-system rollout status daemonset/gpulet --timeout=180s >/dev/null || fail "the agent did not recover with its role back"
+until_true 60 "the agent pod Ready with the role back" agent_ready
 until_true 60 "allocatable 8 with the role back" allocatable_is 8
 echo PASS

@@ -19,7 +19,9 @@ case "${1:-}" in
     [ "$(id -u)" = 0 ] || missing "needs root"
     "$repo/testing/cluster/cluster.sh" down || exit 1
     left=""
-    pgrep -f '/var/cache/gpulet-cluster/bin/' >/dev/null && left="$left processes;"
+    # This cluster's processes name its directories (a control-plane-only instance beside it, with
+    # directories of its own, is not this fixture's).
+    pgrep -f '(/var/lib/gpulet-k8s|/run/gpulet-k8s)/' >/dev/null && left="$left processes;"
     grep -qE ' (/run/gpulet-k8s|/var/lib/gpulet-k8s|/var/lib/kubelet)' /proc/self/mountinfo && left="$left mounts;"
     ls -d /sys/fs/cgroup/*/kubepods >/dev/null 2>&1 && left="$left cgroups;"
     ip link show cni0 >/dev/null 2>&1 && left="$left cni0;"
