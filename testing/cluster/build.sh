@@ -26,12 +26,15 @@ case "$gov" in
   *) echo "build.sh: $gov is too old: Kubernetes 1.37's modules declare go 1.26.0; install Go >= 1.26" >&2; exit 2;;
 esac
 
-key="$( (echo "$gov recipe $recipe"; cat "$here/k8s/go.mod" "$here/k8s/go.sum" "$here/k8s/etcd/main.go" \
-  "$here/containerd/go.mod" "$here/containerd/go.sum") | sha256sum | cut -c1-16)"
-bin="$cache/bin/$key"
 export GOTOOLCHAIN=local GOFLAGS="-trimpath -mod=mod" CGO_ENABLED=0
 export GOMODCACHE="$cache/mod" GOCACHE="$cache/gocache"
 mkdir -p "$cache/bin"
+# The key: the toolchain, this recipe, and every module version the two modules resolve (so that
+# tidying a go.mod, or adding a test tool to the module, does not rebuild what did not change).
+mods_k8s="$(cd "$here/k8s" && go list -m all)" || { echo "build.sh: go list -m all failed in k8s/" >&2; exit 1; }
+mods_ctd="$(cd "$here/containerd" && go list -m all)" || { echo "build.sh: go list -m all failed in containerd/" >&2; exit 1; }
+key="$(printf '%s\n' "$gov recipe $recipe" "$(cat "$here/k8s/etcd/main.go")" "$mods_k8s" "$mods_ctd" | sha256sum | cut -c1-16)"
+bin="$cache/bin/$key"
 
 want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl containerd containerd-shim-runc-v2 ctr)
 complete() { local b; for b in "${want[@]}"; do [ -x "$bin/$b" ] || return 1; done; }
