@@ -264,10 +264,21 @@ func runNodes(args []string) error {
 		if err != nil {
 			return fmt.Errorf("node %s: %w", name, err)
 		}
-		// The API server drops status on create: set it through the status subresource.
-		n.Status = want.Status
-		if n, err = cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("node %s status: %w", name, err)
+		// The API server drops status on create: set it through the status subresource (again
+		// after a conflict: the node lifecycle controller writes new nodes too).
+		for attempt := 0; ; attempt++ {
+			n.Status = want.Status
+			got, err := cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+			if err == nil {
+				n = got
+				break
+			}
+			if !apierrors.IsConflict(err) || attempt == 10 {
+				return fmt.Errorf("node %s status: %w", name, err)
+			}
+			if n, err = cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err != nil {
+				return fmt.Errorf("node %s: %w", name, err)
+			}
 		}
 		dur := int32(40)
 		now := metav1.NewMicroTime(time.Now())

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The real kube-scheduler at fleet scale (issue 34 item 5): 1,000 and 5,000 nodes of 8 GPUs that
+# exist only in the API server (testing/cluster/k8s/fleet keeps them Ready: Leases renewed, status
+# and gpulet-memory ConfigMaps current), on a control-plane-only cluster (instance 2, so it never
+# meets the tests' instance 1). For each fleet size: scheduler throughput (pods/s) and per-pod
+# latency created -> bound (from a watch), p50/p99, for whole-GPU pods (nvidia.com/gpu: 1) and
+# memory-sized pods (gpulet.io/gpu-memory-1gi: 20), with the scheduler's defaults (no extender) and
+# with gpulet's extender configured as deploy/extender ships it (mutual TLS, --policy=bestfit).
+# Needs root and Go (as the cluster tier); skipped otherwise.
+#   FLEET_SIZES="1000 5000"  FLEET_PODS=1000  FLEET_RUNS=1
+set -euo pipefail
+: "${BUILD:?}" "${ROOT:?}"
+if [ "$(id -u)" != 0 ] || ! PATH=/usr/local/go/bin:$PATH command -v go >/dev/null; then
+  echo "bench fleet: skipped (needs root and Go >= 1.26)"; exit 0
+fi
+export PATH=/usr/local/go/bin:$PATH GPULET_FLEET_INSTANCE=2
+sizes="${FLEET_SIZES:-1000 5000}"
+pods="${FLEET_PODS:-1000}"
+source "$ROOT/tests/cluster_fleet/lib.sh"
+out="$(mktemp)"
+trap 'fleet_cluster_down >/dev/null 2>&1 || true; rm -f "$out" "$out.md"' EXIT
+t0=$SECONDS
+fleet_cluster_up "$BUILD"
+echo "bench fleet: control plane and extender up in $((SECONDS - t0)) s" >&2
+
+rows=()
+for n in $sizes; do
+  # A 5,000-node fleet renews its Leases every 30 s (the kubelet: 10 s), within the node lifecycle
+  # controller's 50 s grace, so that 500 Lease writes a second do not take the 2-core machine.
+  renew=10s; [ "$n" -gt 1000 ] && renew=30s
+  t1=$SECONDS
+  start_bg "fleet-$n" "$state/fleet" nodes -count "$n" -prefix "f$n-" -lease-renew "$renew" -workers 32 \
+    -ready-file "$state/f$n.ready"
+  wait_file 1200 "$state/f$n.ready" "fleet-$n"
+  made=$((SECONDS - t1))
+  echo "bench fleet: $n nodes Ready in $made s" >&2
+  for ext in 0 1; do
+    use_scheduler "$ext"
+    for kind in gpu memory; do
+      amount=1; sched=default-scheduler
+      [ "$kind" = memory ] && { amount=20; sched=gpulet-memory; }
+      r="$("$state/fleet" pods -count "$pods" -kind "$kind" -amount "$amount" -scheduler "$sched" \
+        -node-selector "gpulet.io/fleet=f$n" -namespace bench-fleet -workers 16 -timeout 600s)"
+      echo "bench fleet: nodes=$n extender=$ext $r" >&2
+      rows+=("$n $ext $kind $(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(r["pods_per_second"], r["p50_ms"], r["p99_ms"], r["bound"], r["pods"], r["create_seconds"])' "$r")")
+    done
+  done
+  stop_bg "fleet-$n"
+  rows+=("made $n $made")
+done
+
+{
+  echo "## The real kube-scheduler at fleet scale, with and without gpulet's extender (issue 34)"
+  echo
+  echo "kube-scheduler v1.37.2 (upstream, built from its module) on a control-plane-only cluster"
+  echo "(\`GPULET_CLUSTER_INSTANCE=2 testing/cluster/cluster.sh up --no-node\`); nodes of 8 GPUs"
+  echo "(\`nvidia.com/gpu: 8\`, \`gpulet.io/gpu-memory-1gi: 640\`) that exist only in the API server"
+  echo "(\`testing/cluster/k8s/fleet\`: Leases renewed, status and \`gpulet-memory-<node>\` ConfigMaps"
+  echo "current; no kubelet, so bound pods never run). $pods pods per row, created by 16 client"
+  echo "workers; latency is client-side, from the create call to the watch seeing \`spec.nodeName\`;"
+  echo "throughput is pods bound / (last bind - first create). \"default\": the scheduler's own"
+  echo "configuration, no extender. \"extender\": deploy/extender's KubeSchedulerConfiguration (the"
+  echo "\`gpulet-memory\` profile without score plugins, \`percentageOfNodesToScore: 100\`, the extender"
+  echo "with mutual TLS, filter + prioritize + bind, node-cache mode) and \`gpulet extender"
+  echo "--policy=bestfit\` on 127.0.0.1; whole-GPU pods never reach it (\`managedResources\`). Memory"
+  echo "pods ask 20 GiB. The machine is shared: the API server, etcd, the scheduler, the extender"
+  echo "and the fleet client all run on its 2 cores."
+  echo
+  echo "| nodes | scheduler | pods | pods/s | p50 created -> bound | p99 | bound |"
+  echo "|---|---|---|---|---|---|---|"
+  for r in "${rows[@]}"; do
+    set -- $r
+    [ "$1" = made ] && continue
+    cfg=default; [ "$2" = 1 ] && cfg=extender
+    what="whole GPU (\`nvidia.com/gpu: 1\`)"; [ "$3" = memory ] && what="20 GiB (\`gpulet.io/gpu-memory-1gi: 20\`)"
+    printf '| %s | %s | %s | %.1f | %.0f ms | %.0f ms | %s/%s |\n' "$1" "$cfg" "$what" "$4" "$5" "$6" "$7" "$8"
+  done
+  echo
+  for r in "${rows[@]}"; do
+    set -- $r
+    [ "$1" = made ] && echo "- $2 nodes (Node, status, Lease, ConfigMap each) created and Ready, untainted: $3 s"
+  done
+} > "$out.md"
+cat "$out.md"
+python3 "$ROOT/bench/update_section.py" fleet "$out.md"
