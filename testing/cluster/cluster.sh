@@ -381,7 +381,7 @@ images() {  # images BUILD: pause, test and gpulet images, built here and import
 }
 
 node_layer() {
-  local bin="$1"
+  local bin="$1" build="$2"
   log "layer 3/3: node (kubelet $node, registered, Ready)"
   if [ ! -d "$kubelet_root" ]; then mkdir -p "$kubelet_root"; touch "$kubelet_root/$marker_name"; fi
   # The shipped manifests' hostPaths (DirectoryOrCreate): made here so that teardown removes them.
@@ -394,6 +394,22 @@ node_layer() {
   mkdir -p "$dr/nvidia-caps" "$run/driver-root/proc/driver/nvidia/capabilities"
   for n in nvidiactl nvidia-uvm $(seq -f 'nvidia%g' 0 7); do mknod -m 666 "$dr/$n" c 1 3; done
   for n in $(seq 1 200); do mknod -m 444 "$dr/nvidia-caps/nvidia-cap$n" c 1 3; done
+  # The DRA DaemonSet mounts the driver root with HostToContainer propagation, which needs a shared
+  # or slave mount; "/" is private on this VM (systemd hosts make it shared), so the root is a
+  # shared bind mount of itself (unmounted by teardown with everything under the run directory).
+  # The simulated driver's libraries under the names a driver installs (libcuda.so.VERSION and its
+  # soname link), for the DRA driver's CDI specs to inject: the simulated CUDA driver and NVML.
+  local lib="$run/driver-root/usr/lib/x86_64-linux-gnu" ver
+  ver="$(sed -n 's/^driver_version: *//p' "$repo/testing/fixtures/dgx-h100.yaml")"
+  mkdir -p "$lib"
+  if [ -f "$build/cuda_sim/libcuda.so.1" ] && [ -f "$build/sim/libnvidia-ml.so.1" ]; then
+    cp "$build/cuda_sim/libcuda.so.1" "$lib/libcuda.so.$ver"
+    cp "$build/sim/libnvidia-ml.so.1" "$lib/libnvidia-ml.so.$ver"
+    ln -s "libcuda.so.$ver" "$lib/libcuda.so.1"
+    ln -s "libnvidia-ml.so.$ver" "$lib/libnvidia-ml.so.1"
+  fi
+  mount --bind "$run/driver-root" "$run/driver-root"
+  mount --make-rshared "$run/driver-root"
   cat > "$base/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -491,7 +507,7 @@ up() {
   control_plane "$bin"
   if [ "$with_node" = 1 ]; then
     runtime "$bin" "$build"
-    node_layer "$bin"
+    node_layer "$bin" "$build"
   fi
   log "up in $((SECONDS - t0)) s"
   echo "export KUBECONFIG=$base/admin.kubeconfig"
