@@ -105,7 +105,8 @@ Result<std::unique_ptr<metrics::Exporter>> StartExporter(std::shared_ptr<gpu::Nv
   opts.collect_interval = std::chrono::milliseconds(f.interval_ms);
   opts.http.address = f.address;
   opts.http.web_config_file = f.web_config_file;
-  opts.http.threads = f.http_threads;
+  // The exporter serves no POST routes: its threads are the password (bcrypt) checkers.
+  opts.http.password_check_threads = f.http_threads;
   opts.kubernetes = f.kubernetes;
   opts.pod_resources.socket = f.pod_resources_socket;
   // gpulet's earlier variable, read when upstream's DCGM_POD_RESOURCES_KUBELET_SOCKET is not set.

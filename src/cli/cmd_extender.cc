@@ -154,11 +154,12 @@ void RegisterExtender(CLI::App& app, GlobalOptions& /*global*/, int& exit_code) 
   auto f = std::make_shared<ExtenderFlags>();
   cmd->add_option("--listen", f->listen,
                   "[host]:port to serve POST /filter /prioritize /bind, GET /healthz /metrics; "
-                  "plain HTTP only on loopback")
+                  "plain HTTP, or TLS without client certificates, only on loopback")
       ->envname("GPULET_EXTENDER_LISTEN")
       ->capture_default_str();
   cmd->add_option("--web-config-file", f->web_config_file,
-                  "TLS certificate and key (tls_server_config), as the exporter's web config")
+                  "TLS certificate and key (tls_server_config), as the exporter's web config; off "
+                  "loopback it must require client certificates (RequireAndVerifyClientCert)")
       ->envname("GPULET_EXTENDER_WEB_CONFIG_FILE");
   cmd->add_option("--kubeconfig", f->kubeconfig, "kubeconfig (default: in-cluster)")
       ->envname("KUBECONFIG");

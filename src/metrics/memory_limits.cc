@@ -12,10 +12,14 @@ namespace gpulet::metrics {
 
 namespace {
 
-// The limits of one directory (the agent's file, still read through TenantDir), or nullopt.
+// The limits of one directory (the agent's file, still read through TenantDir), or nullopt. A
+// version 2 file (the node names the driver library) is the same limits with the path after them.
 std::optional<cudashim::LimitsFile> ReadLimits(const TenantDir& dir) {
   cudashim::LimitsFile f{};
-  if (!dir.ReadPrefix(cudashim::kLimitsFileName, &f, sizeof f, sizeof f).ok()) return std::nullopt;
+  if (!dir.ReadPrefix(cudashim::kLimitsFileName, &f, sizeof f, sizeof f).ok() &&
+      !dir.ReadPrefix(cudashim::kLimitsFileName, &f, sizeof f, cudashim::kLimitsFileV2Bytes).ok()) {
+    return std::nullopt;
+  }
   if (!cudashim::CheckLimits(f, dir.path()).empty()) return std::nullopt;
   return f;
 }

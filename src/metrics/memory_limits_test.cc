@@ -74,6 +74,20 @@ TEST_F(ContainerMemoryTest, ReadsRegionsAndNamesTheirContainers) {
   EXPECT_EQ(RenderContainerMemory({}), "");
 }
 
+// A node that names its driver library writes version 2 limits files (the path after the limits):
+// the exporter reads their limits as it reads version 1's.
+TEST_F(ContainerMemoryTest, AVersion2LimitsFileIsRead) {
+  Allocate("a1", {"GPU-0::0"}, {{"GPU-0", 1000, 0}});
+  ASSERT_EQ(cudashim::WriteLimitsFile(state_ + "/a1/" + cudashim::kLimitsFileName,
+                                      {{"GPU-0", 700, 0}}, false,
+                                      "/usr/lib/x86_64-linux-gnu/libcuda.so.1"),
+            "");
+  auto samples = ReadContainerMemory(state_, {});
+  ASSERT_EQ(samples.size(), 1u);
+  EXPECT_EQ(samples[0].uuid, "GPU-0");
+  EXPECT_EQ(samples[0].limit, 700u);
+}
+
 // Issue 23 item 5: the tenant rewrites its region at full speed while the exporter reads it —
 // gpu_count past the slots, UUIDs without a NUL and not UTF-8, a limit of its own choosing,
 // truncated to nothing and grown back. The old reader indexed the live mapping by gpu_count
