@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <set>
+
 #include "common/listen_address.h"
 #include "metrics/collector.h"
 #include "metrics/http_server.h"
@@ -74,6 +76,18 @@ bool Service::synced() const {
   return objects_->synced() && (!options_.watch_nodes || nodes_->synced());
 }
 
+std::set<std::string> FailedNodesOf(const std::string& filter_answer) {
+  std::set<std::string> nodes;
+  const json a = json::parse(filter_answer, nullptr, /*allow_exceptions=*/false);
+  if (!a.is_object()) return nodes;
+  for (const char* key : {"FailedNodes", "FailedAndUnresolvableNodes"}) {
+    auto it = a.find(key);
+    if (it == a.end() || !it->is_object()) continue;
+    for (const auto& [name, reason] : it->items()) nodes.insert(name);
+  }
+  return nodes;
+}
+
 Status CheckVerbsListener(const std::string& address, const std::string& web_config_file) {
   auto addr = ParseListenAddress(address);
   if (!addr.ok()) return addr.status();
@@ -120,7 +134,14 @@ Status Service::Start() {
     return metrics::HttpOptions::PostReply{a.status, std::move(a.content_type), std::move(a.body)};
   };
   o.post_routes["/filter"] = [this, reply](const std::string& b) {
-    return reply(extender_.Filter(b));
+    Answer a = extender_.Filter(b);
+    // kube-scheduler retries a pod the extender turned away only on a cluster event it watches
+    // (a pod, a node), and the end of a reservation (its pod deleted since the last look) is none:
+    // without this, the pod waits for an unrelated event or the scheduler's 5-minute flush. So the
+    // reservations on the nodes that failed are looked up now (bounded), and if one ended the
+    // filter is answered again.
+    if (a.status == 200 && EndGoneReservationsOn(FailedNodesOf(a.body))) a = extender_.Filter(b);
+    return reply(std::move(a));
   };
   o.post_routes["/prioritize"] = [this, reply](const std::string& b) {
     return reply(extender_.Prioritize(b));
@@ -183,34 +204,68 @@ Status Service::Start() {
   return Status::Ok();
 }
 
+std::string Service::GoneReason(const ClusterView::HeldPod& held) const {
+  auto r = client_.Get(PodPath(held.ns, held.name));
+  if (!r.ok()) return r.status().code() == ErrorCode::kNotFound ? "deleted" : "";
+  const json& pod = *r;
+  const json meta = pod.value("metadata", json::object());
+  const json spec = pod.value("spec", json::object());
+  const json status = pod.value("status", json::object());
+  const std::string phase = status.is_object() ? status.value("phase", "") : "";
+  const std::string bound = spec.is_object() ? spec.value("nodeName", "") : "";
+  if (!meta.is_object() || meta.value("uid", "") != held.uid) {
+    return "replaced by a pod of the same name";
+  }
+  if (!bound.empty() && bound != held.node) return "bound to node " + bound;
+  if (phase == "Succeeded" || phase == "Failed") return "phase " + phase;
+  return "";
+}
+
+bool Service::EndIfGone(const ClusterView::HeldPod& held) {
+  {
+    std::lock_guard lock(checked_mu_);
+    checked_[held.uid] = std::chrono::steady_clock::now();
+  }
+  const std::string gone = GoneReason(held);
+  if (gone.empty()) return false;
+  view_.EndReservation(held.uid);
+  {
+    std::lock_guard lock(checked_mu_);
+    checked_.erase(held.uid);
+  }
+  spdlog::info("event=reservation_ended pod={}/{} uid={} node={} reason=\"{}\"", held.ns,
+               held.name, held.uid, held.node, gone);
+  return true;
+}
+
 void Service::CheckReservations() {
   while (!stop_.WaitFor(options_.reservation_check)) {
-    for (const ClusterView::HeldPod& held : view_.Reservations()) {
-      auto r = client_.Get(PodPath(held.ns, held.name));
-      std::string gone;
-      if (!r.ok()) {
-        if (r.status().code() == ErrorCode::kNotFound) gone = "deleted";
-      } else {
-        const json& pod = *r;
-        const json meta = pod.value("metadata", json::object());
-        const json spec = pod.value("spec", json::object());
-        const json status = pod.value("status", json::object());
-        const std::string phase = status.is_object() ? status.value("phase", "") : "";
-        const std::string bound = spec.is_object() ? spec.value("nodeName", "") : "";
-        if (!meta.is_object() || meta.value("uid", "") != held.uid) {
-          gone = "replaced by a pod of the same name";
-        } else if (!bound.empty() && bound != held.node) {
-          gone = "bound to node " + bound;
-        } else if (phase == "Succeeded" || phase == "Failed") {
-          gone = "phase " + phase;
-        }
-      }
-      if (gone.empty()) continue;
-      view_.EndReservation(held.uid);
-      spdlog::info("event=reservation_ended pod={}/{} uid={} node={} reason=\"{}\"", held.ns,
-                   held.name, held.uid, held.node, gone);
-    }
+    for (const ClusterView::HeldPod& held : view_.Reservations()) EndIfGone(held);
+    // Forget the check times of reservations that ended otherwise (the node listed the pod).
+    std::set<std::string> held_uids;
+    for (const ClusterView::HeldPod& held : view_.Reservations()) held_uids.insert(held.uid);
+    std::lock_guard lock(checked_mu_);
+    std::erase_if(checked_, [&](const auto& kv) { return !held_uids.count(kv.first); });
   }
+}
+
+bool Service::EndGoneReservationsOn(const std::set<std::string>& nodes) {
+  if (nodes.empty()) return false;
+  const auto now = std::chrono::steady_clock::now();
+  int looked = 0;
+  bool ended = false;
+  for (const ClusterView::HeldPod& held : view_.Reservations()) {
+    if (looked >= options_.filter_recheck_max) break;
+    if (!nodes.count(held.node)) continue;
+    {
+      std::lock_guard lock(checked_mu_);
+      auto it = checked_.find(held.uid);
+      if (it != checked_.end() && now - it->second < options_.filter_recheck_after) continue;
+    }
+    ++looked;
+    ended = EndIfGone(held) || ended;
+  }
+  return ended;
 }
 
 void Service::Stop() {

@@ -12,7 +12,10 @@
 // Start() returns once both watches have listed (the server opens only then; /healthz is 200).
 #pragma once
 
+#include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -42,6 +45,11 @@ struct ServiceOptions {
   // replaced (another UID), bound to another node or finished (an unbound pod keeps it: its
   // Binding may be on its way).
   std::chrono::milliseconds reservation_check{5000};
+  // At /filter, the reservations on the nodes that failed are looked up at once (at most this many
+  // per request, each at most once per recheck_after), so a pod kube-scheduler retries finds the
+  // units of a pod deleted since the last periodic look free (the scheduler sees no event for it).
+  int filter_recheck_max = 16;
+  std::chrono::milliseconds filter_recheck_after{250};
   ViewOptions view;  // view.ns: where the per-node objects live
   bool watch_nodes = true;
   std::chrono::milliseconds sync_timeout{60000};
@@ -54,6 +62,9 @@ std::string PathSegment(std::string_view name);
 // Whether `address` may serve the verbs with `web_config_file` (see above): kUsage naming the
 // file and field when not, kInvalidInput/kNotFound for a web config that does not load.
 Status CheckVerbsListener(const std::string& address, const std::string& web_config_file);
+
+// The node names in FailedNodes and FailedAndUnresolvableNodes of an ExtenderFilterResult.
+std::set<std::string> FailedNodesOf(const std::string& filter_answer);
 
 // POST .../pods/NAME/binding through `client`, with metadata.uid as the precondition.
 Status CreateBinding(const k8s::Client& client, const std::string& ns, const std::string& name,
@@ -86,6 +97,13 @@ class Service {
   std::unique_ptr<k8s::CollectionWatcher> nodes_;
   k8s::StopSignal stop_;
   void CheckReservations();
+  // Why the pod of `held` no longer needs its units, as the API server shows it ("" while it does,
+  // or when the API server did not answer).
+  std::string GoneReason(const ClusterView::HeldPod& held) const;
+  bool EndIfGone(const ClusterView::HeldPod& held);  // true: the reservation ended
+  bool EndGoneReservationsOn(const std::set<std::string>& nodes);
+  std::mutex checked_mu_;
+  std::map<std::string, std::chrono::steady_clock::time_point> checked_;  // uid -> last lookup
 
   std::thread objects_thread_, nodes_thread_, reservations_thread_;
   std::unique_ptr<metrics::Publisher> unused_publisher_;  // the server's own /metrics is replaced

@@ -78,11 +78,13 @@ class ExtenderHttpTest : public ::testing::Test {
     return pod;
   }
 
-  void StartExtender(std::chrono::milliseconds reservation_check = std::chrono::seconds(5)) {
+  void StartExtender(std::chrono::milliseconds reservation_check = std::chrono::seconds(5),
+                     std::chrono::milliseconds filter_recheck_after = std::chrono::seconds(1)) {
     ServiceOptions o;
     o.address = "127.0.0.1:0";
     o.view.ns = kNs;
     o.reservation_check = reservation_check;
+    o.filter_recheck_after = filter_recheck_after;
     service_ = std::make_unique<Service>(*client_, clock_, o);
     Status s = service_->Start();
     ASSERT_TRUE(s.ok()) << s.message();
@@ -581,6 +583,35 @@ TEST_F(ExtenderHttpTest, AReservationEndsWhenItsPodIsDeleted) {
   api_->Delete("/api/v1/namespaces/default/pods/a");
   EXPECT_TRUE(WaitFor([&] { return service_->view().stats().reservations == 0; }));
   EXPECT_EQ(Filter(b, {"n1"})["NodeNames"], json::array({"n1"}));
+}
+
+// kube-scheduler retries a pod the extender turned away only on a cluster event (issue 34: on
+// the real scheduler a pod waited minutes after the pod holding its units was deleted). The
+// filter looks up the reservations on the nodes that fail, so the retry that the deletion's own
+// event causes finds the units free, without waiting for the periodic check (here: never).
+TEST_F(ExtenderHttpTest, AFilterEndsTheReservationsOfDeletedPodsOnTheNodesThatFail) {
+  AddNode("n1", {{80, 50}});
+  json a = AddPod("a", {40});
+  json b = AddPod("b", {40});
+  StartExtender(std::chrono::hours(1), std::chrono::milliseconds(0));
+  ASSERT_EQ(Bind(a, "n1")["Error"], "");
+  json failed = Filter(b, {"n1"});
+  EXPECT_TRUE(failed["NodeNames"].empty());
+  EXPECT_TRUE(failed["FailedNodes"].contains("n1") ||
+              failed["FailedAndUnresolvableNodes"].contains("n1"))
+      << failed.dump();
+  EXPECT_EQ(service_->view().stats().reservations, 1u);  // a still exists: it keeps its units
+  api_->Delete("/api/v1/namespaces/default/pods/a");
+  EXPECT_EQ(Filter(b, {"n1"})["NodeNames"], json::array({"n1"}));
+  EXPECT_EQ(service_->view().stats().reservations, 0u);
+}
+
+TEST(FailedNodesOf, NamesBothMapsAndNothingElse) {
+  EXPECT_EQ(FailedNodesOf(R"({"NodeNames":["a"],"FailedNodes":{"b":"x"},)"
+                          R"("FailedAndUnresolvableNodes":{"c":"y"},"Error":""})"),
+            (std::set<std::string>{"b", "c"}));
+  EXPECT_TRUE(FailedNodesOf("not json").empty());
+  EXPECT_TRUE(FailedNodesOf(R"({"FailedNodes":null})").empty());
 }
 
 }  // namespace
