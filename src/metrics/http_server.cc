@@ -4,6 +4,8 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -311,6 +313,16 @@ class MetricsServer::Loop {
   }
 
   void Run() {
+    // OpenSSL writes to the sockets with write(2) (SSL_write, the handshake, close_notify), and a
+    // write to a peer that has reset the connection raises SIGPIPE, whose default action ends the
+    // process: any client that closes before its answer (kube-scheduler past its httpTimeout, a
+    // scraper that gives up) would stop the server. Blocked in this thread, the only one that
+    // touches the sockets, the write fails with EPIPE and the connection is closed; the signal
+    // stays pending on this thread, which never unblocks it.
+    sigset_t pipe_signal;
+    sigemptyset(&pipe_signal);
+    sigaddset(&pipe_signal, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_signal, nullptr);
     std::vector<epoll_event> events(256);
     Steady::time_point next_sweep = Steady::now();
     for (;;) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
+#include <openssl/ssl.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -345,6 +346,49 @@ TEST_F(TlsAuthTest, TlsWithSelfSignedCertificate) {
   httplib::Client plain("127.0.0.1", server.port());
   auto p = plain.Get("/metrics");
   EXPECT_TRUE(!p || p->status != 200);
+}
+
+// A TLS client that sends a request and resets the connection before its answer: the server's
+// SSL_write then meets a reset socket, whose SIGPIPE (default action: end the process) ended
+// `gpulet extender` under the real kube-scheduler (issue 34). The test process surviving, and the
+// server answering afterwards, is the check.
+TEST_F(TlsAuthTest, ClientsResettingBeforeTheirAnswerDoNotEndTheProcess) {
+  const std::string cmd =
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -keyout " + dir_ +
+      "/s.key -out " + dir_ + "/s.crt >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "openssl CLI failed: " << cmd;
+  std::ofstream(dir_ + "/web.yml") << "tls_server_config:\n  cert_file: s.crt\n  key_file: s.key\n";
+  Publisher pub;
+  pub.SetSnapshot(OneGpu());
+  MetricsServer server(pub, {"127.0.0.1:0", dir_ + "/web.yml"});
+  ASSERT_TRUE(server.Start().ok());
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  ASSERT_NE(ctx, nullptr);
+  for (int i = 0; i < 50; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(server.port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    SSL* ssl = SSL_new(ctx);
+    SSL_set_fd(ssl, fd);
+    ASSERT_EQ(SSL_connect(ssl), 1);
+    const std::string req = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+    const int n = static_cast<int>(req.size());
+    ASSERT_EQ(SSL_write(ssl, req.data(), n), n);
+    const linger reset{1, 0};  // close() sends RST, not FIN
+    ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+    SSL_free(ssl);
+    ::close(fd);
+  }
+  SSL_CTX_free(ctx);
+  httplib::SSLClient tls("127.0.0.1", server.port());
+  tls.enable_server_certificate_verification(false);
+  auto r = tls.Get("/metrics");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
 }
 
 TEST_F(TlsAuthTest, BadCertificateIsInvalidInput) {
