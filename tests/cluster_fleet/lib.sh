@@ -109,7 +109,7 @@ stop_bg() {  # stop_bg [NAME...]: what start_bg started (all without NAME), if t
     pid="$(cat "$f")"
     exe="$(readlink "/proc/$pid/exe" 2>/dev/null || true)"
     case "$exe" in
-      "$state/fleet"|*/gpulet)
+      "$state/fleet"|"$state/fleet (deleted)"|*/gpulet|*"/gpulet (deleted)")   # (deleted): rebuilt since
         kill -TERM "$pid" 2>/dev/null || true
         for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
         kill -KILL "$pid" 2>/dev/null || true;;
