@@ -101,7 +101,7 @@ start_bg() {  # start_bg NAME COMMAND...: in its own session, pid and log record
 }
 
 stop_bg() {  # stop_bg [NAME...]: what start_bg started (all without NAME), if the pid is still ours
-  local f pid exe names=("$@")
+  local f pid exe n names=("$@")
   [ ${#names[@]} -gt 0 ] || names=($(ls "$state/pids" 2>/dev/null))
   for n in "${names[@]}"; do
     f="$state/pids/$n"
