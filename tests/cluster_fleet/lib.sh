@@ -73,9 +73,11 @@ pod_node() { kc get pod -n "$1" "$2" -o jsonpath='{.spec.nodeName}'; }
 pod_bound() { [ -n "$(pod_node "$1" "$2")" ]; }
 
 # scheduler_said NAMESPACE POD TEXT: a FailedScheduling event for POD contains TEXT.
-scheduler_said() {
-  kc get events -n "$1" --field-selector "involvedObject.name=$2,reason=FailedScheduling" \
-    -o jsonpath='{.items[*].message}' | grep -q -- "$3"
+scheduler_said() {  # (the output read whole first: grep -q ending early would SIGPIPE kubectl)
+  local m
+  m="$(kc get events -n "$1" --field-selector "involvedObject.name=$2,reason=FailedScheduling" \
+    -o jsonpath='{.items[*].message}')"
+  [[ "$m" == *"$3"* ]]
 }
 
 fresh_namespace() {  # fresh_namespace NAME: an empty namespace (pods of kubelet-less nodes force-deleted)

@@ -6,7 +6,7 @@ source "$(dirname "$0")/lib.sh"
 cluster_env
 
 say "the node lifecycle controller taints stale-00000 (Lease never renewed) unreachable"
-unreachable() { kc get node stale-00000 -o jsonpath='{.spec.taints[*].key}' | grep -q node.kubernetes.io/unreachable; }
+unreachable() { [[ "$(kc get node stale-00000 -o jsonpath='{.spec.taints[*].key}')" == *node.kubernetes.io/unreachable* ]]; }
 until_true 180 "stale-00000 tainted node.kubernetes.io/unreachable" unreachable
 kc get node stale-00000 -o jsonpath='{.spec.taints}'; echo
 
