@@ -186,7 +186,10 @@ TEST_F(TenantAbuseTest, TheNodeAgentKeepsServingAndTheLimitHolds) {
                       "-c", "200", "--memory-limits-state-dir", state_, "--pod-resources-socket",
                       harness.pod_resources_socket()},
                      tmp_.path() + "/node.log",
-                     {{"GPULET_POD_RESOURCES_SOCKET", harness.pod_resources_socket()}});
+                     // The node names the driver the library calls (issue 36 item 3: the
+                     // tenant's LD_LIBRARY_PATH below no longer does).
+                     {{"GPULET_POD_RESOURCES_SOCKET", harness.pod_resources_socket()},
+                      {"GPULET_CONTAINER_CUDA_DRIVER", BuildDir() + "/cuda_sim/libcuda.so.1"}});
   ASSERT_TRUE(node.Start());
   ASSERT_TRUE(harness
                   .WaitFor(

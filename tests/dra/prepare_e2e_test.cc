@@ -55,6 +55,14 @@ TEST(DraPrepareE2E, AMemoryShareHoldsInAContainerMadeFromTheCdiSpec) {
   Touch(root + "/dev/nvidiactl");
   for (const gpu::Gpu& g : inv->gpus) Touch(root + g.device_path());
 
+  // The node names the driver the library calls (written into the limits file the CDI spec
+  // mounts): the simulated one. The container's LD_LIBRARY_PATH below no longer picks it (issue 36).
+  struct NodeDriver {
+    NodeDriver() {
+      ::setenv("GPULET_CONTAINER_CUDA_DRIVER", (BuildDir() + "/cuda_sim/libcuda.so.1").c_str(), 1);
+    }
+    ~NodeDriver() { ::unsetenv("GPULET_CONTAINER_CUDA_DRIVER"); }
+  } node_driver;
   NodePreparerOptions o;
   o.node_name = "node-a";
   o.inventory = *inv;
