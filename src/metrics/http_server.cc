@@ -20,6 +20,7 @@
 #include <boost/beast/http/parser.hpp>
 #include <cerrno>
 #include <condition_variable>
+#include <limits>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -126,6 +127,9 @@ HeadParse ParseRequestHead(std::string_view in, size_t max_header_bytes, Request
   http::request_parser<http::empty_body> p;
   p.eager(false);  // the head only: the body is framed (and budgeted) by the server
   p.header_limit(static_cast<std::uint32_t>(std::min<size_t>(max_header_bytes, UINT32_MAX)));
+  // Beast's own body limit (1 MiB for requests) would turn a larger Content-Length into a parse
+  // error (400) while the head is read; the server's budget decides on bodies, and answers 413.
+  p.body_limit(std::numeric_limits<std::uint64_t>::max());
   boost::system::error_code ec;
   const size_t n = p.put(boost::asio::const_buffer(in.data(), in.size()), ec);
   if (ec == http::error::need_more) {
