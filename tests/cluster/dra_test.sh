@@ -75,6 +75,10 @@ check_pod two-gpus-nvlink 2
 claim_pod memory-share-20gi
 check_pod memory-share-20gi 1
 say "a pod asking nvidia.com/gpu: 1 is served by DRA through the DeviceClass's extendedResourceName"
+# The kubelet must not still hold a device plugin's nvidia.com/gpu (it keeps one for 5 minutes after
+# the plugin leaves, and then refuses such a pod: docs/dra-migration.md); this test runs first.
+[ -z "$(node_field ".status.capacity.nvidia\.com/gpu")" ] || \
+  fail "the node still has a device plugin's nvidia.com/gpu: run this test before the device-plugin tests"
 claim_pod extended-resource
 check_pod extended-resource-gpu 1
 
