@@ -23,35 +23,21 @@
 #include <vector>
 
 #include "metrics/http_server.h"
+#include "metrics/http_test_socket.h"
+#include "support/wait_until.h"
 
 namespace gpulet::metrics {
 namespace {
+
+using gpulet::testing::WaitUntil;
 
 using namespace std::chrono_literals;
 
 constexpr char kHash[] =
     "$2y$04$MiDM8uS.jofjwf1Go9KEoeCzCbjf0ak.3PVmsjmmOOk8OYgDL7V8O";  // "s3cret", cost 4
 
-int Dial(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  timeval tv{20, 0};  // a hung server fails the read instead of the whole run
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  return fd;
-}
-
-void Send(int fd, const std::string& s) {
-  size_t off = 0;
-  while (off < s.size()) {
-    const ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
-    if (n <= 0) return;
-    off += static_cast<size_t>(n);
-  }
-}
+using testing::Dial;
+using testing::Send;
 
 // One response (headers and Content-Length body) from `read`, which returns <= 0 at the end;
 // bytes past it stay in `*rest`. "" when the connection ended first.
@@ -86,17 +72,6 @@ std::string ReadResponse(int fd, std::string* rest = nullptr) {
 int Status(const std::string& response) {
   if (response.rfind("HTTP/1.1 ", 0) != 0 || response.size() < 12) return 0;
   return std::stoi(response.substr(9, 3));
-}
-
-// Waits (generously) for what must happen.
-template <typename Pred>
-bool Eventually(Pred pred, std::chrono::milliseconds limit = 20s) {
-  const auto until = std::chrono::steady_clock::now() + limit;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(2ms);
-  }
-  return true;
 }
 
 // A POST handler that holds every call until released.
@@ -258,7 +233,7 @@ TEST(Issue35Server, PipelinedPostsBeyondAFullQueueAreAnsweredWithoutDeadlock) {
   gate.WaitEntered(1);
   const int queued = Dial(server.port());
   Send(queued, Post("/slow", "b"));
-  ASSERT_TRUE(Eventually([&] { return server.stats().posts_queued == 2; }));
+  ASSERT_TRUE(WaitUntil([&] { return server.stats().posts_queued == 2; }));
   const int pipelined = Dial(server.port());
   Send(pipelined, Post("/slow", "c") + Post("/slow", "d"));
   std::string rest;
@@ -293,13 +268,13 @@ TEST(Issue35Server, QueuedPostsOfClientsThatLeftAreDropped) {
   }
   // Each was queued and then dropped at its FIN, or (the queue still full of others not yet
   // dropped) answered 503.
-  ASSERT_TRUE(Eventually([&] {
+  ASSERT_TRUE(WaitUntil([&] {
     const HttpStats s = server.stats();
     return s.posts_dropped + 1 == s.posts_queued && s.posts_dropped + s.responses == 5;
   }));
   const int live = Dial(server.port());
   Send(live, Post("/slow", "live"));
-  ASSERT_TRUE(Eventually([&] {
+  ASSERT_TRUE(WaitUntil([&] {
     const HttpStats s = server.stats();
     return s.posts_queued == s.posts_dropped + 2;  // the running job and this one
   }));
@@ -324,7 +299,7 @@ TEST(Issue35Server, HalfClosedPostGetsItsAnswer) {
   Send(fd, Post("/slow", "bind"));
   gate.WaitEntered(1);
   ::shutdown(fd, SHUT_WR);
-  ASSERT_TRUE(Eventually([&] { return server.stats().half_closed == 1; }));
+  ASSERT_TRUE(WaitUntil([&] { return server.stats().half_closed == 1; }));
   gate.Open();
   const std::string r = ReadResponse(fd);
   EXPECT_EQ(Status(r), 200) << r;
@@ -568,7 +543,7 @@ TEST(Issue35Server, OutOfDescriptorsBacksOffInsteadOfSpinning) {
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   const bool connected = ::connect(client, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
   Send(client, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
-  const bool five = Eventually([&] { return server.stats().accept_errors >= 5; });
+  const bool five = WaitUntil([&] { return server.stats().accept_errors >= 5; });
   const auto spread = std::chrono::steady_clock::now() - start;
   for (int fd : filler) ::close(fd);
   ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old), 0);

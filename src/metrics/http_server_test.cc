@@ -1,4 +1,5 @@
 #include "metrics/http_server.h"
+#include "metrics/http_test_socket.h"
 
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -34,27 +35,8 @@ std::shared_ptr<const Snapshot> OneGpu() {
   return s;
 }
 
-// Raw sockets, to behave as abusive clients do.
-int Dial(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  timeval tv{20, 0};  // a hung server fails the read instead of the whole run
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  return fd;
-}
-
-void Send(int fd, const std::string& s) {
-  size_t off = 0;
-  while (off < s.size()) {
-    const ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
-    if (n <= 0) return;  // the server may close on us: the reply (or EOF) says why
-    off += static_cast<size_t>(n);
-  }
-}
+using testing::Dial;
+using testing::Send;
 
 // Reads one response's headers and Content-Length body ("" when the server closed instead).
 // One response. Bytes that arrive past it (a pipelined next response in the same segment) go to
