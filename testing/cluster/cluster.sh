@@ -64,7 +64,7 @@ kill_pidfile() {  # kill_pidfile NAME: the process started for NAME, if it still
   [ -f "$f" ] || return 0
   pid="$(cat "$f")"
   exe="$(readlink "/proc/$pid/exe" 2>/dev/null || true)"
-  if [ -n "$exe" ] && { [[ "$exe" == "$cache"/bin/* ]] || [[ "$1" == gpulet* ]]; }; then
+  if [[ "$exe" == "$cache"/bin/* ]]; then
     kill -TERM "$pid" 2>/dev/null || true
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$pid" 2>/dev/null || true
@@ -92,7 +92,7 @@ down() {
       done
     fi
   fi
-  for p in gpulet kubelet kube-scheduler kube-controller-manager kube-apiserver; do kill_pidfile "$p"; done
+  for p in kubelet kube-scheduler kube-controller-manager kube-apiserver; do kill_pidfile "$p"; done
   # Whatever still runs in the pods' cgroups (made by this cluster's kubelet) is a container process.
   [ "$instance" = 0 ] && for m in $(kubepods_cgroups); do
     [ -f "$m/cgroup.procs" ] && for p in $(cat "$m/cgroup.procs" 2>/dev/null); do kill -KILL "$p" 2>/dev/null || true; done
@@ -130,7 +130,7 @@ down() {
   if [ -f "$run/made-paths" ]; then
     while read -r m; do [ -n "$m" ] && rm -rf -- "$m"; done < <(sort -r "$run/made-paths")
   fi
-  for m in /etc/cdi /var/run/cdi; do rm -f "$m"/gpulet* "$m"/*gpulet*.json "$m"/*gpulet*.yaml 2>/dev/null || true; done
+  for m in /etc/cdi /var/run/cdi; do rm -f "$m"/*gpulet* 2>/dev/null || true; done
   [ -f "$kubelet_root/$marker_name" ] && rm -rf "$kubelet_root"
   rm -rf "$base" "$run"
   [ -z "$(owned_pids)" ] || die "teardown: processes left: $(owned_pids | tr '\n' ' ')"

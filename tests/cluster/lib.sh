@@ -7,24 +7,7 @@ build="${GPULET_BUILD_DIR:?GPULET_BUILD_DIR (the build directory) is not set}"
 eval "$("$repo/testing/cluster/cluster.sh" env)"
 node="$GPULET_CLUSTER_NODE"
 
-kc() { kubectl --request-timeout=30s "$@"; }
-say() { echo "--- $*"; }
-fail() {
-  echo "FAIL: $*" >&2
-  echo "--- pods:" >&2; kc get pods -A -o wide >&2 || true
-  echo "--- recent events:" >&2; kc get events -A --sort-by=.lastTimestamp 2>/dev/null | tail -20 >&2 || true
-  exit 1
-}
-
-# until_true SECONDS DESCRIPTION COMMAND...: polls COMMAND until it succeeds or SECONDS pass.
-until_true() {
-  local t="$1" what="$2"; shift 2
-  local end=$((SECONDS + t))
-  until "$@" >/dev/null 2>&1; do
-    [ $SECONDS -lt $end ] || fail "after ${t}s: $what"
-    sleep 0.5
-  done
-}
+source "$repo/tests/cluster/common.sh"
 
 node_field() { kc get node "$node" -o jsonpath="{$1}"; }
 allocatable_is() { [ "$(node_field ".status.allocatable.nvidia\.com/gpu")" = "$1" ]; }

@@ -13,25 +13,8 @@ ext_name=gpulet-extender.gpulet-system.svc                 # the name in make-ce
 
 cluster_env() { eval "$("$repo/testing/cluster/cluster.sh" env)"; }
 
-kc() { kubectl --request-timeout=30s "$@"; }
-say() { echo "--- $*"; }
-fail() {
-  echo "FAIL: $*" >&2
-  echo "--- pods:" >&2; kc get pods -A -o wide 2>&1 | tail -30 >&2 || true
-  echo "--- recent events:" >&2; kc get events -A --sort-by=.lastTimestamp 2>/dev/null | tail -20 >&2 || true
-  echo "--- extender log:" >&2; tail -20 "$state/logs/extender.log" >&2 || true
-  exit 1
-}
-
-# until_true SECONDS DESCRIPTION COMMAND...: polls COMMAND until it succeeds or SECONDS pass.
-until_true() {
-  local t="$1" what="$2"; shift 2
-  local end=$((SECONDS + t))
-  until "$@" >/dev/null 2>&1; do
-    [ $SECONDS -lt $end ] || fail "after ${t}s: $what"
-    sleep 0.5
-  done
-}
+source "$repo/tests/cluster/common.sh"
+fail_evidence() { echo "--- extender log:"; tail -20 "$state/logs/extender.log"; }
 
 # ext_curl PATH [CURL ARGS...]: the extender as kube-scheduler reaches it (its client certificate,
 # the server CA, the certificate's name on 127.0.0.1).
