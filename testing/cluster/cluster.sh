@@ -276,11 +276,14 @@ control_plane() {
     --use-service-account-credentials --service-account-private-key-file="$p/sa.key" --root-ca-file="$p/ca.crt" \
     --cluster-signing-cert-file="$p/ca.crt" --cluster-signing-key-file="$p/ca.key" \
     --controllers='*' --leader-elect=false --bind-address=127.0.0.1 --secure-port=$kcm_port --profiling=false --v=1
+  # GPULET_CLUSTER_SCHEDULER_QPS: the scheduler's API client QPS, burst twice that (upstream: 50).
   cat > "$base/scheduler.yaml" <<EOF
 apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 clientConnection:
   kubeconfig: $base/scheduler.kubeconfig
+  qps: ${GPULET_CLUSTER_SCHEDULER_QPS:-50}
+  burst: $((2 * ${GPULET_CLUSTER_SCHEDULER_QPS:-50}))
 leaderElection:
   leaderElect: false
 EOF
