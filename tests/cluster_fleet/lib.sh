@@ -113,20 +113,21 @@ wait_file() {
   done
 }
 
-# scheduler_config WITH_EXTENDER OUT: top-level KubeSchedulerConfiguration keys appended to
+# scheduler_config WITH_EXTENDER OUT [RESOURCE]: top-level KubeSchedulerConfiguration keys appended to
 # cluster.sh's own (which sets clientConnection and leaderElection). With the extender:
 # deploy/extender/kube-scheduler-config.yaml adapted in URL and paths only (the extender on
 # 127.0.0.1:$ext_port, the certificates under $state; tlsConfig.serverName names the server
 # certificate's DNS name, since the URL is an address), plus a default-scheduler profile for pods
-# that do not opt in. Without: the same two profiles and the scheduler's defaults.
+# that do not opt in. Without: the same two profiles and the scheduler's defaults. RESOURCE: one
+# more managedResources entry (another unit size, as the shipped file's comment says to add).
 scheduler_config() {
   if [ "$1" = 0 ]; then
     printf 'profiles:\n  - schedulerName: default-scheduler\n  - schedulerName: gpulet-memory\n' > "$2"
     return
   fi
-  python3 - "$repo/deploy/extender/kube-scheduler-config.yaml" "$2" "$ext_port" "$state/certs/scheduler" "$ext_name" <<'PY'
+  python3 - "$repo/deploy/extender/kube-scheduler-config.yaml" "$2" "$ext_port" "$state/certs/scheduler" "$ext_name" "${3:-}" <<'PY'
 import re, sys
-src, out, port, certs, name = sys.argv[1:]
+src, out, port, certs, name, extra = sys.argv[1:]
 text = open(src).read()
 text = re.sub(r"(?m)^(apiVersion|kind):.*\n", "", text)
 text = re.sub(r"(?m)^leaderElection:\n(  .*\n)+", "", text)
@@ -135,6 +136,10 @@ text = text.replace("urlPrefix: https://gpulet-extender.gpulet-system.svc:8443",
 text = text.replace("/etc/gpulet-extender-client/", certs + "/")
 text = re.sub(r"(?m)^(\s+)caFile: (.*)$", r"\1caFile: \2\n\1serverName: " + name, text)
 text = text.replace("profiles:\n", "profiles:\n  - schedulerName: default-scheduler\n", 1)
+if extra:
+    entry = "      - name: gpulet.io/gpu-memory-1gi\n        ignoredByScheduler: false\n"
+    assert entry in text
+    text = text.replace(entry, entry + entry.replace("gpulet.io/gpu-memory-1gi", extra))
 assert "127.0.0.1:" + port in text and "serverName" in text and "leaderElection" not in text
 open(out, "w").write(text)
 PY
@@ -183,8 +188,16 @@ contexts:
 current-context: c
 KC
   chmod 600 "$state/extender.kubeconfig"
+  start_extender "$build" --policy=bestfit
+}
+
+# start_extender BUILD FLAGS...: `gpulet extender` (stopped first if running) with the shipped
+# listener, web config and token, and FLAGS (the shipped Deployment's: --policy=bestfit).
+start_extender() {
+  local build="$1"; shift
+  stop_bg extender
   start_bg extender "$build/gpulet" extender --listen "127.0.0.1:$ext_port" --web-config-file "$state/web-config.yaml" \
-    --kubeconfig "$state/extender.kubeconfig" --namespace gpulet-system --policy=bestfit
+    --kubeconfig "$state/extender.kubeconfig" --namespace gpulet-system "$@"
   local end=$((SECONDS + 60))
   until ext_curl /healthz >/dev/null 2>&1; do
     [ $SECONDS -lt $end ] || fleet_die "the extender did not answer /healthz with the scheduler's certificate in 60 s"
@@ -192,10 +205,12 @@ KC
   done
 }
 
-# use_scheduler WITH_EXTENDER: restart the instance's kube-scheduler with or without the extender.
+# use_scheduler WITH_EXTENDER|FILE: restart the instance's kube-scheduler with or without the
+# extender, or with the configuration in FILE.
 use_scheduler() {
   local f="$state/scheduler-plain.yaml"
   [ "$1" = 1 ] && f="$state/scheduler-extender.yaml"
+  [ -f "$1" ] && f="$1"
   GPULET_CLUSTER_SCHEDULER_EXTRA="$f" "$repo/testing/cluster/cluster.sh" restart kube-scheduler >/dev/null
 }
 

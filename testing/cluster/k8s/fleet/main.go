@@ -11,6 +11,13 @@
 //	fleet pods -count M [flags]    create M pods in a fresh namespace and measure, from a watch,
 //	                               creation -> bound (spec.nodeName set) per pod; print one JSON
 //	                               line: pods/s, p50/p99 latency, how many stayed Pending
+//	fleet nodes -setup FILE        the nodes of `gpulet extender replay --compare-placements
+//	                               --export FILE` instead (their names, GPU models and counts, and
+//	                               memory objects as exported; the objects are not republished)
+//	fleet replay -setup FILE       that file's arrivals, one at a time, to the real scheduler: each
+//	                               pod created, then bound or found unschedulable (and deleted)
+//	                               before the next; prints one JSON line: the allocation ratio and
+//	                               the pods placed beside the replay's, and where they differ
 //
 // Both take -kubeconfig (default $KUBECONFIG) and print what they do to stderr.
 package main
@@ -44,7 +51,7 @@ import (
 )
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: fleet nodes|pods [flags]   (fleet nodes -h, fleet pods -h)")
+	fmt.Fprintln(os.Stderr, "usage: fleet nodes|pods|replay [flags]   (fleet nodes -h, fleet pods -h, fleet replay -h)")
 	os.Exit(2)
 }
 
@@ -58,6 +65,8 @@ func main() {
 		err = runNodes(os.Args[2:])
 	case "pods":
 		err = runPods(os.Args[2:])
+	case "replay":
+		err = runReplay(os.Args[2:])
 	case "-h", "--help", "help":
 		usage()
 	default:
@@ -134,9 +143,66 @@ type nodeFlags struct {
 	readyFile      string
 	deleteOnExit   bool
 	statusInterval time.Duration
+	setupPath      string
+	setup          *replaySetup // -setup: the nodes come from it
 }
 
-func nodeName(f *nodeFlags, i int) string { return fmt.Sprintf("%s%05d", f.prefix, i) }
+func nodeName(f *nodeFlags, i int) string {
+	if f.setup != nil {
+		return f.setup.Nodes[i].Name
+	}
+	return fmt.Sprintf("%s%05d", f.prefix, i)
+}
+
+// withMemory: the nodes have a memory pool and gpulet-memory-<node> ConfigMaps.
+func (f *nodeFlags) withMemory() bool { return f.setup != nil || f.memoryGpus > 0 }
+
+// replaySetup is what `gpulet extender replay --compare-placements --export FILE` writes
+// (src/extender/equivalence.h, EquivalenceExport).
+type replaySetup struct {
+	Resource    string `json:"resource"`
+	UnitsPerGpu int64  `json:"unitsPerGpu"`
+	Nodes       []struct {
+		Name  string `json:"name"`
+		Model string `json:"model"`
+		Gpus  int64  `json:"gpus"`
+	} `json:"nodes"`
+	Objects  []corev1.ConfigMap `json:"objects"`
+	Arrivals []struct {
+		Name   string   `json:"name"`
+		Units  int64    `json:"units"`
+		Models []string `json:"models"`
+		Replay struct {
+			Node string `json:"node"`
+			Gpu  int    `json:"gpu"`
+		} `json:"replay"`
+	} `json:"arrivals"`
+	Replay struct {
+		Placed        int   `json:"placed"`
+		Failed        int   `json:"failed"`
+		PlacedUnits   int64 `json:"placedUnits"`
+		CapacityUnits int64 `json:"capacityUnits"`
+	} `json:"replay"`
+}
+
+func loadSetup(path string) (*replaySetup, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	s := &replaySetup{}
+	if err := json.Unmarshal(b, s); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(s.Nodes) == 0 || len(s.Objects) != len(s.Nodes) || s.Resource == "" || s.UnitsPerGpu < 1 {
+		return nil, fmt.Errorf("%s: not an export of gpulet extender replay --compare-placements (nodes, objects, resource, unitsPerGpu)", path)
+	}
+	return s, nil
+}
+
+// modelLabel carries a setup node's GPU model (the trace's name); an arrival's model list is node
+// affinity on it, as the replay restricts the pod to those models.
+const modelLabel = "gpulet.io/replay-gpu-model"
 
 // fleetLabel is the value of the nodes' gpulet.io/fleet label: the prefix without its trailing
 // dashes (a label value ends with an alphanumeric), so each fleet of one API server is selectable.
@@ -169,7 +235,13 @@ func memoryJSON(f *nodeFlags, node string, generation int64) string {
 	return string(b)
 }
 
-func configMap(f *nodeFlags, node string, generation int64) *corev1.ConfigMap {
+func configMap(f *nodeFlags, i int, generation int64) *corev1.ConfigMap {
+	node := nodeName(f, i)
+	if f.setup != nil {
+		cm := f.setup.Objects[i].DeepCopy()
+		cm.Namespace, cm.ResourceVersion = f.namespace, ""
+		return cm
+	}
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "gpulet-memory-" + node, Namespace: f.namespace,
 			Labels: map[string]string{"app.kubernetes.io/name": "gpulet",
@@ -191,20 +263,44 @@ func readyConditions(now metav1.Time) []corev1.NodeCondition {
 	}
 }
 
-func nodeObject(f *nodeFlags, name string) *corev1.Node {
+func nodeObject(f *nodeFlags, i int) *corev1.Node {
+	name := nodeName(f, i)
+	if f.setup != nil {
+		// A node of the trace: its GPUs, all in the memory pool; room for as many pods as its
+		// GPUs' units could hold (the replay has no pod limit).
+		sn := f.setup.Nodes[i]
+		units := sn.Gpus * f.setup.UnitsPerGpu
+		res := corev1.ResourceList{
+			corev1.ResourceCPU:                    resource.MustParse("224"),
+			corev1.ResourceMemory:                 resource.MustParse("2Ti"),
+			corev1.ResourcePods:                   *resource.NewQuantity(units, resource.DecimalSI),
+			"nvidia.com/gpu":                      *resource.NewQuantity(sn.Gpus, resource.DecimalSI),
+			corev1.ResourceName(f.setup.Resource): *resource.NewQuantity(units, resource.DecimalSI),
+		}
+		n := nodeObjectWith(f, name, res)
+		n.Labels[modelLabel] = sn.Model
+		n.Labels["gpulet.io/gpu-memory.pool"] = "true"
+		return n
+	}
 	res := corev1.ResourceList{
 		corev1.ResourceCPU:    resource.MustParse("224"),
 		corev1.ResourceMemory: resource.MustParse("2Ti"),
 		corev1.ResourcePods:   resource.MustParse("110"),
 		"nvidia.com/gpu":      *resource.NewQuantity(int64(f.gpus), resource.DecimalSI),
 	}
+	if f.memoryGpus == 0 {
+		return nodeObjectWith(f, name, res)
+	}
+	res["gpulet.io/gpu-memory-1gi"] = *resource.NewQuantity(int64(f.memoryGpus*f.unitsPerGpu), resource.DecimalSI)
+	n := nodeObjectWith(f, name, res)
+	n.Labels["gpulet.io/gpu-memory.pool"] = "true"
+	n.Labels["gpulet.io/gpu-memory.unit"] = "1Gi"
+	return n
+}
+
+func nodeObjectWith(f *nodeFlags, name string, res corev1.ResourceList) *corev1.Node {
 	labels := map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
 		"kubernetes.io/arch": "amd64", "nvidia.com/gpu.present": "true", "gpulet.io/fleet": fleetLabel(f)}
-	if f.memoryGpus > 0 {
-		res["gpulet.io/gpu-memory-1gi"] = *resource.NewQuantity(int64(f.memoryGpus*f.unitsPerGpu), resource.DecimalSI)
-		labels["gpulet.io/gpu-memory.pool"] = "true"
-		labels["gpulet.io/gpu-memory.unit"] = "1Gi"
-	}
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Status: corev1.NodeStatus{Capacity: res, Allocatable: res,
@@ -233,7 +329,16 @@ func runNodes(args []string) error {
 	fs.IntVar(&f.workers, "workers", 16, "concurrent API calls")
 	fs.StringVar(&f.readyFile, "ready-file", "", "written once every node is Ready and untainted")
 	fs.BoolVar(&f.deleteOnExit, "delete-on-exit", true, "delete the nodes, Leases and ConfigMaps on SIGTERM/SIGINT")
+	fs.StringVar(&f.setupPath, "setup", "", "the nodes of this export (gpulet extender replay --compare-placements --export) instead of -count, -gpus, -memory-gpus; "+
+		"their objects are published once (give the extender a --stale-after longer than the run)")
 	_ = fs.Parse(args)
+	if f.setupPath != "" {
+		s, err := loadSetup(f.setupPath)
+		if err != nil {
+			return err
+		}
+		f.setup, f.count = s, len(s.Nodes)
+	}
 	if f.count < 1 || f.gpus < 0 || f.memoryGpus < 0 || f.memoryGpus > f.gpus || f.unitsPerGpu < 1 || f.heartbeat < time.Second {
 		return errors.New("nodes: -count >= 1, 0 <= -memory-gpus <= -gpus, -units-per-gpu >= 1, -heartbeat >= 1s")
 	}
@@ -245,7 +350,7 @@ func runNodes(args []string) error {
 	defer stop()
 	bg := context.Background()
 
-	if f.memoryGpus > 0 {
+	if f.withMemory() {
 		_, err := cs.CoreV1().Namespaces().Create(bg, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.namespace}}, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("namespace %s: %w", f.namespace, err)
@@ -256,7 +361,7 @@ func runNodes(args []string) error {
 	var leaseMu sync.Mutex
 	err = parallel(ctx, f.count, f.workers, func(ctx context.Context, i int) error {
 		name := nodeName(f, i)
-		want := nodeObject(f, name)
+		want := nodeObject(f, i)
 		n, err := cs.CoreV1().Nodes().Create(ctx, want, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			n, err = cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
@@ -297,8 +402,8 @@ func runNodes(args []string) error {
 		leaseMu.Lock()
 		leases[i] = got
 		leaseMu.Unlock()
-		if f.memoryGpus > 0 {
-			cm := configMap(f, name, 1)
+		if f.withMemory() {
+			cm := configMap(f, i, 1)
 			_, err := cs.CoreV1().ConfigMaps(f.namespace).Create(ctx, cm, metav1.CreateOptions{})
 			if apierrors.IsAlreadyExists(err) {
 				_, err = cs.CoreV1().ConfigMaps(f.namespace).Update(ctx, cm, metav1.UpdateOptions{})
@@ -360,14 +465,13 @@ func runNodes(args []string) error {
 			}
 		})
 	}()
-	if f.memoryGpus > 0 {
+	if f.memoryGpus > 0 && f.setup == nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			gens := make([]atomic.Int64, f.count)
 			renewLoop(ctx, f.count, f.heartbeat, f.workers, func(ctx context.Context, i int) {
-				name := nodeName(f, i)
-				cm := configMap(f, name, gens[i].Add(1)+1)
+				cm := configMap(f, i, gens[i].Add(1)+1)
 				if _, err := cs.CoreV1().ConfigMaps(f.namespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil && ctx.Err() == nil {
 					logf("configmap %s: %v", cm.Name, err)
 				}
@@ -400,7 +504,7 @@ func runNodes(args []string) error {
 			if err := cs.CoordinationV1().Leases("kube-node-lease").Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 				return err
 			}
-			if f.memoryGpus > 0 {
+			if f.withMemory() {
 				if err := cs.CoreV1().ConfigMaps(f.namespace).Delete(ctx, "gpulet-memory-"+name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 					return err
 				}
@@ -663,6 +767,245 @@ func runPods(args []string) error {
 		r.PodsPerSecond = float64(len(lat)) / r.Seconds
 		r.MaxMs = float64(lat[len(lat)-1].Microseconds()) / 1000
 	}
+	out, _ := json.Marshal(r)
+	fmt.Println(string(out))
+	if !*keep {
+		bg, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := deleteNamespace(bg, cs, *ns); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------------------------------
+// replay
+
+type replayResult struct {
+	Pods             int      `json:"pods"`
+	Placed           int      `json:"placed"`
+	Failed           int      `json:"failed"`
+	PlacedUnits      int64    `json:"placed_units"`
+	CapacityUnits    int64    `json:"capacity_units"`
+	Allocation       float64  `json:"allocation"` // placed units / capacity
+	ReplayPlaced     int      `json:"replay_placed"`
+	ReplayAllocation float64  `json:"replay_allocation"`
+	SameNode         int      `json:"same_node"` // arrivals on the replay's node, or not placed by either
+	Differences      []string `json:"differences"`
+	SchedulerErrors  int      `json:"scheduler_errors"` // PodScheduled=False with a reason other than Unschedulable
+	LateBinds        int      `json:"late_binds"`       // found unschedulable, then bound before its delete
+	Seconds          float64  `json:"seconds"`
+	P50Ms            float64  `json:"p50_ms"` // per arrival: create -> bound or unschedulable
+	P99Ms            float64  `json:"p99_ms"`
+}
+
+// podOutcome is what the scheduler made of a pod: bound to node, or failed (PodScheduled=False)
+// with reason and message.
+type podOutcome struct {
+	node, reason, message string
+	gone                  bool
+}
+
+func outcomeOf(p *corev1.Pod) (podOutcome, bool) {
+	if p.Spec.NodeName != "" {
+		return podOutcome{node: p.Spec.NodeName}, true
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			return podOutcome{reason: c.Reason, message: c.Message}, true
+		}
+	}
+	return podOutcome{}, false
+}
+
+// runReplay places a setup's arrivals through the real scheduler in arrival order, one at a time
+// as the replay does: each pod is created, and the next only once it is bound or unschedulable;
+// an unschedulable pod is deleted (the replay drops it) before the next is created.
+func runReplay(args []string) error {
+	fs := flag.NewFlagSet("fleet replay", flag.ExitOnError)
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig (default $KUBECONFIG)")
+	setupPath := fs.String("setup", "", "the export of gpulet extender replay --compare-placements --export (required)")
+	ns := fs.String("namespace", "fleet-replay", "namespace (deleted and made again first)")
+	scheduler := fs.String("scheduler", "gpulet-memory", "spec.schedulerName")
+	selector := fs.String("node-selector", "", "KEY=VALUE: the pods' spec.nodeSelector (the setup's fleet, e.g. gpulet.io/fleet=replay)")
+	limit := fs.Int("pods", 0, "the first N arrivals only (0: all)")
+	timeout := fs.Duration("timeout", time.Minute, "give up when one pod is neither bound nor unschedulable after this")
+	keep := fs.Bool("keep", false, "leave the pods (default: delete the namespace at the end)")
+	_ = fs.Parse(args)
+	if *setupPath == "" {
+		return errors.New("replay: -setup FILE is required")
+	}
+	setup, err := loadSetup(*setupPath)
+	if err != nil {
+		return err
+	}
+	var nodeSelector map[string]string
+	if *selector != "" {
+		k, v, ok := strings.Cut(*selector, "=")
+		if !ok {
+			return fmt.Errorf("replay: -node-selector KEY=VALUE, got %q", *selector)
+		}
+		nodeSelector = map[string]string{k: v}
+	}
+	arrivals := setup.Arrivals
+	if *limit > 0 && *limit < len(arrivals) {
+		arrivals = arrivals[:*limit]
+	}
+	cs, err := client(*kubeconfig, 2000, 4000)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := freshNamespace(ctx, cs, *ns); err != nil {
+		return err
+	}
+
+	// One watch over the namespace; what it reports goes to the arrival waiting for it.
+	var mu sync.Mutex
+	outcomes := map[string]podOutcome{}
+	changed := make(chan struct{}, 1)
+	note := func(p *corev1.Pod, deleted bool) {
+		mu.Lock()
+		if deleted {
+			o := outcomes[p.Name]
+			o.gone = true
+			outcomes[p.Name] = o
+		} else if o, ok := outcomeOf(p); ok {
+			outcomes[p.Name] = o
+		}
+		mu.Unlock()
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	list, err := cs.CoreV1().Pods(*ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	go func() {
+		rv := list.ResourceVersion
+		for ctx.Err() == nil {
+			w, err := cs.CoreV1().Pods(*ns).Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
+			if err != nil {
+				time.Sleep(200 * time.Millisecond)
+				if l, err := cs.CoreV1().Pods(*ns).List(ctx, metav1.ListOptions{}); err == nil {
+					rv = l.ResourceVersion
+					for i := range l.Items {
+						note(&l.Items[i], false)
+					}
+				}
+				continue
+			}
+			for ev := range w.ResultChan() {
+				if p, ok := ev.Object.(*corev1.Pod); ok {
+					rv = p.ResourceVersion
+					note(p, ev.Type == watch.Deleted)
+				}
+			}
+		}
+	}()
+	wait := func(name string, done func(o podOutcome) bool) (podOutcome, error) {
+		end := time.After(*timeout)
+		for {
+			mu.Lock()
+			o := outcomes[name]
+			mu.Unlock()
+			if done(o) {
+				return o, nil
+			}
+			select {
+			case <-changed:
+			case <-time.After(100 * time.Millisecond): // a note taken before this wait began
+			case <-end:
+				return o, fmt.Errorf("pod %s: no outcome after %s (%+v)", name, *timeout, o)
+			case <-ctx.Done():
+				return o, ctx.Err()
+			}
+		}
+	}
+
+	r := replayResult{Pods: len(arrivals), CapacityUnits: setup.Replay.CapacityUnits, Differences: []string{}}
+	lat := make([]time.Duration, 0, len(arrivals))
+	t0 := time.Now()
+	for i, a := range arrivals {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: a.Name, Namespace: *ns},
+			Spec: corev1.PodSpec{
+				SchedulerName:                 *scheduler,
+				NodeSelector:                  nodeSelector,
+				TerminationGracePeriodSeconds: new(int64),
+				Containers: []corev1.Container{{Name: "main", Image: "localhost/gpulet/test:test",
+					Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+						corev1.ResourceName(setup.Resource): *resource.NewQuantity(a.Units, resource.DecimalSI)}}}},
+			},
+		}
+		if len(a.Models) > 0 {
+			p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+				RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+					MatchExpressions: []corev1.NodeSelectorRequirement{{Key: modelLabel, Operator: corev1.NodeSelectorOpIn, Values: a.Models}}}}}}}
+		}
+		start := time.Now()
+		if _, err := cs.CoreV1().Pods(*ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create %s: %w", a.Name, err)
+		}
+		o, err := wait(a.Name, func(o podOutcome) bool { return o.node != "" || o.reason != "" })
+		if err != nil {
+			return err
+		}
+		lat = append(lat, time.Since(start))
+		if o.node == "" {
+			if o.reason != corev1.PodReasonUnschedulable {
+				r.SchedulerErrors++
+				logf("%s: %s: %s", a.Name, o.reason, o.message)
+			}
+			zero := int64(0)
+			if err := cs.CoreV1().Pods(*ns).Delete(ctx, a.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+				return fmt.Errorf("delete %s: %w", a.Name, err)
+			}
+			if o, err = wait(a.Name, func(o podOutcome) bool { return o.gone }); err != nil {
+				return err
+			}
+			if o.node != "" {
+				r.LateBinds++
+				o.node = ""
+			}
+		}
+		if o.node != "" {
+			r.Placed++
+			r.PlacedUnits += a.Units
+		} else {
+			r.Failed++
+		}
+		if o.node == a.Replay.Node {
+			r.SameNode++
+		} else if len(r.Differences) < 10 {
+			r.Differences = append(r.Differences, fmt.Sprintf("%s: scheduler %q, replay %q", a.Name, o.node, a.Replay.Node))
+		}
+		if (i+1)%100 == 0 {
+			logf("%d of %d arrivals: %d placed, %d on the replay's node", i+1, len(arrivals), r.Placed, r.SameNode)
+		}
+	}
+	r.Seconds = time.Since(t0).Seconds()
+	for _, a := range arrivals {
+		if a.Replay.Node != "" {
+			r.ReplayPlaced++
+		}
+	}
+	if r.CapacityUnits > 0 {
+		r.Allocation = float64(r.PlacedUnits) / float64(r.CapacityUnits)
+		var replayUnits int64
+		for _, a := range arrivals {
+			if a.Replay.Node != "" {
+				replayUnits += a.Units
+			}
+		}
+		r.ReplayAllocation = float64(replayUnits) / float64(r.CapacityUnits)
+	}
+	sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
+	r.P50Ms, r.P99Ms = percentile(lat, 0.50), percentile(lat, 0.99)
 	out, _ := json.Marshal(r)
 	fmt.Println(string(out))
 	if !*keep {
