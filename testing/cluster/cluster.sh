@@ -375,8 +375,9 @@ images() {  # images BUILD: pause, test and gpulet images, built here and import
   python3 "$here/oci_image.py" --name localhost/gpulet/test:test --cmd /bin/sh --layer "$img/test/root" "$img/test.tar"
   local tars=("$img/pause.tar" "$img/test.tar")
   if [ -n "$build" ] && [ -x "$build/gpulet" ]; then
-    "$here/gpulet_image.sh" "$build" "$img/gpulet.tar"
+    "$here/gpulet_image.sh" "$build" "$img/gpulet.tar" "$img/cuda-test.tar"
     tars+=("$img/gpulet.tar")
+    [ -f "$img/cuda-test.tar" ] && tars+=("$img/cuda-test.tar")
   fi
   for t in "${tars[@]}"; do
     "$bin/ctr" --address "$run/containerd/containerd.sock" -n k8s.io images import --platform linux/amd64 "$t" >/dev/null
@@ -388,7 +389,7 @@ node_layer() {
   log "layer 3/3: node (kubelet $node, registered, Ready)"
   if [ ! -d "$kubelet_root" ]; then mkdir -p "$kubelet_root"; touch "$kubelet_root/$marker_name"; fi
   # The shipped manifests' hostPaths (DirectoryOrCreate): made here so that teardown removes them.
-  for d in /var/log/pods /var/log/containers /etc/cdi /var/run/cdi /run/nvidia/mps /run/gpulet/dra \
+  for d in /var/log/pods /var/log/containers /etc/cdi /var/run/cdi /run/nvidia/mps /run/gpulet/dra /run/gpulet/memory \
            /usr/lib/gpulet /etc/kubernetes/node-feature-discovery/features.d; do make_path "$d"; done
   mkdir -p "$base/static-pods"
   # The simulated GPUs' device nodes: character devices with /dev/null's numbers (harmless) under
@@ -396,7 +397,11 @@ node_layer() {
   local dr="$run/driver-root/dev"
   mkdir -p "$dr/nvidia-caps" "$run/driver-root/proc/driver/nvidia/capabilities"
   for n in nvidiactl nvidia-uvm $(seq -f 'nvidia%g' 0 7); do mknod -m 666 "$dr/$n" c 1 3; done
-  for n in $(seq 1 200); do mknod -m 444 "$dr/nvidia-caps/nvidia-cap$n" c 1 3; done
+  # MIG capability nodes for 8 GPUs as the driver numbers them (minors 1 to 3 + 7*135 + 14*9 + 8:
+  # 15 GPU instances of 9 nodes each per GPU; testing/sim/simulation.cc writes the same mig-minors).
+  python3 -c 'import os, stat, sys
+for n in range(1, 1083): os.mknod("%s/nvidia-cap%d" % (sys.argv[1], n), 0o444 | stat.S_IFCHR, os.makedev(1, 3))' \
+    "$dr/nvidia-caps"
   # The DRA DaemonSet mounts the driver root with HostToContainer propagation, which needs a shared
   # or slave mount; "/" is private on this VM (systemd hosts make it shared), so the root is a
   # shared bind mount of itself (unmounted by teardown with everything under the run directory).
@@ -410,6 +415,9 @@ node_layer() {
     cp "$build/sim/libnvidia-ml.so.1" "$lib/libnvidia-ml.so.$ver"
     ln -s "libcuda.so.$ver" "$lib/libcuda.so.1"
     ln -s "libnvidia-ml.so.$ver" "$lib/libnvidia-ml.so.1"
+    # The simulated NVML's YAML reader, which it loads from its own directory when it has no parsed
+    # copy of its fixture (a container's first NVML call).
+    [ -f "$build/sim/libgpulet-sim-yaml.so" ] && cp "$build/sim/libgpulet-sim-yaml.so" "$lib/"
   fi
   mount --bind "$run/driver-root" "$run/driver-root"
   mount --make-rshared "$run/driver-root"

@@ -4,10 +4,14 @@
 # list under the cluster cache), and a layer with the build's gpulet, sim/, fixtures/ and
 # libgpulet-cuda.so at the Dockerfile's paths.
 #
-#   gpulet_image.sh BUILD_DIR OUT.tar     writes an OCI archive named localhost/gpulet/gpulet:test
+#   gpulet_image.sh BUILD_DIR OUT.tar [CUDA_OUT.tar]
+#       writes an OCI archive named localhost/gpulet/gpulet:test, and with CUDA_OUT.tar a tenant's
+#       CUDA test image, localhost/gpulet/cuda-test:test: the same Debian layer and the build's
+#       memlimit_probe (a CUDA program linked against libcuda.so.1, which the node's CDI spec
+#       injects, as on a GPU node: the image carries no driver)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-build="$(cd "$1" && pwd)"; out="$2"
+build="$(cd "$1" && pwd)"; out="$2"; cuda_out="${3:-}"
 cache="${GPULET_CLUSTER_CACHE:-$([ "$(id -u)" = 0 ] && echo /var/cache/gpulet-cluster || echo "${XDG_CACHE_HOME:-$HOME/.cache}/gpulet-cluster")}"
 # The Dockerfile's run-time packages (tests/deploy checks that file; this list follows it).
 packages="$(sed -n '/^FROM debian:12-slim/,$p' "$here/../../deploy/Dockerfile" | tr -d '\\' | \
@@ -30,8 +34,8 @@ if [ ! -f "$layer" ]; then
   rm -rf "$tmp" "$tmp.log"
   echo "gpulet_image.sh: Debian 12 root file system cached in $((SECONDS - t0)) s: $layer" >&2
 fi
-app="$(mktemp -d)"
-trap 'rm -rf "$app"' EXIT
+app="$(mktemp -d)"; tenant="$(mktemp -d)"
+trap 'rm -rf "$app" "$tenant"' EXIT
 mkdir -p "$app/opt/gpulet/lib" "$app/usr/bin"
 cp "$build/gpulet" "$app/opt/gpulet/gpulet"
 cp -r "$build/sim" "$app/opt/gpulet/sim"
@@ -40,3 +44,9 @@ cp -r "$build/fixtures" "$app/opt/gpulet/fixtures"
 ln -s /opt/gpulet/gpulet "$app/usr/bin/gpulet"
 python3 "$here/oci_image.py" --name localhost/gpulet/gpulet:test --entrypoint gpulet --cmd node \
   --layer "$layer" --layer "$app" "$out"
+if [ -n "$cuda_out" ] && [ -x "$build/bin/memlimit_probe" ]; then
+  mkdir -p "$tenant/usr/local/bin"
+  cp "$build/bin/memlimit_probe" "$tenant/usr/local/bin/memlimit_probe"
+  python3 "$here/oci_image.py" --name localhost/gpulet/cuda-test:test --cmd /usr/local/bin/memlimit_probe \
+    --layer "$layer" --layer "$tenant" "$cuda_out"
+fi

@@ -15,6 +15,10 @@
 // charged with what the driver holds. Knobs (environment):
 //   GPULET_CUDA_SIM_CONTEXT_BYTES  device memory a context takes (default 300 MiB)
 //   GPULET_CUDA_SIM_MODULE_BYTES   device memory a loaded module or library takes (default 2 MiB)
+//   GPULET_SIM_DEVICE_NODES        a directory (a container's /dev): only the GPUs whose device node
+//                                  <dir>/nvidia<index> exists are enumerated, in fixture order, as
+//                                  the real driver sees only the GPUs a container was given (unset:
+//                                  every GPU of the fixture)
 // Test hooks (exported, not part of the driver API): gpulet_sim_device_used,
 // gpulet_sim_neighbour, gpulet_sim_set_hook (see the end of this file).
 //
@@ -262,7 +266,13 @@ struct Driver {
     cuda_version = fixture->cuda_version;
     context_bytes = EnvBytes("GPULET_CUDA_SIM_CONTEXT_BYTES", context_bytes);
     module_bytes = EnvBytes("GPULET_CUDA_SIM_MODULE_BYTES", module_bytes);
+    const char* nodes = std::getenv("GPULET_SIM_DEVICE_NODES");
     for (const auto& g : fixture->gpus) {
+      struct stat st {};
+      if (nodes != nullptr && *nodes != '\0' &&
+          ::stat((std::string(nodes) + "/nvidia" + std::to_string(g.index)).c_str(), &st) != 0) {
+        continue;
+      }
       Device d;
       d.uuid = g.uuid;
       d.uuid_bytes = ParseUuid(g.uuid);

@@ -592,5 +592,24 @@ TEST_F(MemLimitTest, DifferentialAgainstTheDriverModel) {
             "ok diff seed=" + std::to_string(seed) + " steps=100000");
 }
 
+// The simulated driver as a container sees it (GPULET_SIM_DEVICE_NODES: the container's /dev, as
+// the real-cluster tier's stand-in CDI spec sets it): only the GPUs whose device node is there,
+// renumbered from 0, as the real driver enumerates only the GPUs a container was given.
+TEST_F(MemLimitTest, TheSimulatedDriverSeesOnlyTheGpusWhoseDeviceNodesExist) {
+  MakeRegion(64 * kMiB);
+  const std::string dev = root_ + "/dev";
+  std::filesystem::create_directories(dev);
+  std::ofstream(dev + "/nvidia0") << "";
+  const std::map<std::string, std::string> env = {{"GPULET_SIM_DEVICE_NODES", dev}};
+  // The driver alone (the library would refuse device 1 first: it has no limit for that GPU).
+  std::map<std::string, std::string> bare = env;
+  bare["LD_PRELOAD"] = "";
+  EXPECT_EQ(Line(Probe({"--device", "1", "init"}, {{"LD_PRELOAD", ""}}).out, "init")["rc"], "0");
+  EXPECT_EQ(Line(Probe({"--device", "1", "init"}, bare).out, "init")["rc"], "101");  // INVALID_DEVICE
+  const CommandOutput out = Probe({"--device", "0", "init", "fill", "alloc", "1048576"}, env);
+  EXPECT_EQ(Line(out.out, "init")["rc"], "0");
+  EXPECT_EQ(U(Line(out.out, "fill"), "admitted"), 60 * kMiB);  // its GPU 0 is the fixture's GPU 0
+}
+
 }  // namespace
 }  // namespace gpulet::cudashim
