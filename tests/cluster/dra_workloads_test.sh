@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# DRA claims doing work in real containers (issue 33, item 3), on a node with an nvidia.com/gpu CDI
+# spec (what `nvidia-ctk cdi generate` writes; here testing/cluster/sim_cdi_spec.py's for the
+# stand-in driver root), which gpulet's own specs refer to for the GPU and the driver:
+# - a 20 GiB memory share from deploy/examples/dra: a CUDA program in the tenant's own image (no
+#   driver in it) gets 20 GiB of its GPU and not a byte more, through the claim's CDI spec alone;
+# - a MIG profile from deploy/examples/dra on the H100 (no MIG device exists before): the DRA
+#   driver makes the instance when the kubelet prepares the claim, the container sees the parent
+#   GPU and exactly the instance's capability nodes, and the instance is gone once the pod is.
+source "$(dirname "$0")/lib.sh"
+overlay="$repo/testing/cluster/overlays/sim-dgx-h100-dra"
+examples="$repo/deploy/examples/dra"
+ns=gpulet-test-dra-work
+root="$GPULET_CLUSTER_RUN/driver-root"
+spec=/var/run/cdi/gpulet-test-nvidia.json
+finish() {
+  kc delete namespace "$ns" --ignore-not-found --wait=true --timeout=120s >/dev/null 2>&1 || true
+  kc delete -k "$overlay" --wait=true --timeout=120s >/dev/null 2>&1 || true
+  kc label node "$node" gpulet.io/dra- >/dev/null 2>&1 || true
+  rm -f "$spec"
+}
+trap finish EXIT
+
+say "the node's nvidia.com/gpu CDI spec, and gpulet's DRA overlay"
+mkdir -p "$root/usr/share/gpulet-sim"
+cp "$build/fixtures/dgx-h100.yaml" "$root/usr/share/gpulet-sim/dgx-h100.yaml"
+sim="$(mktemp -d)"
+"$build/gpulet" --log-level off --simulate dgx-h100 --sim-state "$sim" info -o json > "$sim/info.json"
+"$repo/testing/cluster/sim_cdi_spec.py" --driver-root "$root" \
+  --fixture "$root/usr/share/gpulet-sim/dgx-h100.yaml" < "$sim/info.json" > "$spec"
+rm -rf "$sim"
+fresh_namespace "$ns"
+kc label node "$node" nvidia.com/gpu.present=true gpulet.io/dra=true --overwrite >/dev/null
+kc apply -k "$overlay" >/dev/null 2>&1 || kc apply -k "$overlay"
+kc -n gpulet-system rollout status daemonset/gpulet-dra --timeout=180s >/dev/null || fail "gpulet-dra not ready"
+gpus_published() {
+  [ "$(kc get resourceslices --field-selector "spec.nodeName=$node" -o json | grep -c '"string": "gpu"')" -ge 8 ]
+}
+until_true 60 "the node's slices list its GPUs" gpus_published
+
+say "memory-share-20gi: a CUDA program gets 20 GiB and not a byte more"
+gib=1073741824; mib=1048576; ctx=$((512 * mib)); share=$((20 * gib))
+python3 "$(dirname "$0")/example_pods.py" "$examples/memory-share-20gi.yaml" "$ns" \
+  --cuda "--via link init fill alloc $gib fill alloc $mib info hold" | kc apply -f - >/dev/null
+until_true 120 "memory-share-20gi Running" pod_phase_is "$ns" memory-share-20gi Running
+until_true 60 "memory-share-20gi filled its share" logs_have "$ns" memory-share-20gi '^holding'
+out="$(kc logs -n "$ns" memory-share-20gi)"
+echo "$out"
+field() { sed -n "s/.*\b$2=\([0-9-]*\).*/\1/p" <<< "$(grep "^$1 " <<< "$out" | sed -n "${3:-1}p")"; }
+[ "$(field init rc)" = 0 ] || fail "cuInit and the primary context failed in the container"
+[ "$(field info cu_total)" = "$share" ] || fail "cuMemGetInfo total $(field info cu_total), want the claim's $share"
+[ "$(field fill last_rc 1)" = 2 ] && [ "$(field fill last_rc 2)" = 2 ] || fail "an allocation past the share was not refused"
+# The simulated driver's context: 300 MiB unless the pod says otherwise (it does not here).
+ctx=$((300 * mib))
+big="$(field fill admitted 1)"; small="$(field fill admitted 2)"
+[ "$big" = $(((share - ctx) / gib * gib)) ] || fail "1 GiB chunks admitted $big, want $(((share - ctx) / gib * gib))"
+[ "$small" = $(((share - ctx - big) / mib * mib)) ] || fail "1 MiB chunks admitted $small, want $(((share - ctx - big) / mib * mib))"
+echo "20 GiB share: context $ctx + $big + $small B admitted, $((share - ctx - big - small)) B left"
+kc delete pod -n "$ns" memory-share-20gi --wait=true --timeout=60s >/dev/null
+
+say "mig-1g: the DRA driver makes the instance at prepare, and it is gone after the pod"
+agent="$(kc get pods -n gpulet-system -l app.kubernetes.io/component=dra -o jsonpath='{.items[0].metadata.name}')"
+mig_count() {  # MIG devices on the simulated node, as the DRA driver's own NVML sees them
+  kc exec -n gpulet-system "$agent" -c gpulet -- gpulet --log-level off info -o json | \
+    python3 -c 'import json, sys; print(sum(len(g["mig_devices"]) for g in json.load(sys.stdin)["gpus"]))'
+}
+[ "$(mig_count)" = 0 ] || fail "MIG devices exist before any claim: $(mig_count)"
+python3 "$(dirname "$0")/example_pods.py" "$examples/mig-1g.yaml" "$ns" | kc apply -f - >/dev/null
+until_true 120 "mig-1g Running" pod_phase_is "$ns" mig-1g Running
+until_true 30 "mig-1g printed its /dev" logs_have "$ns" mig-1g '^DEV:'
+[ "$(mig_count)" = 1 ] || fail "while mig-1g runs the node has $(mig_count) MIG devices, want 1"
+devices="$(kc logs -n "$ns" mig-1g | sed -n 's/^GPULET_DRA_DEVICES=//p')"
+[[ "$devices" == *MIG-* ]] || fail "mig-1g: GPULET_DRA_DEVICES '$devices' names no MIG device"
+caps="$(kc exec -n "$ns" mig-1g -- ls /dev/nvidia-caps | wc -w)"
+[ "$caps" = 2 ] || fail "mig-1g sees $caps capability nodes, want the instance's 2"
+echo "mig-1g: $devices, 2 capability nodes"
+kc delete pod -n "$ns" mig-1g --wait=true --timeout=60s >/dev/null
+no_mig() { [ "$(mig_count)" = 0 ]; }
+until_true 60 "the MIG instance removed after its pod" no_mig
+echo PASS
