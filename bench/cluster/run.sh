@@ -89,3 +89,4 @@ done
 } > "$out.md"
 cat "$out.md"
 python3 "$ROOT/bench/update_section.py" cluster "$out.md"
+bash "$ROOT/bench/cluster/dra.sh"  # DRA claims on the same cluster (it is still up)
