@@ -626,13 +626,9 @@ func runPods(args []string) error {
 	keep := fs.Bool("keep", false, "leave the pods (default: delete the namespace at the end)")
 	selector := fs.String("node-selector", "", "KEY=VALUE: the pods' spec.nodeSelector (e.g. gpulet.io/fleet=fleet)")
 	_ = fs.Parse(args)
-	var nodeSelector map[string]string
-	if *selector != "" {
-		k, v, ok := strings.Cut(*selector, "=")
-		if !ok {
-			return fmt.Errorf("pods: -node-selector KEY=VALUE, got %q", *selector)
-		}
-		nodeSelector = map[string]string{k: v}
+	nodeSelector, err := selectorFlag(*selector)
+	if err != nil {
+		return fmt.Errorf("pods: %w", err)
 	}
 	var res corev1.ResourceName
 	switch *kind {
@@ -643,15 +639,11 @@ func runPods(args []string) error {
 	default:
 		return fmt.Errorf("pods: -kind gpu|memory, got %q", *kind)
 	}
-	cs, err := client(*kubeconfig, 2000, 4000)
+	cs, ctx, stop, err := podSession(*kubeconfig, *ns)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := freshNamespace(ctx, cs, *ns); err != nil {
-		return err
-	}
 
 	created := make([]time.Time, *count)
 	bound := make([]time.Time, *count)
@@ -840,27 +832,19 @@ func runReplay(args []string) error {
 	if err != nil {
 		return err
 	}
-	var nodeSelector map[string]string
-	if *selector != "" {
-		k, v, ok := strings.Cut(*selector, "=")
-		if !ok {
-			return fmt.Errorf("replay: -node-selector KEY=VALUE, got %q", *selector)
-		}
-		nodeSelector = map[string]string{k: v}
+	nodeSelector, err := selectorFlag(*selector)
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
 	}
 	arrivals := setup.Arrivals
 	if *limit > 0 && *limit < len(arrivals) {
 		arrivals = arrivals[:*limit]
 	}
-	cs, err := client(*kubeconfig, 2000, 4000)
+	cs, ctx, stop, err := podSession(*kubeconfig, *ns)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := freshNamespace(ctx, cs, *ns); err != nil {
-		return err
-	}
 
 	// One watch over the namespace; what it reports goes to the arrival waiting for it.
 	var mu sync.Mutex
@@ -1016,6 +1000,32 @@ func runReplay(args []string) error {
 		}
 	}
 	return nil
+}
+
+// podSession: the API client, a context SIGTERM/SIGINT ends, and namespace ns made fresh.
+func podSession(kubeconfig, ns string) (*kubernetes.Clientset, context.Context, context.CancelFunc, error) {
+	cs, err := client(kubeconfig, 2000, 4000)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	if err := freshNamespace(ctx, cs, ns); err != nil {
+		stop()
+		return nil, nil, nil, err
+	}
+	return cs, ctx, stop, nil
+}
+
+// selectorFlag reads -node-selector KEY=VALUE ("": none).
+func selectorFlag(s string) (map[string]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	k, v, ok := strings.Cut(s, "=")
+	if !ok {
+		return nil, fmt.Errorf("-node-selector KEY=VALUE, got %q", s)
+	}
+	return map[string]string{k: v}, nil
 }
 
 func freshNamespace(ctx context.Context, cs *kubernetes.Clientset, ns string) error {
