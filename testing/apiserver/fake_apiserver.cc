@@ -33,15 +33,35 @@ Status RunOpenssl(const std::string& args) {
   return {};
 }
 
+// A Failure Status; an empty reason is left out, as Go's omitempty does (the eviction's "more
+// than one PodDisruptionBudget" has none).
 nlohmann::json StatusBody(int code, const std::string& reason, const std::string& message) {
-  return {{"kind", "Status"},    {"apiVersion", "v1"}, {"metadata", nlohmann::json::object()},
-          {"status", "Failure"}, {"message", message}, {"reason", reason},
-          {"code", code}};
+  nlohmann::json body = {{"kind", "Status"},    {"apiVersion", "v1"},
+                         {"metadata", nlohmann::json::object()},
+                         {"status", "Failure"}, {"message", message}};
+  if (!reason.empty()) body["reason"] = reason;
+  body["code"] = code;
+  return body;
 }
 
-void Fail(httplib::Response& res, int code, const std::string& reason, const std::string& message) {
+// A Success Status: what a binding or an eviction answers (code 201), and a DELETE of an object
+// whose registry does not return it (no code, the object named in details).
+nlohmann::json SuccessBody(std::optional<int> code, std::optional<nlohmann::json> details = {}) {
+  nlohmann::json body = {{"kind", "Status"},
+                         {"apiVersion", "v1"},
+                         {"metadata", nlohmann::json::object()},
+                         {"status", "Success"}};
+  if (code) body["code"] = *code;
+  if (details) body["details"] = std::move(*details);
+  return body;
+}
+
+void Fail(httplib::Response& res, int code, const std::string& reason, const std::string& message,
+          std::optional<nlohmann::json> details = std::nullopt) {
   res.status = code;
-  res.set_content(StatusBody(code, reason, message).dump(), "application/json");
+  nlohmann::json body = StatusBody(code, reason, message);
+  if (details) body["details"] = std::move(*details);
+  res.set_content(body.dump(), "application/json");
 }
 
 std::vector<std::string> Segments(const std::string& path) {
@@ -52,6 +72,174 @@ std::vector<std::string> Segments(const std::string& path) {
     if (!seg.empty()) out.push_back(seg);
   }
   return out;
+}
+
+// What an object path names: /api/v1/[namespaces/NS/]RES/NAME, /apis/G/V/[namespaces/NS/]RES/NAME
+// (a trailing /status is the object's). The API server's errors name an object by `resource`
+// (with `.group` outside the core group) and carry the same in the Status details
+// (staging/src/k8s.io/apimachinery/pkg/api/errors/errors.go, NewNotFound, NewAlreadyExists,
+// NewConflict).
+struct ObjectName {
+  std::string group, version, resource, ns, name;
+  std::string Qualified() const { return group.empty() ? resource : resource + "." + group; }
+  nlohmann::json Details(const std::string& kind = "") const {
+    nlohmann::json d = {{"name", name}, {"kind", kind.empty() ? resource : kind}};
+    if (!group.empty()) d["group"] = group;
+    return d;
+  }
+};
+
+ObjectName NameOf(const std::string& path) {
+  std::vector<std::string> s = Segments(path);
+  ObjectName n;
+  if (s.size() >= 2 && s.back() == "status") s.pop_back();
+  size_t at = 0;
+  if (!s.empty() && s[0] == "api" && s.size() >= 2) {
+    n.version = s[1];
+    at = 2;
+  } else if (!s.empty() && s[0] == "apis" && s.size() >= 3) {
+    n.group = s[1];
+    n.version = s[2];
+    at = 3;
+  }
+  if (s.size() > at + 2 && s[at] == "namespaces") {
+    n.ns = s[at + 1];
+    at += 2;
+  }
+  if (s.size() > at) n.resource = s[at];
+  if (s.size() > at + 1) n.name = s[at + 1];
+  return n;
+}
+
+void NotFound(httplib::Response& res, const ObjectName& n) {
+  Fail(res, 404, "NotFound", n.Qualified() + " \"" + n.name + "\" not found", n.Details());
+}
+
+void Conflict(httplib::Response& res, const ObjectName& n) {
+  Fail(res, 409, "Conflict",
+       "Operation cannot be fulfilled on " + n.Qualified() + " \"" + n.name +
+           "\": the object has been modified; please apply your changes to the latest version "
+           "and try again",
+       n.Details());
+}
+
+// A 422 Invalid naming the object by its kind and the field in `bad` ("field: Reason: …"), as
+// validation errors are (errors.go, NewInvalid): "<Kind>[.<group>] \"NAME\" is invalid: <bad>",
+// with the field and its cause's reason in the details.
+void Invalid(httplib::Response& res, const std::string& kind, const ObjectName& n,
+             const std::string& bad) {
+  const size_t colon = bad.find(": ");
+  const std::string field = bad.substr(0, colon);
+  const std::string rest = colon == std::string::npos ? "" : bad.substr(colon + 2);
+  std::string reason = "FieldValueInvalid";
+  for (const auto& [words, r] : std::vector<std::pair<std::string, std::string>>{
+           {"Required value", "FieldValueRequired"}, {"Too many", "FieldValueTooMany"},
+           {"Duplicate value", "FieldValueDuplicate"}, {"Too long", "FieldValueTooLong"}}) {
+    if (rest.rfind(words, 0) == 0) reason = r;
+  }
+  nlohmann::json details = n.Details(kind);
+  if (n.name.empty()) details.erase("name");
+  details["causes"] = nlohmann::json::array({{{"reason", reason}, {"message", rest}, {"field", field}}});
+  Fail(res, 422, "Invalid",
+       (n.group.empty() ? kind : kind + "." + n.group) + " \"" + n.name + "\" is invalid: " + bad,
+       std::move(details));
+}
+
+// The kind of a resource ("configmaps" → "ConfigMap") for the resources the tests use; "" for
+// another.
+std::string KindOfResource(const std::string& resource) {
+  static const std::map<std::string, std::string> kinds = {
+      {"pods", "Pod"},
+      {"nodes", "Node"},
+      {"namespaces", "Namespace"},
+      {"configmaps", "ConfigMap"},
+      {"leases", "Lease"},
+      {"statefulsets", "StatefulSet"},
+      {"deployments", "Deployment"},
+      {"poddisruptionbudgets", "PodDisruptionBudget"},
+      {"resourceslices", "ResourceSlice"},
+      {"resourceclaims", "ResourceClaim"},
+      {"deviceclasses", "DeviceClass"}};
+  auto it = kinds.find(resource);
+  return it == kinds.end() ? "" : it->second;
+}
+
+// Resources whose objects carry metadata.generation, moved on by every change of their spec
+// (the registries' PrepareForCreate/PrepareForUpdate); a ConfigMap, Lease, Node or Namespace has
+// none.
+bool HasGeneration(const std::string& resource) {
+  static const std::set<std::string> with = {"pods",           "statefulsets",
+                                             "deployments",    "poddisruptionbudgets",
+                                             "resourceslices", "resourceclaims",
+                                             "deviceclasses"};
+  return with.count(resource) > 0;
+}
+
+// Resources served with a status subresource: a write through the main path keeps the stored
+// status (their strategies' PrepareForUpdate), only /status changes it.
+bool HasStatusSubresource(const std::string& resource) {
+  static const std::set<std::string> with = {"pods",         "nodes",       "namespaces",
+                                             "statefulsets", "deployments", "poddisruptionbudgets",
+                                             "resourceclaims"};
+  return with.count(resource) > 0;
+}
+
+// Resources whose DELETE answers with the object's last state; every other answers a Success
+// Status naming it (registry/store.go, ReturnDeletedObject: seen on kube-apiserver 1.37 for pods,
+// namespaces, resourceclaims and resourceslices; not for configmaps, leases, nodes, PDBs,
+// statefulsets).
+bool DeleteReturnsObject(const std::string& resource) {
+  return resource == "pods" || resource == "namespaces" || resource == "resourceclaims" ||
+         resource == "resourceslices";
+}
+
+// The field selectors a resource supports (its registry's GetAttrs / field label conversion);
+// every resource has metadata.name and metadata.namespace. Returns the 400 message for the first
+// field it does not support, empty when all are.
+std::string UnsupportedField(const ObjectName& n, const std::string& selector) {
+  static const std::map<std::string, std::set<std::string>> extra = {
+      {"pods",
+       {"spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
+        "spec.hostNetwork", "status.phase", "status.podIP", "status.podIPs",
+        "status.nominatedNodeName"}},
+      {"nodes", {"spec.unschedulable"}},
+      {"namespaces", {"status.phase"}},
+      {"resourceslices", {"spec.nodeName", "spec.driver", "spec.pool.name"}}};
+  std::stringstream ss(selector);
+  std::string term;
+  while (std::getline(ss, term, ',')) {
+    const std::string field = term.substr(0, term.find_first_of("!="));
+    if (field.empty() || field == "metadata.name" || field == "metadata.namespace") continue;
+    auto it = extra.find(n.resource);
+    if (it != extra.end() && it->second.count(field)) continue;
+    if (it == extra.end()) {
+      return "\"" + field + "\" is not a known field selector: only \"metadata.name\", "
+             "\"metadata.namespace\"";
+    }
+    if (n.resource == "resourceslices") {
+      return "field label not supported for " + n.group + "/" + n.version +
+             ", Kind=ResourceSlice: " + field;
+    }
+    return "field label not supported: " + field;
+  }
+  return "";
+}
+
+// A DNS subdomain (RFC 1123): what an object's name must be.
+bool IsDnsSubdomain(const std::string& v) {
+  if (v.empty() || v.size() > 253) return false;
+  std::stringstream ss(v);
+  std::string label;
+  size_t labels = 0;
+  while (std::getline(ss, label, '.')) {
+    ++labels;
+    if (label.empty()) return false;
+    for (char c : label) {
+      if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
+    }
+    if (label.front() == '-' || label.back() == '-') return false;
+  }
+  return labels > 0 && v.back() != '.';
 }
 
 // A collection path: /api/v1/RES, /api/v1/namespaces/NS/RES, /apis/G/V/RES,
@@ -534,28 +722,68 @@ struct FakeApiServer::State {
     std::lock_guard<std::mutex> lock(mu);
     auto it = objects.find(req.path);
     if (it == objects.end() && IsCollection(req.path)) {
-      nlohmann::json items = nlohmann::json::array();
-      const std::string fields = req.get_param_value("fieldSelector");
-      const std::string labels = req.get_param_value("labelSelector");
-      for (const auto& [path, obj] : objects) {
-        if (InCollection(req.path, path) && Matches(obj, fields, labels)) items.push_back(obj);
-      }
-      res.set_content(nlohmann::json{{"kind", "List"},
-                                     {"apiVersion", "v1"},
-                                     {"metadata", {{"resourceVersion", std::to_string(version)}}},
-                                     {"items", items}}
-                          .dump(),
-                      "application/json");
+      HandleList(req, res);
       return;
     }
     if (it == objects.end()) {
       if (auto parent = StatusParent(req.path)) it = objects.find(*parent);
     }
     if (it == objects.end()) {
-      Fail(res, 404, "NotFound", "\"" + req.path + "\" not found");
+      NotFound(res, NameOf(req.path));
       return;
     }
     res.set_content(it->second.dump(), "application/json");
+  }
+
+  // LIST (caller holds mu), as the registry's List answers (registry/store.go, ListPredicate):
+  // a <Kind>List of the group's version whose items carry no kind or apiVersion; a field the
+  // resource cannot select on is 400; `limit` pages in key order, with an opaque `continue` for
+  // the next page (a token of an earlier page's last key here) and remainingItemCount when no
+  // selector narrowed the list.
+  void HandleList(const httplib::Request& req, httplib::Response& res) const {
+    const ObjectName n = NameOf(req.path + "/-");
+    const std::string fields = req.get_param_value("fieldSelector");
+    const std::string labels = req.get_param_value("labelSelector");
+    if (std::string bad = UnsupportedField(n, fields); !bad.empty()) {
+      Fail(res, 400, "BadRequest", bad);
+      return;
+    }
+    const std::string limit_text = req.get_param_value("limit");
+    const size_t limit = limit_text.empty() ? 0 : std::strtoull(limit_text.c_str(), nullptr, 10);
+    const std::string after = req.get_param_value("continue");
+    if (!after.empty() && after.rfind("fake:", 0) != 0) {
+      Fail(res, 400, "BadRequest", "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)");
+      return;
+    }
+    nlohmann::json items = nlohmann::json::array();
+    size_t remaining = 0;
+    std::string last;
+    for (auto o = after.empty() ? objects.begin() : objects.upper_bound(after.substr(5));
+         o != objects.end(); ++o) {
+      if (!InCollection(req.path, o->first) || !Matches(o->second, fields, labels)) continue;
+      if (limit > 0 && items.size() == limit) {
+        ++remaining;
+        continue;
+      }
+      nlohmann::json item = o->second;
+      item.erase("kind");
+      item.erase("apiVersion");
+      items.push_back(std::move(item));
+      last = o->first;
+    }
+    nlohmann::json meta = {{"resourceVersion", std::to_string(version)}};
+    if (remaining > 0) {
+      meta["continue"] = "fake:" + last;
+      if (fields.empty() && labels.empty()) meta["remainingItemCount"] = remaining;
+    }
+    const std::string kind = KindOfResource(n.resource);
+    res.set_content(nlohmann::json{{"kind", kind.empty() ? "List" : kind + "List"},
+                                   {"apiVersion", n.group.empty() ? n.version
+                                                                  : n.group + "/" + n.version},
+                                   {"metadata", std::move(meta)},
+                                   {"items", std::move(items)}}
+                        .dump(),
+                    "application/json");
   }
 
   // The object path of a status subresource ("<object>/status") whose object exists; nullopt for
@@ -585,7 +813,7 @@ struct FakeApiServer::State {
         kept.erase("status");
       }
       updated = std::move(kept);
-    } else if (IsResourceClaim(path)) {
+    } else if (HasStatusSubresource(NameOf(path).resource)) {
       if (old.contains("status")) {
         updated["status"] = old["status"];
       } else {
@@ -684,22 +912,85 @@ struct FakeApiServer::State {
         Fail(res, 405, "MethodNotAllowed", "POST " + req.path + ": not a collection");
         return;
       }
-      const std::string name = body.contains("metadata") ? body["metadata"].value("name", "") : "";
+      // As the create handler and the registry do (handlers/create.go, rest/create.go
+      // BeforeCreate, ValidateObjectMeta): the namespace comes from the URL and must exist
+      // (Options::require_namespaces), the name must be a DNS subdomain; uid, creationTimestamp
+      // and (for resources with a spec) generation 1 are the server's.
+      const ObjectName coll = NameOf(req.path + "/-");
+      const std::string kind = body.value("kind", KindOfResource(coll.resource));
+      const nlohmann::json meta =
+          body.contains("metadata") && body["metadata"].is_object() ? body["metadata"]
+                                                                   : nlohmann::json::object();
+      const std::string name = meta.value("name", "");
+      if (!coll.ns.empty() && !meta.value("namespace", "").empty() &&
+          meta.value("namespace", "") != coll.ns) {
+        Fail(res, 400, "BadRequest",
+             "the namespace of the provided object does not match the namespace sent on the "
+             "request");
+        return;
+      }
+      if (!coll.ns.empty() && options.require_namespaces &&
+          objects.count("/api/v1/namespaces/" + coll.ns) == 0) {
+        NotFound(res, ObjectName{"", "v1", "namespaces", "", coll.ns});
+        return;
+      }
+      ObjectName named = coll;
+      named.name = name;
       if (name.empty()) {
-        Fail(res, 422, "Invalid", "metadata.name: Required value");
+        Invalid(res, kind, named,
+                "metadata.name: Required value: name or generateName is required");
+        return;
+      }
+      if (!IsDnsSubdomain(name)) {
+        Invalid(res, kind, named,
+                "metadata.name: Invalid value: \"" + name +
+                    "\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+                    "characters, '-' or '.', and must start and end with an alphanumeric "
+                    "character");
         return;
       }
       const std::string path = req.path + "/" + name;
       if (objects.count(path)) {
-        Fail(res, 409, "AlreadyExists", "\"" + name + "\" already exists");
+        Fail(res, 409, "AlreadyExists", coll.Qualified() + " \"" + name + "\" already exists",
+             named.Details());
         return;
       }
       nlohmann::json created = body;
+      created["kind"] = kind;
+      created["apiVersion"] = coll.group.empty() ? coll.version : coll.group + "/" + coll.version;
       created["metadata"].erase("uid");  // the server assigns it
+      if (!coll.ns.empty()) created["metadata"]["namespace"] = coll.ns;
+      if (HasGeneration(coll.resource)) created["metadata"]["generation"] = 1;
       if (IsResourceClaim(path)) created.erase("status");
+      if (HasStatusSubresource(coll.resource)) {
+        // Go serializes a struct field even when empty: such an object always has both.
+        for (const char* k : {"spec", "status"}) {
+          if (!created.contains(k) || !created[k].is_object()) created[k] = nlohmann::json::object();
+        }
+      }
+      if (coll.resource == "pods") {
+        // pkg/registry/core/pod/strategy.go, PrepareForCreate: the status is the server's.
+        created["status"] = {{"phase", "Pending"}};
+      }
+      if (coll.resource == "nodes") {
+        // The TaintNodesByCondition admission plugin: a new node is not ready until its kubelet
+        // says so (plugin/pkg/admission/nodetaint/admission.go).
+        nlohmann::json& taints = created["spec"]["taints"];
+        if (!taints.is_array()) taints = nlohmann::json::array();
+        const bool has = std::any_of(taints.begin(), taints.end(), [](const nlohmann::json& t) {
+          return t.value("key", "") == "node.kubernetes.io/not-ready";
+        });
+        if (!has) taints.push_back({{"key", "node.kubernetes.io/not-ready"}, {"effect", "NoSchedule"}});
+      }
+      if (coll.resource == "namespaces") {
+        // pkg/registry/core/namespace/strategy.go: the name label, phase Active.
+        created["metadata"]["labels"]["kubernetes.io/metadata.name"] = name;
+        created["status"] = {{"phase", "Active"}};
+        created["spec"]["finalizers"] = nlohmann::json::array({"kubernetes"});
+      }
       if (IsResourceSlice(path)) {
         if (std::string bad = ValidateResourceSlice(created, nullptr); !bad.empty()) {
-          Fail(res, 422, "Invalid", "ResourceSlice.resource.k8s.io \"" + name + "\" is invalid: " + bad);
+          Invalid(res, kind, named, bad);
           return;
         }
       }
@@ -720,7 +1011,7 @@ struct FakeApiServer::State {
     const std::string name = pod_path.substr(pod_path.rfind('/') + 1);
     auto pod = objects.find(pod_path);
     if (pod == objects.end()) {
-      Fail(res, 404, "NotFound", "pods \"" + name + "\" not found");
+      NotFound(res, NameOf(pod_path));
       return;
     }
     if (body.contains("metadata") && body["metadata"].is_object() &&
@@ -759,8 +1050,20 @@ struct FakeApiServer::State {
         const int allowed =
             pdb.contains("status") ? pdb["status"].value("disruptionsAllowed", 0) : 0;
         if (allowed < 1) {
+          // eviction.go, checkAndDecrement: the budget's name in a DisruptionBudget cause.
+          const std::string budget = matching[0].substr(matching[0].rfind('/') + 1);
           Fail(res, 429, "TooManyRequests",
-               "Cannot evict pod as it would violate the pod's disruption budget.");
+               "Cannot evict pod as it would violate the pod's disruption budget.",
+               nlohmann::json{{"causes", nlohmann::json::array({{
+                   {"reason", "DisruptionBudget"},
+                   {"message", "The disruption budget " + budget +
+                                   " needs " + std::to_string(
+                                       pdb.contains("status")
+                                           ? pdb["status"].value("desiredHealthy", 0) : 0) +
+                                   " healthy pods and has " + std::to_string(
+                                       pdb.contains("status")
+                                           ? pdb["status"].value("currentHealthy", 0) : 0) +
+                                   " currently"}}})}});
           return;
         }
         pdb["status"]["disruptionsAllowed"] = allowed - 1;
@@ -775,9 +1078,7 @@ struct FakeApiServer::State {
     if (!HasDeletionTimestamp(pod->second)) Record("MODIFIED", pod_path, updated);
     DeleteObject(pod_path, delete_options);
     res.status = 201;
-    res.set_content(
-        nlohmann::json{{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Success"}}.dump(),
-        "application/json");
+    res.set_content(SuccessBody(201).dump(), "application/json");
   }
 
   // Deletes `path` (caller holds mu). A pod bound to a node that has not finished is deleted
@@ -852,7 +1153,7 @@ struct FakeApiServer::State {
     const std::string name = pod_path.substr(pod_path.rfind('/') + 1);
     auto pod = objects.find(pod_path);
     if (pod == objects.end()) {
-      Fail(res, 404, "NotFound", "pods \"" + name + "\" not found");
+      NotFound(res, NameOf(pod_path));
       return;
     }
     const std::string node = body.contains("target") && body["target"].is_object()
@@ -864,7 +1165,8 @@ struct FakeApiServer::State {
     }
     auto conflict = [&](const std::string& why) {
       Fail(res, 409, "Conflict",
-           "Operation cannot be fulfilled on pods/binding \"" + name + "\": " + why);
+           "Operation cannot be fulfilled on pods/binding \"" + name + "\": " + why,
+           nlohmann::json{{"name", name}, {"kind", "pods/binding"}});
     };
     const nlohmann::json meta =
         body.contains("metadata") && body["metadata"].is_object() ? body["metadata"]
@@ -900,9 +1202,7 @@ struct FakeApiServer::State {
     SetCondition(updated, {{"type", "PodScheduled"}, {"status", "True"}});
     Record("MODIFIED", pod_path, updated);
     res.status = 201;
-    res.set_content(
-        nlohmann::json{{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Success"}}.dump(),
-        "application/json");
+    res.set_content(SuccessBody(201).dump(), "application/json");
   }
 
   // PATCH (caller holds mu): merge, JSON patch, and strategic merge where it equals a JSON merge
@@ -917,15 +1217,14 @@ struct FakeApiServer::State {
       const std::string path = parent ? *parent : req.path;
       auto it = objects.find(path);
       if (it == objects.end()) {
-        Fail(res, 404, "NotFound", "\"" + req.path + "\" not found");
+        NotFound(res, NameOf(req.path));
         return;
       }
       if (patch.is_object() && patch.contains("metadata") && patch["metadata"].is_object() &&
           patch["metadata"].contains("resourceVersion") &&
           patch["metadata"]["resourceVersion"] !=
               it->second["metadata"].value("resourceVersion", "")) {
-        Fail(res, 409, "Conflict",
-             "the object has been modified; please apply your changes to the latest version");
+        Conflict(res, NameOf(path));
         return;
       }
       nlohmann::json updated = it->second;
@@ -942,8 +1241,11 @@ struct FakeApiServer::State {
       } else if (ct == "application/json-patch+json") {
         try {
           updated = updated.patch(patch);
-        } catch (const nlohmann::json::exception& e) {
-          Fail(res, 422, "Invalid", e.what());
+        } catch (const nlohmann::json::exception&) {
+          // A JSON patch that does not apply (a failed test, a missing path) is 422 with this
+          // fixed message and empty details (handlers/patch.go, jsonPatcher.applyPatchToCurrentObject).
+          Fail(res, 422, "Invalid", "the server rejected our request due to an error in our request",
+               nlohmann::json::object());
           return;
         }
       } else {
@@ -951,7 +1253,7 @@ struct FakeApiServer::State {
         return;
       }
       if (std::string bad = Settle(path, parent.has_value(), updated); !bad.empty()) {
-        Fail(res, 422, "Invalid", req.path + " is invalid: " + bad);
+        Invalid(res, it->second.value("kind", ""), NameOf(path), bad);
         return;
       }
       Update(path, std::move(updated), res);
@@ -963,8 +1265,17 @@ struct FakeApiServer::State {
   // one that changes nothing else writes nothing (no version, no event).
   void Update(const std::string& path, nlohmann::json updated, httplib::Response& res) {
     const nlohmann::json& old = objects.at(path)["metadata"];
-    for (const char* k : {"resourceVersion", "uid", "creationTimestamp"}) {
+    for (const char* k : {"resourceVersion", "uid", "creationTimestamp", "generation"}) {
       if (old.contains(k)) updated["metadata"][k] = old[k];
+    }
+    if (HasGeneration(NameOf(path).resource)) {
+      // A change of anything but metadata and status moves the generation on.
+      nlohmann::json a = objects.at(path), b = updated;
+      for (nlohmann::json* o : {&a, &b}) {
+        o->erase("metadata");
+        o->erase("status");
+      }
+      if (a != b) updated["metadata"]["generation"] = old.value("generation", int64_t{0}) + 1;
     }
     if (updated != objects.at(path)) Record("MODIFIED", path, updated);
     res.set_content(objects[path].dump(), "application/json");
@@ -979,7 +1290,7 @@ struct FakeApiServer::State {
       const std::string path = parent ? *parent : req.path;
       auto it = objects.find(path);
       if (it == objects.end()) {
-        Fail(res, 404, "NotFound", "\"" + req.path + "\" not found");
+        NotFound(res, NameOf(req.path));
         return;
       }
       if (!body.is_object() || !body.contains("metadata") || !body["metadata"].is_object()) {
@@ -994,13 +1305,12 @@ struct FakeApiServer::State {
       const std::string current = it->second["metadata"].value("resourceVersion", "");
       const std::string given = body["metadata"].value("resourceVersion", "");
       if (!given.empty() && given != current) {
-        Fail(res, 409, "Conflict",
-             "the object has been modified; please apply your changes to the latest version");
+        Conflict(res, NameOf(path));
         return;
       }
       nlohmann::json updated = body;
       if (std::string bad = Settle(path, parent.has_value(), updated); !bad.empty()) {
-        Fail(res, 422, "Invalid", req.path + " is invalid: " + bad);
+        Invalid(res, it->second.value("kind", ""), NameOf(path), bad);
         return;
       }
       Update(path, std::move(updated), res);
@@ -1038,7 +1348,7 @@ struct FakeApiServer::State {
         return;
       }
       if (it == objects.end()) {
-        Fail(res, 404, "NotFound", "\"" + name + "\" not found");
+        NotFound(res, NameOf(req.path));
         return;
       }
       const nlohmann::json pre = options.is_object()
@@ -1052,10 +1362,14 @@ struct FakeApiServer::State {
           return;
         }
       }
-      res.set_content(DeleteObject(req.path, options.is_object() ? options
-                                                                  : nlohmann::json::object())
-                          .dump(),
-                      "application/json");
+      const ObjectName n = NameOf(req.path);
+      nlohmann::json details = n.Details();
+      details["uid"] = it->second["metadata"].value("uid", "");
+      nlohmann::json last =
+          DeleteObject(req.path, options.is_object() ? options : nlohmann::json::object());
+      res.set_content(
+          (DeleteReturnsObject(n.resource) ? last : SuccessBody(std::nullopt, details)).dump(),
+          "application/json");
     });
   }
 

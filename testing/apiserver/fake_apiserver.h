@@ -108,6 +108,9 @@ class FakeApiServer {
     // How long a gracefully deleted pod stays Terminating at most (its grace period is the
     // other bound): the time its kubelet takes to stop it.
     std::chrono::milliseconds pod_termination{500};
+    // A create in a namespace that has no Namespace object here is 404 (namespaces "NS" not
+    // found), as on a real server; off by default, for tests that never create namespaces.
+    bool require_namespaces = false;
   };
 
   static Result<std::unique_ptr<FakeApiServer>> Start(const TestPki& pki, Options options);
