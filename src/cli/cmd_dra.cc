@@ -124,7 +124,7 @@ void AddDraOptions(CLI::App* cmd, DraArgs& a, const std::string& prefix) {
       ->envname("GPULET_DRA_ALLOW_DEVICE_PLUGIN")
       ->capture_default_str();
   cmd->add_option(flag("health"), a.health,
-                  "Serve the v1alpha1.DRAResourceHealth stream from the NVML health watch")
+                  "Serve the DRAResourceHealth stream (v1 and v1alpha1) from the NVML health watch")
       ->capture_default_str();
 }
 

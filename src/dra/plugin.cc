@@ -16,9 +16,11 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <type_traits>
 
 #include "common/fnv.h"
 #include "dra/names.h"
+#include "dra_health_v1.grpc.pb.h"
 #include "dra_health_v1alpha1.grpc.pb.h"
 #include "dra_v1.grpc.pb.h"
 #include "dra_v1beta1.grpc.pb.h"
@@ -229,39 +231,52 @@ using DraV1beta1Service =
                drav1beta1::NodePrepareResourcesResponse, drav1beta1::NodeUnprepareResourcesRequest,
                drav1beta1::NodeUnprepareResourcesResponse>;
 
-::v1alpha1::HealthStatus ToProto(DeviceHealthReport::Health h) {
+// HealthStatus as numbered on the wire (UNKNOWN 0, HEALTHY 1, UNHEALTHY 2; the same in v1 and
+// v1alpha1).
+int HealthWireNumber(DeviceHealthReport::Health h) {
   switch (h) {
-    case DeviceHealthReport::Health::kHealthy: return ::v1alpha1::HEALTHY;
-    case DeviceHealthReport::Health::kUnhealthy: return ::v1alpha1::UNHEALTHY;
-    default: return ::v1alpha1::UNKNOWN;
+    case DeviceHealthReport::Health::kHealthy: return 1;
+    case DeviceHealthReport::Health::kUnhealthy: return 2;
+    default: return 0;
   }
 }
 
-// NodeWatchResources: the complete list at once, then again after every change, until the
-// kubelet goes away or the plugin stops.
-class HealthService final : public ::v1alpha1::DRAResourceHealth::Service {
+// NodeWatchResources of one DRAResourceHealth version (`Api`: ::v1::DRAResourceHealth or
+// ::v1alpha1::DRAResourceHealth; their messages are the same field for field): the complete list
+// at once, then again after every change and at least every `resend` (the kubelet reads a device
+// it has not heard of for its timeout, 30 s by default, as Unknown), until the kubelet goes away
+// or the plugin stops.
+template <typename Api, typename Request, typename Response>
+class HealthService final : public Api::Service {
+  using DeviceHealth = std::remove_pointer_t<decltype(std::declval<Response&>().add_devices())>;
+  using HealthStatus = std::remove_cvref_t<decltype(std::declval<const DeviceHealth&>().health())>;
+
  public:
-  HealthService(DraPlugin::HealthState& state, std::string pool)
-      : state_(state), pool_(std::move(pool)) {}
-  grpc::Status NodeWatchResources(
-      grpc::ServerContext* ctx, const ::v1alpha1::NodeWatchResourcesRequest*,
-      grpc::ServerWriter<::v1alpha1::NodeWatchResourcesResponse>* writer) override {
+  HealthService(DraPlugin::HealthState& state, std::string pool, std::chrono::milliseconds resend)
+      : state_(state), pool_(std::move(pool)), resend_(resend) {}
+  grpc::Status NodeWatchResources(grpc::ServerContext* ctx, const Request*,
+                                  grpc::ServerWriter<Response>* writer) override {
     uint64_t sent = UINT64_MAX;
     while (true) {
-      ::v1alpha1::NodeWatchResourcesResponse resp;
+      Response resp;
       {
         std::unique_lock<std::mutex> lk(state_.mu);
+        const auto resend_at = std::chrono::steady_clock::now() + resend_;
         while (!state_.stopping && !ctx->IsCancelled() && state_.version == sent) {
-          state_.cv.wait_for(lk, std::chrono::seconds(1));
+          const auto now = std::chrono::steady_clock::now();
+          if (now >= resend_at) break;
+          // Woken by a change or the plugin stopping; a second at most, to see a cancellation.
+          state_.cv.wait_for(lk, std::min<std::chrono::steady_clock::duration>(
+                                     resend_at - now, std::chrono::seconds(1)));
         }
         if (state_.stopping || ctx->IsCancelled()) return grpc::Status::OK;
         sent = state_.version;
         const int64_t now = static_cast<int64_t>(std::time(nullptr));
         for (const DeviceHealthReport& d : state_.devices) {
-          ::v1alpha1::DeviceHealth* h = resp.add_devices();
+          DeviceHealth* h = resp.add_devices();
           h->mutable_device()->set_pool_name(pool_);
           h->mutable_device()->set_device_name(d.device);
-          h->set_health(ToProto(d.health));
+          h->set_health(static_cast<HealthStatus>(HealthWireNumber(d.health)));
           h->set_last_updated_time(now);
           h->set_health_check_timeout_seconds(d.timeout_seconds);
           h->set_message(d.message.size() > kMaxHealthMessage
@@ -276,17 +291,29 @@ class HealthService final : public ::v1alpha1::DRAResourceHealth::Service {
  private:
   DraPlugin::HealthState& state_;
   std::string pool_;
+  std::chrono::milliseconds resend_;
 };
+
+using HealthV1Service = HealthService<::v1::DRAResourceHealth, ::v1::NodeWatchResourcesRequest,
+                                      ::v1::NodeWatchResourcesResponse>;
+using HealthV1alpha1Service =
+    HealthService<::v1alpha1::DRAResourceHealth, ::v1alpha1::NodeWatchResourcesRequest,
+                  ::v1alpha1::NodeWatchResourcesResponse>;
 
 }  // namespace
 
 struct DraPlugin::Services {
   explicit Services(DraPlugin& p)
-      : registration(p), v1(p), v1beta1(p), health(p.health_state(), p.options_.node_name) {}
+      : registration(p),
+        v1(p),
+        v1beta1(p),
+        health_v1(p.health_state(), p.options_.node_name, p.options_.health_resend),
+        health_v1alpha1(p.health_state(), p.options_.node_name, p.options_.health_resend) {}
   RegistrationService registration;
   DraV1Service v1;
   DraV1beta1Service v1beta1;
-  HealthService health;
+  HealthV1Service health_v1;
+  HealthV1alpha1Service health_v1alpha1;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -300,8 +327,13 @@ DraPlugin::DraPlugin(PluginOptions options, const k8s::Client* client, Preparer*
 DraPlugin::~DraPlugin() { Stop(); }
 
 std::vector<std::string> DraPlugin::SupportedVersions() const {
+  // The kubelet takes the first DRAPlugin service of this list that it speaks (so v1 where it
+  // can), and the newest health service both sides know in its own order (v1, then v1alpha1).
   std::vector<std::string> v = {kServiceV1, kServiceV1beta1};
-  if (options_.serve_health) v.push_back(kServiceHealthV1alpha1);
+  if (options_.serve_health) {
+    v.push_back(kServiceHealthV1);
+    v.push_back(kServiceHealthV1alpha1);
+  }
   return v;
 }
 
@@ -388,7 +420,10 @@ Status DraPlugin::Start() {
     return Status::Ok();
   };
   std::vector<grpc::Service*> dra = {&services_->v1, &services_->v1beta1};
-  if (options_.serve_health) dra.push_back(&services_->health);
+  if (options_.serve_health) {
+    dra.push_back(&services_->health_v1);
+    dra.push_back(&services_->health_v1alpha1);
+  }
   // gRPC's default (at most 2 idle threads waiting for requests) for the DRA services; one for
   // the registration service, which the kubelet calls twice per registration.
   Status s = serve(dra_socket_, dra, &dra_server_, 2);

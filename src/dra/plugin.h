@@ -1,10 +1,11 @@
 // The kubelet side of gpulet's DRA driver (`gpulet dra`): registration with the kubelet's plugin
-// watcher, the DRAPlugin service (v1 and v1beta1), the device health stream (v1alpha1
-// DRAResourceHealth) and the claim bookkeeping around a Preparer (preparer.h).
+// watcher, the DRAPlugin service (v1 and v1beta1), the device health stream (DRAResourceHealth v1
+// and v1alpha1) and the claim bookkeeping around a Preparer (preparer.h).
 //
 // Sockets (../shared/references/dra.md 1.4), for driver gpu.gpulet.io:
 //   <registry_dir>/gpu.gpulet.io-reg.sock                 registration (GetInfo, NotifyRegistrationStatus)
-//   <plugins_dir>/gpu.gpulet.io/dra.sock                  DRAPlugin v1 + v1beta1, DRAResourceHealth
+//   <plugins_dir>/gpu.gpulet.io/dra.sock                  DRAPlugin v1 + v1beta1,
+//                                                          DRAResourceHealth v1 + v1alpha1
 // With an instance ID (the pod UID, for a rolling update, kubelet 1.33+) the names are
 // <driver>-<instance>-reg.sock and dra-<instance>.sock, so two instances serve side by side; a
 // registration path longer than the 107 bytes a Unix socket allows falls back to
@@ -71,6 +72,8 @@ inline constexpr char kDefaultPluginsDir[] = "/var/lib/kubelet/plugins";
 // The services GetInfo advertises (dra.md 1.1: these are not the gRPC service names).
 inline constexpr char kServiceV1[] = "v1.DRAPlugin";
 inline constexpr char kServiceV1beta1[] = "v1beta1.DRAPlugin";
+// The kubelet 1.37 prefers v1 and keeps v1alpha1 until 1.40; kubelets 1.31-1.36 know v1alpha1 only.
+inline constexpr char kServiceHealthV1[] = "v1.DRAResourceHealth";
 inline constexpr char kServiceHealthV1alpha1[] = "v1alpha1.DRAResourceHealth";
 
 struct PluginOptions {
@@ -82,7 +85,10 @@ struct PluginOptions {
   std::string instance;
   std::string boot_id_path = "/proc/sys/kernel/random/boot_id";
   bool write_device_status = true;  // status.devices after a Prepare
-  bool serve_health = true;         // advertise and serve v1alpha1.DRAResourceHealth
+  bool serve_health = true;         // advertise and serve DRAResourceHealth (v1 and v1alpha1)
+  // The health stream sends the complete list again after this long without a change: the kubelet
+  // reads a device not heard of for its timeout (30 s unless the report names one) as Unknown.
+  std::chrono::milliseconds health_resend{10000};
 };
 
 // One device's health for the DRAResourceHealth stream.

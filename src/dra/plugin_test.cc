@@ -1,8 +1,8 @@
 // The kubelet plugin against the fake API server (claims as the scheduler leaves them) and a
 // recording Preparer: the checks before a Prepare, idempotency, conflicts, half-way failures,
 // Unprepare from the checkpoint, restarts, corrupted and foreign checkpoints, the API server down,
-// and the gRPC surface (registration, DRAPlugin v1 and v1beta1, the health stream) over real
-// Unix sockets.
+// and the gRPC surface (registration, DRAPlugin v1 and v1beta1, the health stream v1 and v1alpha1)
+// over real Unix sockets.
 #include "dra/plugin.h"
 
 #include <grpcpp/grpcpp.h>
@@ -17,6 +17,7 @@
 #include "common/files.h"
 #include "dra/fake_preparer.h"
 #include "dra/test_claims.h"
+#include "dra_health_v1.grpc.pb.h"
 #include "dra_health_v1alpha1.grpc.pb.h"
 #include "dra_v1.grpc.pb.h"
 #include "dra_v1beta1.grpc.pb.h"
@@ -37,6 +38,34 @@ using testing::TestClaim;
 using testing::TestResult;
 
 constexpr char kNode[] = "node-1";
+
+// One DRAResourceHealth version (`Api`) over `ch`: the stream opens with the plugin's current
+// list (`devices_now` entries), then carries the complete list again after SetDeviceHealth, each
+// field as the wire defines it (HEALTHY 1, UNHEALTHY 2; a message cut to 1024 characters).
+template <typename Api, typename Response>
+void ExpectHealthStream(DraPlugin& plugin, const std::shared_ptr<grpc::Channel>& ch,
+                        int devices_now) {
+  auto health = Api::NewStub(ch);
+  grpc::ClientContext ctx;
+  auto reader = health->NodeWatchResources(&ctx, {});
+  Response msg;
+  ASSERT_TRUE(reader->Read(&msg));  // the complete list at once
+  EXPECT_EQ(msg.devices_size(), devices_now);
+  plugin.SetDeviceHealth({{"gpu-0", DeviceHealthReport::Health::kHealthy, "", 0},
+                          {"gpu-1", DeviceHealthReport::Health::kUnhealthy,
+                           "XID 79 " + std::string(2000, 'x'), 45}});
+  ASSERT_TRUE(reader->Read(&msg));
+  ASSERT_EQ(msg.devices_size(), 2);
+  EXPECT_EQ(msg.devices(0).device().pool_name(), kNode);
+  EXPECT_EQ(msg.devices(0).device().device_name(), "gpu-0");
+  EXPECT_EQ(static_cast<int>(msg.devices(0).health()), 1);
+  EXPECT_EQ(static_cast<int>(msg.devices(1).health()), 2);
+  EXPECT_EQ(msg.devices(1).health_check_timeout_seconds(), 45);
+  EXPECT_EQ(msg.devices(1).message().size(), 1024u);
+  EXPECT_EQ(msg.devices(1).message().substr(1021), "...");
+  EXPECT_GT(msg.devices(1).last_updated_time(), 0);
+  ctx.TryCancel();
+}
 
 std::string TempDir() {
   std::string tmpl = "/tmp/gdp-XXXXXX";  // short: socket paths are at most 107 bytes
@@ -513,7 +542,7 @@ TEST_F(DraPluginTest, ServesRegistrationDraV1V1beta1AndHealthOverSockets) {
     EXPECT_EQ(std::vector<std::string>(info.supported_versions().begin(),
                                        info.supported_versions().end()),
               (std::vector<std::string>{"v1.DRAPlugin", "v1beta1.DRAPlugin",
-                                        "v1alpha1.DRAResourceHealth"}));
+                                        "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"}));
     grpc::ClientContext ctx2;
     ::pluginregistration::RegistrationStatus st;
     st.set_plugin_registered(true);
@@ -562,28 +591,43 @@ TEST_F(DraPluginTest, ServesRegistrationDraV1V1beta1AndHealthOverSockets) {
     EXPECT_EQ(resp.claims().at(c.uid).error(), "");
     EXPECT_TRUE(preparer_.live().empty());
   }
-  {
-    auto health = ::v1alpha1::DRAResourceHealth::NewStub(ch);
-    grpc::ClientContext ctx;
-    auto reader = health->NodeWatchResources(&ctx, {});
-    ::v1alpha1::NodeWatchResourcesResponse msg;
-    ASSERT_TRUE(reader->Read(&msg));  // the (empty) complete list at once
-    EXPECT_EQ(msg.devices_size(), 0);
-    plugin->SetDeviceHealth({{"gpu-0", DeviceHealthReport::Health::kHealthy, "", 0},
-                             {"gpu-1", DeviceHealthReport::Health::kUnhealthy,
-                              "XID 79 " + std::string(2000, 'x'), 45}});
+  // v1 (what the kubelet 1.37 picks) and v1alpha1 (kubelets 1.31-1.36) serve the same list.
+  ExpectHealthStream<::v1::DRAResourceHealth, ::v1::NodeWatchResourcesResponse>(*plugin, ch, 0);
+  ExpectHealthStream<::v1alpha1::DRAResourceHealth, ::v1alpha1::NodeWatchResourcesResponse>(
+      *plugin, ch, 2);
+  EXPECT_EQ(::v1::HEALTHY, 1);
+  EXPECT_EQ(::v1::UNHEALTHY, 2);
+  EXPECT_EQ(::v1alpha1::UNHEALTHY, 2);
+}
+
+// Without a change the stream still sends the complete list every health_resend, each with a new
+// last_updated_time: the kubelet reads a device it has not heard of for 30 s as Unknown.
+TEST_F(DraPluginTest, TheHealthStreamRepeatsTheListBeforeTheKubeletTimesItOut) {
+  PluginOptions o = Options();
+  o.health_resend = std::chrono::milliseconds(200);
+  DraPlugin plugin(o, client_.get(), &preparer_);
+  ASSERT_TRUE(plugin.Start().ok());
+  plugin.SetDeviceHealth({{"gpu-0", DeviceHealthReport::Health::kUnhealthy, "XID 79", 0}});
+  auto ch = grpc::CreateChannel("unix:" + plugin.dra_socket(), grpc::InsecureChannelCredentials());
+  auto health = ::v1::DRAResourceHealth::NewStub(ch);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto reader = health->NodeWatchResources(&ctx, {});
+  ::v1::NodeWatchResourcesResponse first, msg;
+  ASSERT_TRUE(reader->Read(&first));
+  ASSERT_EQ(first.devices_size(), 1);
+  // Resends with no change in between; last_updated_time is in Unix seconds, so a later second
+  // shows after about five of them.
+  do {
     ASSERT_TRUE(reader->Read(&msg));
-    ASSERT_EQ(msg.devices_size(), 2);
-    EXPECT_EQ(msg.devices(0).device().pool_name(), kNode);
+    ASSERT_EQ(msg.devices_size(), 1);
     EXPECT_EQ(msg.devices(0).device().device_name(), "gpu-0");
-    EXPECT_EQ(msg.devices(0).health(), ::v1alpha1::HEALTHY);
-    EXPECT_EQ(msg.devices(1).health(), ::v1alpha1::UNHEALTHY);
-    EXPECT_EQ(msg.devices(1).health_check_timeout_seconds(), 45);
-    EXPECT_EQ(msg.devices(1).message().size(), 1024u);
-    EXPECT_EQ(msg.devices(1).message().substr(1021), "...");
-    EXPECT_GT(msg.devices(1).last_updated_time(), 0);
-    ctx.TryCancel();
-  }
+    EXPECT_EQ(msg.devices(0).health(), ::v1::UNHEALTHY);
+    EXPECT_EQ(msg.devices(0).message(), "XID 79");
+  } while (msg.devices(0).last_updated_time() == first.devices(0).last_updated_time());
+  EXPECT_GT(msg.devices(0).last_updated_time(), first.devices(0).last_updated_time());
+  ctx.TryCancel();
+  plugin.Stop();
 }
 
 TEST_F(DraPluginTest, RefusesBadOptions) {

@@ -25,6 +25,15 @@ namespace {
 using nlohmann::json;
 
 constexpr char kStdDomain[] = "resource.kubernetes.io";
+// Upstream's bound on a numaNode value (Linux's MAX_NUMNODES at most 1 << 10).
+constexpr int kMaxNumaNodes = 1024;
+constexpr size_t kMaxStringAttribute = 64;  // the API's limit on a string attribute value
+
+bool IsLowerHex(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+  });
+}
 
 json StringAttr(const std::string& v) { return json{{"string", v.substr(0, 64)}}; }
 json IntAttr(int64_t v) { return json{{"int", v}}; }
@@ -147,14 +156,17 @@ json GpuAttributes(const gpu::Gpu& g, const gpu::Inventory& inv, const SliceOpti
   a["architecture"] = StringAttr(g.architecture);
   if (auto v = SemverOf(g.compute_capability())) a["cudaComputeCapability"] = {{"version", *v}};
   if (auto v = SemverOf(inv.driver_version)) a["driverVersion"] = {{"version", *v}};
-  if (!g.pci_bus_id.empty()) {
-    const std::string bus = PciBusId(g.pci_bus_id);
-    a[std::string(kStdDomain) + "/pciBusID"] = StringAttr(bus);
-    if (auto root = PcieRoot(o.sysfs_root, bus)) {
+  // The standard attributes (k8s.io/dynamic-resource-allocation/deviceattribute), each only in
+  // the form upstream's helpers produce and otherwise left out.
+  if (std::optional<std::string> bus = PciBusId(g.pci_bus_id)) {
+    a[std::string(kStdDomain) + "/pciBusID"] = StringAttr(*bus);
+    if (auto root = PcieRoot(o.sysfs_root, *bus)) {
       a[std::string(kStdDomain) + "/pcieRoot"] = StringAttr(*root);
     }
   }
-  if (g.numa_node) a[std::string(kStdDomain) + "/numaNode"] = IntAttr(*g.numa_node);
+  if (g.numa_node && *g.numa_node >= 0 && *g.numa_node < kMaxNumaNodes) {
+    a[std::string(kStdDomain) + "/numaNode"] = IntAttr(*g.numa_node);
+  }
   if (domain) a["nvlinkDomain"] = IntAttr(*domain);
   return a;
 }
@@ -191,28 +203,55 @@ std::optional<std::string> SemverOf(const std::string& version) {
   return out;
 }
 
-std::string PciBusId(const std::string& nvml_bus_id) {
+std::optional<std::string> PciBusId(const std::string& nvml_bus_id) {
   std::string s = nvml_bus_id;
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  // NVML writes the domain with 8 digits; the standard form has 4, so the upper 4 must be zero.
   const size_t colon = s.find(':');
-  if (colon != std::string::npos && colon > 4) s = s.substr(colon - 4);
+  if (colon == std::string::npos || colon < 4) return std::nullopt;
+  if (colon > 4) {
+    if (s.find_first_not_of('0') < colon - 4) return std::nullopt;
+    s.erase(0, colon - 4);
+  }
+  // dddd:bb:dd.f (deviceattribute's verifyPCIBDFFormat).
+  if (s.size() != 12 || s[4] != ':' || s[7] != ':' || s[10] != '.') return std::nullopt;
+  if (!IsLowerHex(s.substr(0, 4)) || !IsLowerHex(s.substr(5, 2)) || !IsLowerHex(s.substr(8, 2)) ||
+      !IsLowerHex(s.substr(11, 1))) {
+    return std::nullopt;
+  }
   return s;
 }
 
 std::optional<std::string> PcieRoot(const std::string& sysfs_root, const std::string& bus_id) {
+  if (!PciBusId(bus_id) || *PciBusId(bus_id) != bus_id) return std::nullopt;
   const std::string link = sysfs_root + "/bus/pci/devices/" + bus_id;
   char buf[PATH_MAX];
   const ssize_t n = readlink(link.c_str(), buf, sizeof buf - 1);
   if (n <= 0) return std::nullopt;
   const std::string target(buf, static_cast<size_t>(n));
-  // "../../../devices/pci0000:17/0000:17:01.0/0000:18:00.0"
-  const size_t at = target.find("/pci");
-  if (at == std::string::npos) return std::nullopt;
-  const size_t end = target.find('/', at + 1);
-  std::string root = target.substr(at + 1, end == std::string::npos ? std::string::npos
-                                                                     : end - at - 1);
-  if (root.size() < 4 || root.size() > 64) return std::nullopt;
-  return root;
+  // As upstream resolves it: a relative link, taken from bus/pci/devices, that lands on
+  // devices/pci<root>/.../<bus id> (the kernel's "../../../devices/pci0000:17/0000:17:01.0/
+  // 0000:18:00.0"); the root is the first component under devices/. An absolute link is refused.
+  if (target.front() == '/') return std::nullopt;
+  std::vector<std::string> parts = {"bus", "pci", "devices"};
+  size_t begin = 0;
+  while (begin <= target.size()) {
+    size_t end = target.find('/', begin);
+    if (end == std::string::npos) end = target.size();
+    const std::string part = target.substr(begin, end - begin);
+    if (part == "..") {
+      if (parts.empty()) return std::nullopt;  // above the sysfs root
+      parts.pop_back();
+    } else if (!part.empty() && part != ".") {
+      parts.push_back(part);
+    }
+    begin = end + 1;
+  }
+  if (parts.size() < 3 || parts[0] != "devices" || parts[1].rfind("pci", 0) != 0 ||
+      parts.back() != bus_id || parts[1].size() > kMaxStringAttribute) {
+    return std::nullopt;
+  }
+  return parts[1];
 }
 
 std::string BytesQuantity(int64_t bytes) {

@@ -5,9 +5,13 @@
 // so the slices go with it). Devices (names from names.h):
 //   gpu-N            the whole GPU: attributes type=gpu, uuid, productName, architecture,
 //                    cudaComputeCapability and driverVersion (versions),
-//                    resource.kubernetes.io/pciBusID, resource.kubernetes.io/pcieRoot (when
-//                    sysfs names it), resource.kubernetes.io/numaNode (when known), nvlinkDomain
-//                    (see below); capacity memory.
+//                    the standard attributes of Kubernetes 1.37 (k8s.io/dynamic-resource-
+//                    allocation/deviceattribute; docs/dra.md): resource.kubernetes.io/pciBusID
+//                    (string, "0000:18:00.0"), resource.kubernetes.io/pcieRoot (string,
+//                    "pci0000:17", when sysfs names it), resource.kubernetes.io/numaNode (int,
+//                    the scalar form, when the GPU has NUMA affinity), each left out when its
+//                    value would not be in upstream's form; nvlinkDomain (see below); capacity
+//                    memory. gpu-N-mem and the MIG devices carry the same (the parent's).
 //   gpu-N-mem        the GPU's memory as consumable capacity (KEP-5075): allowMultipleAllocations,
 //                    capacity memory = whole units of memory_unit_bytes, requestPolicy
 //                    {default: one unit, validRange {min: one unit, step: one unit}}, so a request
@@ -128,11 +132,15 @@ std::vector<std::optional<int64_t>> NvlinkDomains(const gpu::Inventory& inventor
 // a semantic version as the API's version attributes require; nullopt when not numeric.
 std::optional<std::string> SemverOf(const std::string& version);
 
-// NVML's "00000000:18:00.0" → "0000:18:00.0" (the standard pciBusID attribute's form).
-std::string PciBusId(const std::string& nvml_bus_id);
+// NVML's "00000000:18:00.0" → "0000:18:00.0": the standard pciBusID attribute's form, extended
+// BDF in lower case ("dddd:bb:dd.f", what deviceattribute.GetPCIBusIDAttribute accepts); nullopt
+// for anything else, including a domain above ffff, which that form cannot carry.
+std::optional<std::string> PciBusId(const std::string& nvml_bus_id);
 
-// The PCI root ("pci0000:17") of the device, from the /sys/bus/pci/devices/<bus id> link;
-// nullopt when sysfs does not name one.
+// The PCIe root complex ("pci0000:17") of the device with standard bus id `bus_id`, resolved as
+// deviceattribute.GetPCIeRootAttributeByPCIBusID does: the relative /sys/bus/pci/devices/<bus id>
+// link must lead to devices/pci…/…/<bus id>, and the root is the component under devices/.
+// nullopt when sysfs does not say.
 std::optional<std::string> PcieRoot(const std::string& sysfs_root, const std::string& bus_id);
 
 // A quantity of bytes in the API server's canonical form ("80Gi", "81559Mi", "1500").

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 
 #include "dra/names.h"
 #include "mig/driver.h"
@@ -19,7 +20,7 @@ namespace {
 using nlohmann::json;
 using ::testing::ElementsAre;
 
-TEST(DraSlices, VersionsBusIdsAndQuantitiesInTheApisForms) {
+TEST(DraSlices, VersionsAndBusIdsInTheApisForms) {
   EXPECT_EQ(SemverOf("550.54.15"), "550.54.15");
   EXPECT_EQ(SemverOf("535.104.05"), "535.104.5");
   EXPECT_EQ(SemverOf("12.4"), "12.4.0");
@@ -28,6 +29,19 @@ TEST(DraSlices, VersionsBusIdsAndQuantitiesInTheApisForms) {
   EXPECT_EQ(SemverOf("5x"), std::nullopt);
   EXPECT_EQ(PciBusId("00000000:18:00.0"), "0000:18:00.0");
   EXPECT_EQ(PciBusId("0000:AB:00.0"), "0000:ab:00.0");
+  EXPECT_EQ(PciBusId("0001:1f:1e.7"), "0001:1f:1e.7");
+}
+
+// Only upstream's extended BDF form (deviceattribute's verifyPCIBDFFormat) becomes a pciBusID.
+TEST(DraSlices, ABusIdOutsideTheStandardFormIsNone) {
+  for (const char* bad : {"", "18:00.0", "00010000:18:00.0", "0000:18:00", "0000:18:00.0.1",
+                          "000:18:00.0", "0000:18-00.0", "0000:g8:00.0", "0000:18:00.10",
+                          "00000000:18:00.0 ", "pci0000:00"}) {
+    EXPECT_EQ(PciBusId(bad), std::nullopt) << bad;
+  }
+}
+
+TEST(DraSlices, QuantitiesInTheApisForm) {
   EXPECT_EQ(BytesQuantity(int64_t{81920} << 20), "80Gi");
   EXPECT_EQ(BytesQuantity(int64_t{81559} << 20), "81559Mi");
   EXPECT_EQ(BytesQuantity(1500), "1500");
@@ -43,7 +57,27 @@ TEST(DraSlices, PcieRootComesFromTheSysfsLink) {
   fs::create_directory_symlink("../../../devices/pci0000:17/0000:17:01.0/0000:18:00.0",
                                tmpl + "/bus/pci/devices/0000:18:00.0");
   EXPECT_EQ(PcieRoot(tmpl, "0000:18:00.0"), "pci0000:17");
-  EXPECT_EQ(PcieRoot(tmpl, "0000:19:00.0"), std::nullopt);
+  EXPECT_EQ(PcieRoot(tmpl, "0000:19:00.0"), std::nullopt);  // no link
+  // What upstream's resolvePCIeRoot refuses, refused too: a link that does not end at the device,
+  // one outside devices/pci…, an absolute one, one climbing above sysfs, a directory (no link),
+  // and a bus id not in the standard form.
+  const std::map<std::string, std::string> refused = {
+      {"0000:20:00.0", "../../../devices/pci0000:17/0000:17:01.0/0000:21:00.0"},
+      {"0000:22:00.0", "../../../devices/platform/0000:22:00.0"},
+      {"0000:23:00.0", "/sys/devices/pci0000:17/0000:23:00.0"},
+      {"0000:24:00.0", "../../../../../devices/pci0000:17/0000:24:00.0"},
+  };
+  for (const auto& [bus, target] : refused) {
+    fs::create_directory_symlink(target, tmpl + "/bus/pci/devices/" + bus);
+    EXPECT_EQ(PcieRoot(tmpl, bus), std::nullopt) << target;
+  }
+  fs::create_directories(tmpl + "/bus/pci/devices/0000:25:00.0");
+  EXPECT_EQ(PcieRoot(tmpl, "0000:25:00.0"), std::nullopt);
+  EXPECT_EQ(PcieRoot(tmpl, "0000:18:00.0/../0000:18:00.0"), std::nullopt);
+  // A device right under the root bridge, and a second domain.
+  fs::create_directory_symlink("../../../devices/pci0001:00/0001:00:02.0",
+                               tmpl + "/bus/pci/devices/0001:00:02.0");
+  EXPECT_EQ(PcieRoot(tmpl, "0001:00:02.0"), "pci0001:00");
   fs::remove_all(tmpl);
 }
 
@@ -188,7 +222,7 @@ TEST_F(DraSlicesOnFixture, AWholeGpuCarriesItsAttributesAndConsumesItsWholeCount
   EXPECT_EQ(a["architecture"]["string"], gpu1.architecture);
   EXPECT_EQ(a["cudaComputeCapability"]["version"], "9.0.0");
   EXPECT_EQ(a["driverVersion"]["version"], SemverOf(inventory_.driver_version).value());
-  EXPECT_EQ(a["resource.kubernetes.io/pciBusID"]["string"], PciBusId(gpu1.pci_bus_id));
+  EXPECT_EQ(a["resource.kubernetes.io/pciBusID"]["string"], PciBusId(gpu1.pci_bus_id).value());
   if (gpu1.numa_node) {
     EXPECT_EQ(a["resource.kubernetes.io/numaNode"]["int"], *gpu1.numa_node);
   }
@@ -256,9 +290,8 @@ TEST_F(DraSlicesOnFixture, PcieRootAndNumaFromTheSimulatedSysfs) {
   const json* g = Find(slices, "gpu-3");
   ASSERT_NE(g, nullptr);
   const json& a = (*g)["attributes"];
-  if (PcieRoot(sysfs_, PciBusId(inventory_.gpus[3].pci_bus_id))) {
-    EXPECT_TRUE(a.contains("resource.kubernetes.io/pcieRoot"));
-  }
+  // The simulated sysfs has device directories, not links into devices/pci…: no root to name.
+  EXPECT_FALSE(a.contains("resource.kubernetes.io/pcieRoot"));
   ASSERT_TRUE(inventory_.gpus[3].numa_node.has_value());
   EXPECT_EQ(a["resource.kubernetes.io/numaNode"]["int"], *inventory_.gpus[3].numa_node);
   // GPUs 0 and 1 hold a static MIG layout on every memory slice: no device of theirs.
@@ -266,6 +299,68 @@ TEST_F(DraSlicesOnFixture, PcieRootAndNumaFromTheSimulatedSysfs) {
   EXPECT_EQ(Find(slices, "gpu-1-mem"), nullptr);
   EXPECT_EQ(Find(slices, "gpu-0-mig-1g-5gb-0"), nullptr);
   EXPECT_NE(Find(slices, "gpu-2-mig-1g-5gb-0"), nullptr);
+}
+
+// The standard attributes of 1.37 on every kind of device of a GPU (whole, memory share, MIG
+// placement), in upstream's names, types and forms, from a sysfs whose links name the roots.
+TEST_F(DraSlicesOnFixture, EveryDeviceOfAGpuCarriesTheStandardAttributes) {
+  Load("dgx-h100");
+  std::string root = ::testing::TempDir() + "gpulet-dra-roots-XXXXXX";
+  ASSERT_NE(mkdtemp(root.data()), nullptr);
+  namespace fs = std::filesystem;
+  fs::create_directories(root + "/bus/pci/devices");
+  std::map<unsigned, std::string> want_root;
+  for (const gpu::Gpu& g : inventory_.gpus) {
+    const std::optional<std::string> bus = PciBusId(g.pci_bus_id);
+    ASSERT_TRUE(bus.has_value()) << g.pci_bus_id;
+    // Two GPUs per root complex, as on an HGX board.
+    want_root[g.index] = "pci0000:" + std::string(1, "0123456789abcdef"[g.index / 2 % 16]) + "0";
+    fs::create_directory_symlink("../../../devices/" + want_root[g.index] + "/0000:00:01.0/" + *bus,
+                                 root + "/bus/pci/devices/" + *bus);
+  }
+  SliceInputs in;
+  in.inventory = &inventory_;
+  in.mig = mig_;
+  SliceOptions o;
+  o.node_name = "node-a";
+  o.sysfs_root = root;
+  Result<std::vector<json>> s = BuildSlices(in, o, 1);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  size_t seen = 0;
+  for (const json& sl : *s) {
+    for (const json& d : sl["spec"].value("devices", json::array())) {
+      const std::optional<DeviceName> n = ParseDeviceName(d["name"].get<std::string>());
+      ASSERT_TRUE(n.has_value()) << d["name"];
+      const gpu::Gpu& g = inventory_.gpus[n->gpu_index];
+      const json& a = d["attributes"];
+      EXPECT_EQ(a["resource.kubernetes.io/pciBusID"], json({{"string", *PciBusId(g.pci_bus_id)}}))
+          << d["name"];
+      EXPECT_EQ(a["resource.kubernetes.io/pcieRoot"], json({{"string", want_root[g.index]}}))
+          << d["name"];
+      ASSERT_TRUE(g.numa_node.has_value());
+      EXPECT_EQ(a["resource.kubernetes.io/numaNode"], json({{"int", *g.numa_node}})) << d["name"];
+      for (const auto& [key, value] : a.items()) {
+        if (key.rfind("resource.kubernetes.io/", 0) != 0) continue;
+        EXPECT_TRUE(key == "resource.kubernetes.io/pciBusID" ||
+                    key == "resource.kubernetes.io/pcieRoot" ||
+                    key == "resource.kubernetes.io/numaNode")
+            << key;  // nothing upstream does not define
+      }
+      ++seen;
+    }
+  }
+  EXPECT_GT(seen, 16u);
+  // Without NUMA affinity, or with a bus id outside the standard form, the attribute is left out.
+  inventory_.gpus[0].numa_node = std::nullopt;
+  inventory_.gpus[1].numa_node = 1024;
+  inventory_.gpus[2].pci_bus_id = "00010000:18:00.0";
+  s = BuildSlices(in, o, 2);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_FALSE((*Find(*s, "gpu-0"))["attributes"].contains("resource.kubernetes.io/numaNode"));
+  EXPECT_FALSE((*Find(*s, "gpu-1"))["attributes"].contains("resource.kubernetes.io/numaNode"));
+  EXPECT_FALSE((*Find(*s, "gpu-2"))["attributes"].contains("resource.kubernetes.io/pciBusID"));
+  EXPECT_FALSE((*Find(*s, "gpu-2"))["attributes"].contains("resource.kubernetes.io/pcieRoot"));
+  fs::remove_all(root);
 }
 
 TEST_F(DraSlicesOnFixture, BadOptionsAreRefused) {

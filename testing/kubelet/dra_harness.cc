@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <set>
 
+#include "dra_health_v1.grpc.pb.h"
 #include "dra_health_v1alpha1.grpc.pb.h"
 #include "dra_v1.grpc.pb.h"
 #include "dra_v1beta1.grpc.pb.h"
@@ -23,9 +24,14 @@ namespace drav1beta1 = ::k8s::io::kubelet::pkg::apis::dra::v1beta1;
 
 namespace {
 
-// The DRAPlugin services this kubelet speaks, most recent first (servicesSupportedByKubelet).
+// The DRAPlugin services this kubelet speaks (servicesSupportedByKubelet).
 const std::vector<std::string> kKubeletServices = {"v1.DRAPlugin", "v1beta1.DRAPlugin"};
-constexpr char kHealthService[] = "v1alpha1.DRAResourceHealth";
+constexpr char kHealthV1[] = "v1.DRAResourceHealth";
+constexpr char kHealthV1alpha1[] = "v1alpha1.DRAResourceHealth";
+
+bool Contains(const std::vector<std::string>& list, const std::string& s) {
+  return std::find(list.begin(), list.end(), s) != list.end();
+}
 
 bool IsDnsSubdomain(const std::string& s) {
   if (s.empty() || s.size() > 63) return false;  // the kubelet's tighter bound for drivers
@@ -100,12 +106,33 @@ grpc::Status CallUnprepare(const std::shared_ptr<grpc::Channel>& channel, grpc::
   return s;
 }
 
-const char* HealthName(::v1alpha1::HealthStatus h) {
-  switch (h) {
-    case ::v1alpha1::HEALTHY: return "Healthy";
-    case ::v1alpha1::UNHEALTHY: return "Unhealthy";
+// HealthStatus by its wire number (the same in v1 and v1alpha1), as the kubelet names it.
+const char* HealthName(int wire_number) {
+  switch (wire_number) {
+    case 1: return "Healthy";
+    case 2: return "Unhealthy";
     default: return "Unknown";
   }
+}
+
+// Reads one DRAResourceHealth version's stream (`Api`: ::v1 or ::v1alpha1) until it ends,
+// handing each complete list to `on_list`.
+template <typename Api, typename Response>
+void ReadHealthStream(const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext* ctx,
+                      const std::function<void(std::vector<DraDeviceHealth>)>& on_list) {
+  auto stub = Api::NewStub(channel);
+  auto reader = stub->NodeWatchResources(ctx, {});
+  Response msg;
+  while (reader->Read(&msg)) {
+    std::vector<DraDeviceHealth> list;
+    for (const auto& d : msg.devices()) {
+      list.push_back({d.device().pool_name(), d.device().device_name(),
+                      HealthName(static_cast<int>(d.health())), d.message(),
+                      d.health_check_timeout_seconds()});
+    }
+    on_list(std::move(list));
+  }
+  (void)reader->Finish();
 }
 
 }  // namespace
@@ -221,10 +248,12 @@ void DraKubeletHarness::OnSocketAdded(const std::string& path) {
   std::string service;
   const std::vector<std::string> versions(info.supported_versions().begin(),
                                           info.supported_versions().end());
-  for (const std::string& s : kKubeletServices) {
-    if (service.empty() && std::find(versions.begin(), versions.end(), s) != versions.end()) {
-      service = s;
-    }
+  for (const std::string& s : versions) {  // the plugin's order decides
+    if (service.empty() && Contains(kKubeletServices, s)) service = s;
+  }
+  std::string health_service;
+  for (const std::string& s : options_.health_services) {  // the kubelet's order decides
+    if (health_service.empty() && Contains(versions, s)) health_service = s;
   }
   const std::string& endpoint = info.endpoint();
   if (info.type() != "DRAPlugin") {
@@ -258,13 +287,12 @@ void DraKubeletHarness::OnSocketAdded(const std::string& path) {
   reg->info.driver = info.name();
   reg->info.endpoint = endpoint;
   reg->info.service = service;
-  reg->info.health =
-      std::find(versions.begin(), versions.end(), kHealthService) != versions.end();
+  reg->info.health_service = health_service;
   reg->sequence = ++sequence_;
   reg->channel = grpc::CreateChannel("unix:" + endpoint, grpc::InsecureChannelCredentials());
   by_socket_[path] = reg;
   ++generation_[reg->info.driver];
-  if (reg->info.health && !stopping_) {
+  if (!reg->info.health_service.empty() && !stopping_) {
     reg->health_ctx = std::make_shared<grpc::ClientContext>();
     threads_.emplace_back([this, reg] { HealthLoop(reg); });
   }
@@ -299,20 +327,18 @@ void DraKubeletHarness::OnSocketRemoved(const std::string& path) {
 }
 
 void DraKubeletHarness::HealthLoop(std::shared_ptr<Registration> reg) {
-  auto stub = ::v1alpha1::DRAResourceHealth::NewStub(reg->channel);
-  auto reader = stub->NodeWatchResources(reg->health_ctx.get(), {});
-  ::v1alpha1::NodeWatchResourcesResponse msg;
-  while (reader->Read(&msg)) {
-    std::vector<DraDeviceHealth> list;
-    for (const auto& d : msg.devices()) {
-      list.push_back({d.device().pool_name(), d.device().device_name(), HealthName(d.health()),
-                      d.message(), d.health_check_timeout_seconds()});
-    }
+  auto on_list = [this, &reg](std::vector<DraDeviceHealth> list) {
     std::lock_guard<std::mutex> lk(mu_);
     health_[reg->info.driver] = std::move(list);
     cv_.notify_all();
+  };
+  if (reg->info.health_service == kHealthV1) {
+    ReadHealthStream<::v1::DRAResourceHealth, ::v1::NodeWatchResourcesResponse>(
+        reg->channel, reg->health_ctx.get(), on_list);
+  } else if (reg->info.health_service == kHealthV1alpha1) {
+    ReadHealthStream<::v1alpha1::DRAResourceHealth, ::v1alpha1::NodeWatchResourcesResponse>(
+        reg->channel, reg->health_ctx.get(), on_list);
   }
-  (void)reader->Finish();
 }
 
 std::shared_ptr<DraKubeletHarness::Registration> DraKubeletHarness::Newest(

@@ -5,8 +5,11 @@
 //   every socket that appears, calls GetInfo, checks what the kubelet checks (type "DRAPlugin"; a
 //   driver name that is a DNS subdomain of at most 63 characters; an absolute endpoint of at most
 //   108 bytes, inside `kubelet_root` when one is set; a DRAPlugin service it speaks), picks the
-//   newest DRAPlugin service both sides know (v1 before v1beta1), answers
-//   NotifyRegistrationStatus, and opens the v1alpha1 health stream when the plugin advertises it.
+//   DRAPlugin service as the kubelet 1.37 does (validateSupportedServices: the first of the
+//   plugin's list that it speaks, so the plugin's order decides), answers
+//   NotifyRegistrationStatus, and opens the health stream of the newest DRAResourceHealth version
+//   both sides know, in the kubelet's order (pickHealthService: v1, then v1alpha1; a harness
+//   given only v1alpha1 acts as a kubelet 1.31-1.36).
 //   Several registrations of one driver (a rolling update) are kept; calls go to the newest.
 // - A socket that disappears deregisters its registration. When a driver has none left, its
 //   ResourceSlices are wiped after `wiping_delay` (the kubelet's 30 s) unless it registers again
@@ -42,6 +45,10 @@ struct DraHarnessOptions {
   std::chrono::milliseconds dial_timeout{5000};   // GetInfo and friends
   std::chrono::milliseconds call_timeout{45000};  // the kubelet's defaultClientCallTimeout
   std::chrono::milliseconds wiping_delay{30000};  // defaultWipingDelay
+  // The DRAResourceHealth services this kubelet speaks, most recent first
+  // (healthServicesSupportedByKubelet of 1.37); only these two are spoken.
+  std::vector<std::string> health_services = {"v1.DRAResourceHealth",
+                                              "v1alpha1.DRAResourceHealth"};
   // Deletes ResourceSlices: driver "" = every slice of the node (at Start), else that driver's.
   std::function<void(const std::string& driver)> wipe_slices;
 };
@@ -78,7 +85,9 @@ struct DraRegistration {
   std::string driver;
   std::string endpoint;
   std::string service;   // the DRAPlugin service picked: "v1.DRAPlugin" or "v1beta1.DRAPlugin"
-  bool health = false;   // v1alpha1.DRAResourceHealth advertised
+  // The health service picked ("v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"); empty when
+  // the plugin advertises none this kubelet speaks.
+  std::string health_service;
 };
 
 class DraKubeletHarness {

@@ -1,8 +1,10 @@
 // The kubelet's DRA side against gpulet's DRA kubelet plugin (with the tests' Preparer and the fake
 // API server): registration through plugins_registry, the service picked, one batched Prepare per
-// driver, retries, Unprepare, health, deregistration and the delayed slice wipe, a rolling update.
+// driver, retries, Unprepare, health (v1 as the kubelet 1.37 picks it, v1alpha1 as older kubelets
+// do), deregistration and the delayed slice wipe, a rolling update.
 #include "kubelet/dra_harness.h"
 
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -14,6 +16,7 @@
 #include "dra/plugin.h"
 #include "dra/test_claims.h"
 #include "k8s/client.h"
+#include "pluginregistration_v1.grpc.pb.h"
 #include "support/wait_until.h"
 
 namespace gpulet::testing {
@@ -28,6 +31,31 @@ using std::chrono::milliseconds;
 
 constexpr char kNode[] = "node-1";
 constexpr char kDriver[] = "gpu.gpulet.io";
+
+// A registration socket that advertises the given supported versions (the services a plugin
+// lists, in its order), to see what the harness picks from them.
+class FixedRegistration final : public ::pluginregistration::Registration::Service {
+ public:
+  FixedRegistration(std::string endpoint, std::vector<std::string> versions)
+      : endpoint_(std::move(endpoint)), versions_(std::move(versions)) {}
+  grpc::Status GetInfo(grpc::ServerContext*, const ::pluginregistration::InfoRequest*,
+                       ::pluginregistration::PluginInfo* info) override {
+    info->set_type("DRAPlugin");
+    info->set_name(kDriver);
+    info->set_endpoint(endpoint_);
+    for (const std::string& v : versions_) info->add_supported_versions(v);
+    return grpc::Status::OK;
+  }
+  grpc::Status NotifyRegistrationStatus(
+      grpc::ServerContext*, const ::pluginregistration::RegistrationStatus*,
+      ::pluginregistration::RegistrationStatusResponse*) override {
+    return grpc::Status::OK;
+  }
+
+ private:
+  std::string endpoint_;
+  std::vector<std::string> versions_;
+};
 
 class DraHarnessTest : public ::testing::Test {
  protected:
@@ -50,11 +78,14 @@ class DraHarnessTest : public ::testing::Test {
     fs::remove_all(dir_, ec);
   }
 
-  void StartHarness(milliseconds wiping_delay = milliseconds(30000)) {
+  // `health_services`: the kubelet's list (empty: the 1.37 default, v1 then v1alpha1).
+  void StartHarness(milliseconds wiping_delay = milliseconds(30000),
+                    std::vector<std::string> health_services = {}) {
     DraHarnessOptions o;
     o.registry_dir = dir_ + "/reg";
     o.kubelet_root = dir_;
     o.wiping_delay = wiping_delay;
+    if (!health_services.empty()) o.health_services = std::move(health_services);
     harness_ = std::make_unique<DraKubeletHarness>(o);
     ASSERT_TRUE(harness_->Start().ok());
   }
@@ -96,7 +127,7 @@ TEST_F(DraHarnessTest, RegistersPreparesInOneBatchAndUnprepares) {
   std::optional<DraRegistration> reg = harness_->Driver(kDriver);
   ASSERT_TRUE(reg.has_value());
   EXPECT_EQ(reg->service, "v1.DRAPlugin");  // the newest both sides know
-  EXPECT_TRUE(reg->health);
+  EXPECT_EQ(reg->health_service, "v1.DRAResourceHealth");  // the kubelet 1.37's preference
   EXPECT_EQ(reg->endpoint, plugin->dra_socket());
   EXPECT_EQ(plugin->registration_state(), 1);  // NotifyRegistrationStatus arrived first
   EXPECT_TRUE(harness_->refused().empty());
@@ -193,20 +224,73 @@ TEST_F(DraHarnessTest, RollingUpdateGoesToTheNewestInstance) {
   EXPECT_EQ(harness_->wipes(), std::vector<std::string>{""});  // the driver never left
 }
 
-TEST_F(DraHarnessTest, HealthStreamReachesTheKubelet) {
-  StartHarness();
-  auto plugin = StartPlugin();
-  ASSERT_TRUE(harness_->WaitForDriver(kDriver, milliseconds(10000)));
-  plugin->SetDeviceHealth({{"gpu-0", dra::DeviceHealthReport::Health::kHealthy, "", 0},
-                           {"gpu-1", dra::DeviceHealthReport::Health::kUnhealthy, "XID 79", 0}});
-  ASSERT_TRUE(harness_->WaitForHealth(
-      kDriver, [](const std::vector<DraDeviceHealth>& l) { return l.size() == 2; },
-      milliseconds(10000)));
-  auto list = harness_->Health(kDriver);
-  EXPECT_EQ(list[1].device, "gpu-1");
-  EXPECT_EQ(list[1].pool, kNode);
-  EXPECT_EQ(list[1].health, "Unhealthy");
-  EXPECT_EQ(list[1].message, "XID 79");
+// The plugin's health list reaches the kubelet over the version it picked: v1 for a kubelet 1.37,
+// v1alpha1 for a kubelet that speaks only that (1.31-1.36).
+TEST_F(DraHarnessTest, HealthStreamReachesTheKubeletOverV1AndV1alpha1) {
+  for (const std::string version : {"v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"}) {
+    SCOPED_TRACE(version);
+    StartHarness(milliseconds(30000),
+                 version == "v1.DRAResourceHealth"
+                     ? std::vector<std::string>{}
+                     : std::vector<std::string>{"v1alpha1.DRAResourceHealth"});
+    auto plugin = StartPlugin();
+    ASSERT_TRUE(harness_->WaitForDriver(kDriver, milliseconds(10000)));
+    EXPECT_EQ(harness_->Driver(kDriver)->health_service, version);
+    plugin->SetDeviceHealth({{"gpu-0", dra::DeviceHealthReport::Health::kHealthy, "", 0},
+                             {"gpu-1", dra::DeviceHealthReport::Health::kUnhealthy, "XID 79", 0}});
+    ASSERT_TRUE(harness_->WaitForHealth(
+        kDriver, [](const std::vector<DraDeviceHealth>& l) { return l.size() == 2; },
+        milliseconds(10000)));
+    auto list = harness_->Health(kDriver);
+    EXPECT_EQ(list[0].health, "Healthy");
+    EXPECT_EQ(list[1].device, "gpu-1");
+    EXPECT_EQ(list[1].pool, kNode);
+    EXPECT_EQ(list[1].health, "Unhealthy");
+    EXPECT_EQ(list[1].message, "XID 79");
+    plugin->Stop();
+    harness_->Stop();
+    harness_.reset();
+  }
+}
+
+// As the kubelet 1.37 picks: the DRAPlugin service by the plugin's order (the first it speaks),
+// the health service by the kubelet's (v1 before v1alpha1), none when only unknown ones are listed.
+TEST_F(DraHarnessTest, PicksServicesAsTheKubeletDoes) {
+  struct Case {
+    std::vector<std::string> advertised, kubelet_health;
+    std::string service, health;
+  };
+  const std::vector<Case> cases = {
+      {{"v1beta1.DRAPlugin", "v1.DRAPlugin", "v1alpha1.DRAResourceHealth", "v1.DRAResourceHealth"},
+       {},
+       "v1beta1.DRAPlugin",
+       "v1.DRAResourceHealth"},
+      {{"v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"},
+       {"v1alpha1.DRAResourceHealth"},
+       "v1.DRAPlugin",
+       "v1alpha1.DRAResourceHealth"},
+      {{"v2.DRAPlugin", "v1.DRAPlugin", "v2.DRAResourceHealth"}, {}, "v1.DRAPlugin", ""},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(i);
+    StartHarness(milliseconds(30000), cases[i].kubelet_health);
+    const std::string socket = dir_ + "/reg/fixed-" + std::to_string(i) + "-reg.sock";
+    FixedRegistration service(dir_ + "/plugins/none.sock", cases[i].advertised);
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
+    builder.RegisterService(&service);
+    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+    ASSERT_NE(server, nullptr);
+    ASSERT_TRUE(harness_->WaitForDriver(kDriver, milliseconds(10000)));
+    std::optional<DraRegistration> reg = harness_->Driver(kDriver);
+    ASSERT_TRUE(reg.has_value());
+    EXPECT_EQ(reg->service, cases[i].service);
+    EXPECT_EQ(reg->health_service, cases[i].health);
+    harness_->Stop();
+    harness_.reset();
+    server->Shutdown();
+    fs::remove(socket);
+  }
 }
 
 TEST_F(DraHarnessTest, RefusesAnEndpointOutsideTheKubeletRoot) {
