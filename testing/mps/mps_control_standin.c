@@ -74,7 +74,7 @@ typedef struct {
   const char* log_dir;
 } Paths;
 
-static void* xmalloc(size_t n) {
+static void* Allocate(size_t n) {
   void* p = malloc(n == 0 ? 1 : n);
   if (p == NULL) {
     fprintf(stderr, "%s: out of memory\n", kProgram);
@@ -83,8 +83,8 @@ static void* xmalloc(size_t n) {
   return p;
 }
 
-static char* xstrndup(const char* s, size_t n) {
-  char* out = xmalloc(n + 1);
+static char* CopyString(const char* s, size_t n) {
+  char* out = Allocate(n + 1);
   memcpy(out, s, n);
   out[n] = '\0';
   return out;
@@ -95,7 +95,7 @@ static char* Join(const char* dir, const char* name) {
   const size_t d = strlen(dir);
   const size_t n = strlen(name);
   const bool slash = d > 0 && dir[d - 1] != '/';
-  char* out = xmalloc(d + slash + n + 1);
+  char* out = Allocate(d + slash + n + 1);
   memcpy(out, dir, d);
   if (slash) out[d] = '/';
   memcpy(out + d + slash, name, n + 1);
@@ -139,7 +139,7 @@ static bool LogLine(const Paths* p, const char* text, size_t size) {
   const int64_t ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
   char stamp[64];
   const int s = snprintf(stamp, sizeof stamp, "[%.3f] ", (double)ns / 1e9);
-  char* line = xmalloc((size_t)s + size + 1);
+  char* line = Allocate((size_t)s + size + 1);
   memcpy(line, stamp, (size_t)s);
   memcpy(line + s, text, size);
   line[(size_t)s + size] = '\n';
@@ -162,16 +162,30 @@ static Bytes Strip(Bytes b) {
   return b;
 }
 
-static bool Equals(Bytes b, const char* s) {
-  return b.size == strlen(s) && memcmp(b.data, s, b.size) == 0;
+static bool SameBytes(Bytes a, Bytes b) {
+  return a.size == b.size && memcmp(a.data, b.data, a.size) == 0;
+}
+
+static bool Equals(Bytes b, const char* s) { return SameBytes(b, (Bytes){s, strlen(s)}); }
+
+static Bytes Copy(Bytes b) { return (Bytes){CopyString(b.data, b.size), b.size}; }
+
+// prefix + rest, in *size bytes (not NUL-terminated).
+static char* Concat(const char* prefix, Bytes rest, size_t* size) {
+  const size_t n = strlen(prefix);
+  char* out = Allocate(n + rest.size);
+  memcpy(out, prefix, n);
+  memcpy(out + n, rest.data, rest.size);
+  *size = n + rest.size;
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------------
 // The daemon.
 
 typedef struct {
-  char* device;
-  char* limit;
+  Bytes device;  // both owned (CopyString)
+  Bytes limit;
 } PinnedLimit;
 
 typedef struct {
@@ -184,7 +198,7 @@ typedef struct {
 
 // Python's float() grammar (decimal, '_' between digits, inf/nan), no hexadecimal.
 static bool ParseFloat(Bytes s, double* out) {
-  char* clean = xmalloc(s.size + 1);
+  char* clean = Allocate(s.size + 1);
   size_t n = 0;
   size_t i = 0;
   bool ok = true;
@@ -241,18 +255,18 @@ static bool ParseFloat(Bytes s, double* out) {
   return ok;
 }
 
-static const char* PinnedGet(const DaemonState* st, Bytes device) {
+static const Bytes* PinnedGet(const DaemonState* st, Bytes device) {
   for (size_t i = 0; i < st->pinned_count; ++i) {
-    if (Equals(device, st->pinned[i].device)) return st->pinned[i].limit;
+    if (SameBytes(device, st->pinned[i].device)) return &st->pinned[i].limit;
   }
   return NULL;
 }
 
 static void PinnedSet(DaemonState* st, Bytes device, Bytes limit) {
   for (size_t i = 0; i < st->pinned_count; ++i) {
-    if (Equals(device, st->pinned[i].device)) {
-      free(st->pinned[i].limit);
-      st->pinned[i].limit = xstrndup(limit.data, limit.size);
+    if (SameBytes(device, st->pinned[i].device)) {
+      free((char*)st->pinned[i].limit.data);
+      st->pinned[i].limit = Copy(limit);
       return;
     }
   }
@@ -262,8 +276,8 @@ static void PinnedSet(DaemonState* st, Bytes device, Bytes limit) {
     if (grown == NULL) exit(1);
     st->pinned = grown;
   }
-  st->pinned[st->pinned_count].device = xstrndup(device.data, device.size);
-  st->pinned[st->pinned_count].limit = xstrndup(limit.data, limit.size);
+  st->pinned[st->pinned_count].device = Copy(device);
+  st->pinned[st->pinned_count].limit = Copy(limit);
   ++st->pinned_count;
 }
 
@@ -282,45 +296,30 @@ static char* Handle(DaemonState* st, Bytes command, size_t* size) {
     if (count < kMaxWords) words[count] = (Bytes){command.data + start, i - start};
     ++count;
   }
-  const char* answer = "";
-  char* owned = NULL;
+  Bytes answer = {"", 0};  // the answer of a blank command, a setter, get_server_list and quit
   if (count == 0) {
-    answer = "";
   } else if (Equals(words[0], "set_default_active_thread_percentage") && count == 2) {
     double value = 0;
     if (!ParseFloat(words[1], &value) || !(value > 0 && value <= 100)) {
-      const char prefix[] = "Invalid thread percentage: ";
-      owned = xmalloc(sizeof prefix - 1 + words[1].size);
-      memcpy(owned, prefix, sizeof prefix - 1);
-      memcpy(owned + sizeof prefix - 1, words[1].data, words[1].size);
-      *size = sizeof prefix - 1 + words[1].size;
-      return owned;
+      return Concat("Invalid thread percentage: ", words[1], size);
     }
     snprintf(st->thread_percentage, sizeof st->thread_percentage, "%.1f", value);
-    answer = st->thread_percentage;
+    answer = (Bytes){st->thread_percentage, strlen(st->thread_percentage)};
   } else if (Equals(words[0], "get_default_active_thread_percentage") && count == 1) {
-    answer = st->thread_percentage;
+    answer = (Bytes){st->thread_percentage, strlen(st->thread_percentage)};
   } else if (Equals(words[0], "set_default_device_pinned_mem_limit") && count == 3) {
     PinnedSet(st, words[1], words[2]);
-    answer = "";
   } else if (Equals(words[0], "get_default_device_pinned_mem_limit") && count == 2) {
-    const char* limit = PinnedGet(st, words[1]);
-    answer = limit != NULL ? limit : "0";
+    const Bytes* limit = PinnedGet(st, words[1]);
+    answer = limit != NULL ? *limit : (Bytes){"0", 1};
   } else if (Equals(words[0], "get_server_list") && count == 1) {
-    answer = "";
   } else if (Equals(words[0], "quit") && count == 1) {
     st->running = false;
-    answer = "";
   } else {
-    const char prefix[] = "Unrecognized command: ";
-    owned = xmalloc(sizeof prefix - 1 + command.size);
-    memcpy(owned, prefix, sizeof prefix - 1);
-    memcpy(owned + sizeof prefix - 1, command.data, command.size);
-    *size = sizeof prefix - 1 + command.size;
-    return owned;
+    return Concat("Unrecognized command: ", command, size);
   }
-  *size = strlen(answer);
-  return xstrndup(answer, *size);
+  *size = answer.size;
+  return CopyString(answer.data, answer.size);
 }
 
 // Writes the answer (and its newline, when there is one) to the client's reply fifo and closes
@@ -328,7 +327,7 @@ static char* Handle(DaemonState* st, Bytes command, size_t* size) {
 // fifo (a path in a request is whatever its writer chose) is never written to.
 static void Reply(Bytes path, const char* text, size_t size) {
   if (memchr(path.data, '\0', path.size) != NULL) return;
-  char* p = xstrndup(path.data, path.size);
+  char* p = CopyString(path.data, path.size);
   const int fd = open(p, O_WRONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
   free(p);
   if (fd < 0) return;
@@ -336,7 +335,7 @@ static void Reply(Bytes path, const char* text, size_t size) {
   if (fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode) && size > 0) {
     const int flags = fcntl(fd, F_GETFL);
     if (flags >= 0 && fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0) {
-      char* data = xmalloc(size + 1);
+      char* data = Allocate(size + 1);
       memcpy(data, text, size);
       data[size] = '\n';
       (void)WriteAll(fd, data, size + 1);  // EPIPE: the client went away mid-reply
@@ -358,7 +357,7 @@ static _Noreturn void Terminate(const Paths* p) {
   _exit(logged ? 0 : 1);
 }
 
-static void WaitForTerm(int signal_fd, const Paths* p) {
+static _Noreturn void WaitForTerm(int signal_fd, const Paths* p) {
   for (;;) {
     struct signalfd_siginfo info;
     ssize_t n = read(signal_fd, &info, sizeof info);
@@ -383,10 +382,9 @@ static bool ServeLines(DaemonState* st, const Paths* p, int signal_fd, char* buf
       command = (Bytes){space + 1, line.size - reply_path.size - 1};
     }
     command = Strip(command);
-    char* logged = xmalloc(4 + command.size);
-    memcpy(logged, "CMD ", 4);
-    memcpy(logged + 4, command.data, command.size);
-    const bool ok = LogLine(p, logged, 4 + command.size);
+    size_t logged_size = 0;
+    char* logged = Concat("CMD ", command, &logged_size);
+    const bool ok = LogLine(p, logged, logged_size);
     free(logged);
     if (!ok) {
       Cleanup(p);
@@ -408,7 +406,7 @@ static void Serve(const Paths* p, int control_fd, int signal_fd) {
   memset(&st, 0, sizeof st);
   strcpy(st.thread_percentage, "100.0");
   st.running = true;
-  char* buf = xmalloc(kMaxRequest + kReadChunk);
+  char* buf = Allocate(kMaxRequest + kReadChunk);
   size_t size = 0;
   bool discarding = false;  // inside a request longer than kMaxRequest: dropped to its newline
   for (;;) {
@@ -449,7 +447,7 @@ static void Serve(const Paths* p, int control_fd, int signal_fd) {
 // mkdir -p: missing parents with mode 0777 (less the umask), the directory itself with `mode`;
 // an existing directory is fine.
 static bool MakeDirs(const char* path, mode_t mode) {
-  char* copy = xstrndup(path, strlen(path));
+  char* copy = CopyString(path, strlen(path));
   size_t len = strlen(copy);
   while (len > 1 && copy[len - 1] == '/') copy[--len] = '\0';
   for (char* s = strchr(copy + 1, '/'); s != NULL; s = strchr(s + 1, '/')) {
@@ -481,11 +479,11 @@ static int CompareNames(const void* a, const void* b) {
 static bool LogStart(const Paths* p) {
   size_t count = 0;
   for (char** e = environ; *e != NULL; ++e) ++count;
-  char** names = xmalloc(count * sizeof *names);
+  char** names = Allocate(count * sizeof *names);
   size_t total = 0;
   for (size_t i = 0; i < count; ++i) {
     const char* eq = strchr(environ[i], '=');
-    names[i] = xstrndup(environ[i], eq != NULL ? (size_t)(eq - environ[i]) : strlen(environ[i]));
+    names[i] = CopyString(environ[i], eq != NULL ? (size_t)(eq - environ[i]) : strlen(environ[i]));
     total += strlen(names[i]) + 1;
   }
   qsort(names, count, sizeof *names, CompareNames);
@@ -494,7 +492,7 @@ static bool LogStart(const Paths* p) {
   char head[64];
   const int h = snprintf(head, sizeof head, "START pid=%d CUDA_VISIBLE_DEVICES=", (int)getpid());
   const size_t cap = (size_t)h + strlen(visible) + 5 + total + 1;
-  char* line = xmalloc(cap);
+  char* line = Allocate(cap);
   size_t n = (size_t)snprintf(line, cap, "%s%s ENV=", head, visible);
   for (size_t i = 0; i < count; ++i) {
     n += (size_t)snprintf(line + n, cap - n, "%s%s", i == 0 ? "" : ",", names[i]);
@@ -519,7 +517,7 @@ static _Noreturn void RunDaemon(const Paths* p, int ready_w) {
   if (mkfifo(p->control, 0622) != 0 || chmod(p->control, 0622) != 0) _exit(1);
   const int control_fd = open(p->control, O_RDWR | O_CLOEXEC);  // never blocks, never sees EOF
   if (control_fd < 0) _exit(1);
-  char* tmp_path = xmalloc(strlen(p->pid_file) + 5);
+  char* tmp_path = Allocate(strlen(p->pid_file) + 5);
   sprintf(tmp_path, "%s.tmp", p->pid_file);
   const int pid_fd = open(tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   char pid_text[32];
@@ -647,7 +645,7 @@ static int Send(const Paths* p, Bytes command) {
   // poll() reports POLLHUP on a fifo only after a writer has come and gone since we opened it,
   // so this waits for the daemon; a hung daemon means waiting forever, as with the real client
   // (callers apply their own timeout).
-  char* chunk = xmalloc(kReadChunk);
+  char* chunk = Allocate(kReadChunk);
   for (;;) {
     struct pollfd pfd = {.fd = reply_fd, .events = POLLIN};
     if (poll(&pfd, 1, -1) < 0) {
