@@ -139,7 +139,8 @@ void Invalid(httplib::Response& res, const std::string& kind, const ObjectName& 
   }
   nlohmann::json details = n.Details(kind);
   if (n.name.empty()) details.erase("name");
-  details["causes"] = nlohmann::json::array({{{"reason", reason}, {"message", rest}, {"field", field}}});
+  details["causes"] =
+      nlohmann::json::array({{{"reason", reason}, {"message", rest}, {"field", field}}});
   Fail(res, 422, "Invalid",
        (n.group.empty() ? kind : kind + "." + n.group) + " \"" + n.name + "\" is invalid: " + bad,
        std::move(details));
@@ -752,7 +753,9 @@ struct FakeApiServer::State {
     const size_t limit = limit_text.empty() ? 0 : std::strtoull(limit_text.c_str(), nullptr, 10);
     const std::string after = req.get_param_value("continue");
     if (!after.empty() && after.rfind("fake:", 0) != 0) {
-      Fail(res, 400, "BadRequest", "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)");
+      Fail(res, 400, "BadRequest",
+           "continue key is not valid: incorrect encoded start resourceVersion (version "
+           "meta.k8s.io/v1)");
       return;
     }
     nlohmann::json items = nlohmann::json::array();
@@ -965,7 +968,9 @@ struct FakeApiServer::State {
       if (HasStatusSubresource(coll.resource)) {
         // Go serializes a struct field even when empty: such an object always has both.
         for (const char* k : {"spec", "status"}) {
-          if (!created.contains(k) || !created[k].is_object()) created[k] = nlohmann::json::object();
+          if (!created.contains(k) || !created[k].is_object()) {
+            created[k] = nlohmann::json::object();
+          }
         }
       }
       if (coll.resource == "pods") {
@@ -980,7 +985,9 @@ struct FakeApiServer::State {
         const bool has = std::any_of(taints.begin(), taints.end(), [](const nlohmann::json& t) {
           return t.value("key", "") == "node.kubernetes.io/not-ready";
         });
-        if (!has) taints.push_back({{"key", "node.kubernetes.io/not-ready"}, {"effect", "NoSchedule"}});
+        if (!has) {
+          taints.push_back({{"key", "node.kubernetes.io/not-ready"}, {"effect", "NoSchedule"}});
+        }
       }
       if (coll.resource == "namespaces") {
         // pkg/registry/core/namespace/strategy.go: the name label, phase Active.
@@ -1243,8 +1250,9 @@ struct FakeApiServer::State {
           updated = updated.patch(patch);
         } catch (const nlohmann::json::exception&) {
           // A JSON patch that does not apply (a failed test, a missing path) is 422 with this
-          // fixed message and empty details (handlers/patch.go, jsonPatcher.applyPatchToCurrentObject).
-          Fail(res, 422, "Invalid", "the server rejected our request due to an error in our request",
+          // fixed message and empty details (handlers/patch.go, jsonPatcher).
+          Fail(res, 422, "Invalid",
+               "the server rejected our request due to an error in our request",
                nlohmann::json::object());
           return;
         }

@@ -2,10 +2,16 @@
 //
 // It stores objects by path ("/api/v1/nodes/n1"), starting from recorded API responses
 // (testdata/*.json), and behaves as kube-apiserver does where gpulet's code depends on it; each rule
-// names the upstream file it follows in fake_apiserver.cc. In short:
+// names the upstream file it follows in fake_apiserver.cc, and tests/differential/apiserver_test.sh
+// checks what gpulet's client sees of it against a real kube-apiserver. In short:
+//   Errors are Statuses naming the resource as the real server does (configmaps "a" not found,
+//          leases.coordination.k8s.io "l" already exists, Operation cannot be fulfilled on …),
+//          with details (name, group, kind; causes for 422)
 //   GET    <object path> → the object, or a 404 Status
-//   GET    <collection> (no watch) → a List filtered by fieldSelector (a=b, a!=b on dotted fields)
-//          and labelSelector (a=b, a!=b, a); /api/v1/pods spans every namespace
+//   GET    <collection> (no watch) → a <Kind>List (items without kind/apiVersion) filtered by
+//          fieldSelector (a=b, a!=b; a field the resource cannot select on is 400) and
+//          labelSelector (a=b, a!=b, a); /api/v1/pods spans every namespace; limit and continue
+//          page it
 //   GET    <collection>?watch=1[&fieldSelector][&labelSelector][&resourceVersion=R]
 //          [&allowWatchBookmarks=true][&timeoutSeconds=N] → a chunked stream of JSON lines. Without
 //          R (or R=0) an ADDED per matching object first; with R every change after R. A MODIFIED
@@ -14,21 +20,29 @@
 //          SetGoneAsHttpStatus); ExpireWatches() sends 410 in the middle of open streams and
 //          SendWatchError() any other ERROR event, each ending the stream; SendBookmarks() sends a
 //          BOOKMARK to streams that asked; timeoutSeconds ends a stream cleanly.
-//   POST   <collection> → creates (409 AlreadyExists); uid and creationTimestamp are assigned
+//   POST   <collection> → creates (409 AlreadyExists; 422 for a name that is not a DNS
+//          subdomain; 404 for a missing namespace with Options::require_namespaces); uid,
+//          creationTimestamp, metadata.namespace (from the URL) and, for resources with a spec,
+//          generation are assigned; a pod's status is {phase: Pending}, a node gets the
+//          not-ready taint, a namespace its name label
 //   PATCH  <object path> → merge / json-patch; strategic merge only where it equals a merge patch
 //          (a list or $-directive is refused, 422); a stale metadata.resourceVersion in the patch
 //          is 409; a patch that changes nothing bumps no version and sends no event
 //   PUT    <object path> → replace (404, 409 on a stale resourceVersion)
 //   GET/PATCH/PUT <object path>/status → the status subresource: only `status` changes; a
-//          resource.k8s.io/v1 ResourceClaim written through its main path keeps its status (and
-//          is created without one), as the scheduler's /status write is the only way in
+//          write through the main path of a resource with a status subresource (pods, nodes,
+//          namespaces, PDBs, StatefulSets, Deployments, ResourceClaims) keeps the stored status;
+//          a ResourceClaim is created with an empty one, as the scheduler's /status write is the
+//          only way in
 //   ResourceSlices (resource.k8s.io/v1, cluster-scoped) are validated on every write as the
 //          real server does where a publisher can go wrong (limits on devices, counter sets,
 //          counters, attributes+capacities, taints; devices or sharedCounters; exactly one node
 //          selection; driver and nodeName immutable): 422 Invalid naming the field
 //   DELETE <collection>[?fieldSelector][&labelSelector] → deletecollection: every matching item,
 //          answered as a List of them (the kubelet wipes a node's slices this way)
-//   DELETE <object path> → with DeleteOptions preconditions (409); a pod bound to a node and not
+//   DELETE <object path> → the object's last state for pods, namespaces, ResourceClaims and
+//          ResourceSlices, a Success Status naming it for the rest;
+//          with DeleteOptions preconditions (409); a pod bound to a node and not
 //          finished goes Terminating (deletionTimestamp) and is removed after
 //          min(grace period, Options::pod_termination), as its kubelet would
 //   POST   .../pods/NAME/binding → 404 without the pod; 409 when metadata.uid differs, the pod is

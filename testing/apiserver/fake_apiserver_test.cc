@@ -618,7 +618,9 @@ TEST(FakeApiServerNamespaces, ACreateInAMissingNamespaceIsNotFoundWhenAsked) {
   EXPECT_EQ(refused.http_status(), 404);
   EXPECT_NE(refused.status().message().find("namespaces \"ns\" not found"), std::string::npos);
   auto ns = client.Post("/api/v1/namespaces",
-                        {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "ns"}}}});
+                        {{"apiVersion", "v1"},
+                         {"kind", "Namespace"},
+                         {"metadata", {{"name", "ns"}}}});
   ASSERT_TRUE(ns.ok());
   EXPECT_EQ((*ns)["metadata"]["labels"]["kubernetes.io/metadata.name"], "ns");
   EXPECT_TRUE(client.Post("/api/v1/namespaces/ns/configmaps", cm).ok());
