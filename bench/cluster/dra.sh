@@ -97,7 +97,9 @@ per() {  # per SUM_FIELD COUNT_FIELD: the mean between the two snapshots, in ms
   echo "testing/cluster/overlays/sim-dgx-h100-dra\`, the node's nvidia.com/gpu CDI spec present."
   echo "$N pods of each example, one at a time (each with its claim from the example's template),"
   echo "client-side \`kubectl create\` to \`kubectl wait\` seeing Running (two kubectl start-ups, about"
-  echo "0.1 s, included). Machine: $(nproc) cores, $(date -u +%Y-%m-%d)."
+  echo "0.1 s, included). Machine: $(nproc) cores, $(date -u +%Y-%m-%d), load average at the end"
+  echo "$(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine stretches the pod times; the"
+  echo "kubelet's and the scheduler's own figures are less affected)."
   echo
   echo "| claim (deploy/examples/dra) | p50 | p99 | min / max |"
   echo "|---|---|---|---|"
