@@ -286,12 +286,27 @@ std::string Render(const Snapshot& snapshot, const PodMap& pods, const RenderOpt
               attrs.emplace_back("pod_uid", holder->uid);
             }
             if (!holder->vgpu.empty()) attrs.emplace_back("vgpu", holder->vgpu);
+            if (!holder->dra_claim_name.empty()) {
+              attrs.emplace_back("dra_claim_name", holder->dra_claim_name);
+              attrs.emplace_back("dra_claim_namespace", holder->dra_claim_namespace);
+              attrs.emplace_back("dra_driver_name", holder->dra_driver_name);
+              attrs.emplace_back("dra_pool_name", holder->dra_pool_name);
+              attrs.emplace_back("dra_device_name", holder->dra_device_name);
+            }
           } else if (holders != nullptr && !options.series_per_pod) {
             const std::vector<PodRef>& cs_ = entity_containers[e];
             attrs.emplace_back("container", Join(cs_, &PodRef::container));
             attrs.emplace_back("namespace", Join(cs_, &PodRef::namespace_));
             attrs.emplace_back("pod", Join(cs_, &PodRef::pod));
             if (options.pod_uid_label) attrs.emplace_back("pod_uid", Join(cs_, &PodRef::uid));
+            if (std::any_of(cs_.begin(), cs_.end(),
+                            [](const PodRef& p) { return !p.dra_claim_name.empty(); })) {
+              attrs.emplace_back("dra_claim_name", Join(cs_, &PodRef::dra_claim_name));
+              attrs.emplace_back("dra_claim_namespace", Join(cs_, &PodRef::dra_claim_namespace));
+              attrs.emplace_back("dra_driver_name", Join(cs_, &PodRef::dra_driver_name));
+              attrs.emplace_back("dra_pool_name", Join(cs_, &PodRef::dra_pool_name));
+              attrs.emplace_back("dra_device_name", Join(cs_, &PodRef::dra_device_name));
+            }
           }
           std::sort(attrs.begin(), attrs.end(),
                     [](const auto& a, const auto& b) { return a.first < b.first; });

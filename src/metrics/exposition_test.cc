@@ -102,6 +102,35 @@ TEST(Exposition, PodsOnASharedGpuGetOneSeriesEach) {
   EXPECT_NE(joined.find(prefix + "container=\"main,worker\",namespace=\"ml,ml\",pod=\"train-a,train-b\"} 41\n"), std::string::npos) << joined;
 }
 
+// A GPU allocated through DRA: the claim and the allocation result as dcgm-exporter names them
+// (dra_claim_name, dra_claim_namespace, dra_device_name, dra_driver_name, dra_pool_name), in the
+// same key order; a device plugin's pod on the same GPU gets none.
+TEST(Exposition, DraClaimsLabelTheirPodsSeries) {
+  Snapshot s = TwoGpus();
+  PodMap pods;
+  pods[{1, -1}] = {{"ml", "dp", "main"},
+                   {"ml", "train", "main", "", "", "train-gpu", "ml", "gpu.gpulet.io", "node-1",
+                    "gpu-1"}};
+  const std::string got = Render(s, pods, {});
+  const std::string prefix =
+      "DCGM_FI_DEV_GPU_TEMP{gpu=\"1\",UUID=\"GPU-1\",pci_bus_id=\"00000000:11:00.0\",device=\"nvidia1\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"node-1\",DCGM_FI_DRIVER_VERSION=\"550.54.15\",";
+  EXPECT_NE(got.find(prefix +
+                     "container=\"main\",dra_claim_name=\"train-gpu\",dra_claim_namespace=\"ml\","
+                     "dra_device_name=\"gpu-1\",dra_driver_name=\"gpu.gpulet.io\",dra_pool_name=\"node-1\","
+                     "namespace=\"ml\",pod=\"train\"} 41\n"),
+            std::string::npos)
+      << got;
+  EXPECT_NE(got.find(prefix + "container=\"main\",namespace=\"ml\",pod=\"dp\"} 41\n"), std::string::npos)
+      << got;
+  const std::string joined = Render(s, pods, {Format::kText004, false});
+  EXPECT_NE(joined.find(prefix +
+                        "container=\"main,main\",dra_claim_name=\",train-gpu\",dra_claim_namespace=\",ml\","
+                        "dra_device_name=\",gpu-1\",dra_driver_name=\",gpu.gpulet.io\","
+                        "dra_pool_name=\",node-1\",namespace=\"ml,ml\",pod=\"dp,train\"} 41\n"),
+            std::string::npos)
+      << joined;
+}
+
 TEST(Exposition, MigSeriesCarryInstanceLabels) {
   Snapshot s;
   s.counters = Counters("DCGM_FI_DEV_FB_USED, gauge, Framebuffer memory used (in MiB).\n");

@@ -135,7 +135,9 @@ PodMap BuildPodMap(const v1::ListPodResourcesResponse& response, const gpu::Inve
           auto key = ResolveDraDevice(inventory, device.device_name(), mig_placement);
           if (!key) continue;
           map[*key].push_back({pod.namespace_(), pod.name(), container.name(),
-                               device.has_share_id() ? device.share_id() : "", ""});
+                               device.has_share_id() ? device.share_id() : "", "",
+                               claim.claim_name(), claim.claim_namespace(), device.driver_name(),
+                               device.pool_name(), device.device_name()});
         }
       }
     }

@@ -159,11 +159,18 @@ TEST(BuildPodMap, DynamicResourcesOfGpuletsDriver) {
 
   PodMap map = BuildPodMap(r, Node(), {"nvidia.com/"}, {});
   ASSERT_EQ(map.size(), 2u);
-  EXPECT_EQ(map.at({0, -1}), (std::vector<PodRef>{{"ml", "both", "main", "", ""},
-                                                  {"ml", "whole", "main", "", ""}}));
-  EXPECT_EQ(map.at({1, -1}), (std::vector<PodRef>{{"ml", "both", "main", "", ""},
-                                                  {"ml", "share-a", "main", "s-a", ""},
-                                                  {"ml", "share-b", "main", "s-b", ""}}));
+  // A claim's device carries the claim and the allocation result (dcgm-exporter's dra_* labels).
+  EXPECT_EQ(map.at({0, -1}),
+            (std::vector<PodRef>{
+                {"ml", "both", "main", "", "", "both-claim", "ml", "gpu.gpulet.io", "", "gpu-0"},
+                {"ml", "whole", "main", "", "", "whole-claim", "ml", "gpu.gpulet.io", "node-a",
+                 "gpu-0"}}));
+  EXPECT_EQ(map.at({1, -1}),
+            (std::vector<PodRef>{{"ml", "both", "main", "", ""},
+                                 {"ml", "share-a", "main", "s-a", "", "share-a-claim", "ml",
+                                  "gpu.gpulet.io", "node-a", "gpu-1-mem"},
+                                 {"ml", "share-b", "main", "s-b", "", "share-b-claim", "ml",
+                                  "gpu.gpulet.io", "node-a", "gpu-1-mem"}}));
 }
 
 TEST(ApplyPodUids, NamesEveryKnownPod) {

@@ -85,6 +85,14 @@ struct PodRef {
   std::string container;
   std::string vgpu;  // the replica of a shared GPU ("3" of "GPU-…::3"); "" for whole devices
   std::string uid;   // the pod's UID when known (API server), else ""
+  // A device allocated through DRA: the claim and the allocation result's driver, pool and
+  // device, as the pod-resources API lists them (labels dra_claim_name, dra_claim_namespace,
+  // dra_driver_name, dra_pool_name, dra_device_name, as dcgm-exporter names them); "" otherwise.
+  std::string dra_claim_name;
+  std::string dra_claim_namespace;
+  std::string dra_driver_name;
+  std::string dra_pool_name;
+  std::string dra_device_name;
   bool operator==(const PodRef&) const = default;
 };
 

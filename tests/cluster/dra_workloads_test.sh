@@ -6,7 +6,9 @@
 #   driver in it) gets 20 GiB of its GPU and not a byte more, through the claim's CDI spec alone;
 # - a MIG profile from deploy/examples/dra on the H100 (no MIG device exists before): the DRA
 #   driver makes the instance when the kubelet prepares the claim, the container sees the parent
-#   GPU and exactly the instance's capability nodes, and the instance is gone once the pod is.
+#   GPU and exactly the instance's capability nodes, and the instance is gone once the pod is;
+# - the DRA DaemonSet's exporter labels the share's GPU with the pod and the claim, read from the
+#   real kubelet's pod-resources API (dcgm-exporter's dra_* label names).
 source "$(dirname "$0")/lib.sh"
 overlay="$repo/testing/cluster/overlays/sim-dgx-h100-dra"
 examples="$repo/deploy/examples/dra"
@@ -56,10 +58,21 @@ big="$(field fill admitted 1)"; small="$(field fill admitted 2)"
 [ "$big" = $(((share - ctx) / gib * gib)) ] || fail "1 GiB chunks admitted $big, want $(((share - ctx) / gib * gib))"
 [ "$small" = $(((share - ctx - big) / mib * mib)) ] || fail "1 MiB chunks admitted $small, want $(((share - ctx - big) / mib * mib))"
 echo "20 GiB share: context $ctx + $big + $small B admitted, $((share - ctx - big - small)) B left"
+
+say "the exporter attributes the claim's GPU to the pod, with the claim (issue 33 item 5)"
+agent="$(kc get pods -n gpulet-system -l app.kubernetes.io/component=dra -o jsonpath='{.items[0].metadata.name}')"
+agent_ip="$(kc get pod -n gpulet-system "$agent" -o jsonpath='{.status.podIP}')"
+claim="$(kc get pod -n "$ns" memory-share-20gi -o jsonpath='{.status.resourceClaimStatuses[0].resourceClaimName}')"
+[ -n "$claim" ] || fail "memory-share-20gi: no claim in its status"
+attributed() {
+  grep -q "^DCGM_FI_DEV_FB_USED{.*dra_claim_name=\"$claim\",dra_claim_namespace=\"$ns\",.*dra_driver_name=\"gpu.gpulet.io\",dra_pool_name=\"$node\",namespace=\"$ns\",pod=\"memory-share-20gi\"" \
+    <<< "$(curl -s --max-time 5 "http://$agent_ip:9400/metrics")"
+}
+until_true 60 "DCGM_FI_DEV_FB_USED of the claim's GPU labelled with pod memory-share-20gi and claim $claim" attributed
+curl -s --max-time 5 "http://$agent_ip:9400/metrics" | grep -m1 '^DCGM_FI_DEV_FB_USED{.*pod="memory-share-20gi"' || true
 kc delete pod -n "$ns" memory-share-20gi --wait=true --timeout=60s >/dev/null
 
 say "mig-1g: the DRA driver makes the instance at prepare, and it is gone after the pod"
-agent="$(kc get pods -n gpulet-system -l app.kubernetes.io/component=dra -o jsonpath='{.items[0].metadata.name}')"
 mig_count() {  # MIG devices on the simulated node, as the DRA driver's own NVML sees them
   kc exec -n gpulet-system "$agent" -c gpulet -- gpulet --log-level off info -o json | \
     python3 -c 'import json, sys; print(sum(len(g["mig_devices"]) for g in json.load(sys.stdin)["gpus"]))'
