@@ -418,6 +418,9 @@ for n in range(1, 1083): os.mknod("%s/nvidia-cap%d" % (sys.argv[1], n), 0o444 | 
     # The simulated NVML's YAML reader, which it loads from its own directory when it has no parsed
     # copy of its fixture (a container's first NVML call).
     [ -f "$build/sim/libgpulet-sim-yaml.so" ] && cp "$build/sim/libgpulet-sim-yaml.so" "$lib/"
+    # The stand-in MPS control program (testing/mps), where the driver installs the real one.
+    mkdir -p "$run/driver-root/usr/bin"
+    [ -f "$build/mps/nvidia-cuda-mps-control" ] && cp "$build/mps/nvidia-cuda-mps-control" "$run/driver-root/usr/bin/"
   fi
   mount --bind "$run/driver-root" "$run/driver-root"
   mount --make-rshared "$run/driver-root"
