@@ -87,7 +87,28 @@ devices="$(kc logs -n "$ns" mig-1g | sed -n 's/^GPULET_DRA_DEVICES=//p')"
 caps="$(kc exec -n "$ns" mig-1g -- ls /dev/nvidia-caps | wc -w)"
 [ "$caps" = 2 ] || fail "mig-1g sees $caps capability nodes, want the instance's 2"
 echo "mig-1g: $devices, 2 capability nodes"
+say "the DRA driver killed and restarted between prepare and unprepare: nothing is left behind"
+mig_claim="$(kc get pod -n "$ns" mig-1g -o jsonpath='{.status.resourceClaimStatuses[0].resourceClaimName}')"
+mig_uid="$(kc get resourceclaim -n "$ns" "$mig_claim" -o jsonpath='{.metadata.uid}')"
+ls /var/run/cdi/*"$mig_uid"* >/dev/null 2>&1 || fail "no CDI spec for the prepared claim $mig_uid"
+kc delete pod -n gpulet-system "$agent" --grace-period=0 --force >/dev/null 2>&1
+new_agent() {
+  agent="$(kc get pods -n gpulet-system -l app.kubernetes.io/component=dra -o json | python3 -c '
+import json, sys
+for p in json.load(sys.stdin)["items"]:
+    if p["metadata"].get("deletionTimestamp") is None and all(c.get("ready") for c in p["status"].get("containerStatuses", [{}])):
+        print(p["metadata"]["name"])')"
+  [ -n "$agent" ] && [ "$agent" != "$1" ]
+}
+old_agent="$agent"
+until_true 120 "a new gpulet-dra pod Ready" new_agent "$old_agent"
+pod_phase_is "$ns" mig-1g Running || fail "mig-1g disturbed by the driver's restart"
+[ "$(mig_count)" = 1 ] || fail "the MIG instance did not outlive the driver's restart (as on a GPU): $(mig_count)"
 kc delete pod -n "$ns" mig-1g --wait=true --timeout=60s >/dev/null
 no_mig() { [ "$(mig_count)" = 0 ]; }
-until_true 60 "the MIG instance removed after its pod" no_mig
+until_true 60 "the MIG instance removed after its pod (by the restarted driver)" no_mig
+spec_gone() { ! ls /var/run/cdi/*"$mig_uid"* >/dev/null 2>&1; }
+until_true 60 "the claim's CDI spec removed" spec_gone
+[ ! -e "/run/gpulet/dra/claims/$mig_uid.json" ] || fail "the claim's record is still in the driver's state directory"
+echo "restarted driver: $old_agent -> $agent; instance, CDI spec and record gone with the pod"
 echo PASS
