@@ -29,13 +29,7 @@ finish() {
   [ -z "$own" ] || "$cluster" down >/dev/null 2>&1 || true
 }
 trap finish EXIT
-mkdir -p "$root/usr/share/gpulet-sim"
-cp "$BUILD/fixtures/dgx-h100.yaml" "$root/usr/share/gpulet-sim/dgx-h100.yaml"
-sim="$(mktemp -d)"
-"$BUILD/gpulet" --log-level off --simulate dgx-h100 --sim-state "$sim" info -o json | \
-  "$ROOT/testing/cluster/sim_cdi_spec.py" --driver-root "$root" \
-    --fixture "$root/usr/share/gpulet-sim/dgx-h100.yaml" > "$spec"
-rm -rf "$sim"
+"$ROOT/testing/cluster/sim_cdi_spec.py" --build "$BUILD" --fixture-name dgx-h100 --driver-root "$root" --out "$spec"
 kubectl label node "$node" nvidia.com/gpu.present=true gpulet.io/dra=true --overwrite >/dev/null
 kubectl apply -k "$overlay" >/dev/null 2>&1
 kubectl -n gpulet-system rollout status daemonset/gpulet-dra --timeout=180s >/dev/null

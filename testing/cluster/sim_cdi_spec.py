@@ -10,12 +10,19 @@ its GPUs from the fixture (GPULET_SIM_FIXTURE, the fixture file mounted read-onl
 driver sees only the GPUs whose device nodes a container was given, enumerates only those
 (GPULET_SIM_DEVICE_NODES=/dev).
 
-  gpulet --simulate F info -o json | sim_cdi_spec.py --driver-root ROOT --fixture FILE > SPEC.json
+  sim_cdi_spec.py --build BUILD --fixture-name dgx-h100 --driver-root ROOT --out SPEC.json
+
+copies BUILD/fixtures/<name>.yaml into ROOT/usr/share/gpulet-sim/ (the simulated hardware's
+description, mounted into containers), reads the GPUs from `BUILD/gpulet --simulate <name> info`
+and writes the spec to SPEC.json.
 """
 import argparse
 import json
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 
 LIB_DIR = "/usr/lib/x86_64-linux-gnu"
 FIXTURE_IN_CONTAINER = "/usr/share/gpulet-sim/fixture.yaml"
@@ -31,10 +38,19 @@ def bind(host, container):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", required=True, help="the build directory (gpulet, fixtures/)")
+    ap.add_argument("--fixture-name", required=True)
     ap.add_argument("--driver-root", required=True)
-    ap.add_argument("--fixture", required=True, help="host path of the fixture file")
+    ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    info = json.load(sys.stdin)
+    share = os.path.join(args.driver_root, "usr/share/gpulet-sim")
+    os.makedirs(share, exist_ok=True)
+    fixture = os.path.join(share, args.fixture_name + ".yaml")
+    shutil.copyfile(os.path.join(args.build, "fixtures", args.fixture_name + ".yaml"), fixture)
+    with tempfile.TemporaryDirectory() as state:
+        info = json.loads(subprocess.run(
+            [os.path.join(args.build, "gpulet"), "--log-level", "off", "--simulate", args.fixture_name,
+             "--sim-state", state, "info", "-o", "json"], check=True, capture_output=True).stdout)
     root = args.driver_root.rstrip("/")
     version = info["driver_version"]
     devices, every = [], []
@@ -55,7 +71,7 @@ def main():
     yaml_helper = "%s%s/libgpulet-sim-yaml.so" % (root, LIB_DIR)
     if os.path.exists(yaml_helper):
         mounts.append(bind(yaml_helper, "%s/libgpulet-sim-yaml.so" % LIB_DIR))
-    mounts.append(bind(args.fixture, FIXTURE_IN_CONTAINER))
+    mounts.append(bind(fixture, FIXTURE_IN_CONTAINER))
     spec = {
         "cdiVersion": "0.6.0",
         "kind": "nvidia.com/gpu",
@@ -66,8 +82,11 @@ def main():
             "mounts": mounts,
         },
     }
-    json.dump(spec, sys.stdout, indent=1)
-    sys.stdout.write("\n")
+    tmp = args.out + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(spec, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, args.out)
 
 
 if __name__ == "__main__":

@@ -24,13 +24,7 @@ finish() {
 trap finish EXIT
 
 say "the node's nvidia.com/gpu CDI spec, and gpulet's DRA overlay"
-mkdir -p "$root/usr/share/gpulet-sim"
-cp "$build/fixtures/dgx-h100.yaml" "$root/usr/share/gpulet-sim/dgx-h100.yaml"
-sim="$(mktemp -d)"
-"$build/gpulet" --log-level off --simulate dgx-h100 --sim-state "$sim" info -o json > "$sim/info.json"
-"$repo/testing/cluster/sim_cdi_spec.py" --driver-root "$root" \
-  --fixture "$root/usr/share/gpulet-sim/dgx-h100.yaml" < "$sim/info.json" > "$spec"
-rm -rf "$sim"
+"$repo/testing/cluster/sim_cdi_spec.py" --build "$build" --fixture-name dgx-h100 --driver-root "$root" --out "$spec"
 fresh_namespace "$ns"
 kc label node "$node" nvidia.com/gpu.present=true gpulet.io/dra=true --overwrite >/dev/null
 kc apply -k "$overlay" >/dev/null 2>&1 || kc apply -k "$overlay"

@@ -18,13 +18,10 @@ restore() {
 trap restore EXIT
 
 say "the node's nvidia.com/gpu CDI spec (the stand-in driver root's), as nvidia-ctk writes one"
-mkdir -p "$root/usr/share/gpulet-sim"
-cp "$build/fixtures/dgx-h100.yaml" "$root/usr/share/gpulet-sim/dgx-h100.yaml"
+"$repo/testing/cluster/sim_cdi_spec.py" --build "$build" --fixture-name dgx-h100 --driver-root "$root" --out "$spec"
 sim="$(mktemp -d)"
-"$build/gpulet" --log-level off --simulate dgx-h100 --sim-state "$sim" info -o json > "$sim/info.json"
-"$repo/testing/cluster/sim_cdi_spec.py" --driver-root "$root" \
-  --fixture "$root/usr/share/gpulet-sim/dgx-h100.yaml" < "$sim/info.json" > "$spec"
-gpu_mib="$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["gpus"][0]["memory_mib"])' "$sim/info.json")"
+gpu_mib="$("$build/gpulet" --log-level off --simulate dgx-h100 --sim-state "$sim" info -o json | \
+  python3 -c 'import json, sys; print(json.load(sys.stdin)["gpus"][0]["memory_mib"])')"
 rm -rf "$sim"
 
 kc label node "$node" nvidia.com/gpu.present=true --overwrite >/dev/null  # the DaemonSet's affinity
