@@ -920,7 +920,9 @@ struct FakeApiServer::State {
       // (Options::require_namespaces), the name must be a DNS subdomain; uid, creationTimestamp
       // and (for resources with a spec) generation 1 are the server's.
       const ObjectName coll = NameOf(req.path + "/-");
-      const std::string kind = body.value("kind", KindOfResource(coll.resource));
+      const std::string kind = body.contains("kind") && body["kind"].is_string()
+                                   ? body["kind"].get<std::string>()
+                                   : KindOfResource(coll.resource);
       const nlohmann::json meta =
           body.contains("metadata") && body["metadata"].is_object() ? body["metadata"]
                                                                    : nlohmann::json::object();
