@@ -420,13 +420,16 @@ Answer Extender::Bind(const std::string& body) {
   auto parsed = ParsePodRequest(*got, is_memory_);
   if (!parsed.ok()) return fail("bind: " + parsed.status().message(), binds_refused_);
   PodRequest& pod = *parsed;
-  if (!pod.asks()) {
+  if (!pod.names_memory) {
     return fail("bind: pod " + ns + "/" + name +
                     " asks for no GPU memory resource; the extender binds only those: refused",
                 binds_refused_);
   }
+  // A pod naming the resource with 0 units holds none: bound where the scheduler chose, nothing
+  // reserved (refusing it would leave it Pending for ever: the scheduler binds it through us).
   bool already = false;
-  auto reserved = view_.Reserve(pod, node, &already);
+  Result<std::vector<Assignment>> reserved = std::vector<Assignment>{};
+  if (pod.asks()) reserved = view_.Reserve(pod, node, &already);
   if (!reserved.ok()) return fail(reserved.status().message(), binds_refused_);
   // The Binding carries the UID: the API server refuses it if the pod was replaced meanwhile.
   Status s = binder_(ns, name, uid, node);
@@ -445,7 +448,7 @@ Answer Extender::Bind(const std::string& body) {
         ++binds_ok_;
         return {200, "application/json", json{{"Error", ""}}.dump()};
       }
-      if (!already) view_.Unreserve(uid, node);
+      if (pod.asks() && !already) view_.Unreserve(uid, node);
     }
     return fail(s.message(), binds_failed_);
   }

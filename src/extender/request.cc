@@ -337,6 +337,7 @@ Result<PodRequest> BuildRequest(PodFields& f, const MemoryResourceTest& is_memor
                       where + ": " + field +
                           ": must be a whole number of units: " + units.status().message());
       }
+      r.names_memory = true;
       if (*units == 0) continue;
       if (!r.resource.empty() && r.resource != name) {
         return Status(ErrorCode::kInvalidInput, where + ": asks for both " + r.resource + " and " +

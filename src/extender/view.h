@@ -98,6 +98,9 @@ struct PodRequest {
     enum Kind { kInit, kSidecar, kApp } kind = kApp;
   };
   std::vector<Step> steps;  // every container with a non-zero request, in the kubelet's order
+  // A container names a memory resource, even with 0 units: kube-scheduler then calls the
+  // extender for the pod (its managedResources match on the name alone) and leaves the bind to it.
+  bool names_memory = false;
   std::string key() const { return ns + "/" + name; }
   bool asks() const { return !resource.empty() && !steps.empty(); }
   // Units the pod holds on the node once running: max(the largest ordinary init container,

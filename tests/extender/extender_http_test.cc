@@ -544,6 +544,25 @@ TEST_F(ExtenderHttpTest, ForgedBindsAreRefused) {
   EXPECT_THAT(Bind(other, "n1")["Error"].get<std::string>(), HasSubstr("already bound"));
 }
 
+// Issue 34, seen with the real kube-scheduler: a pod naming the memory resource with 0 units is
+// one the scheduler calls the extender for (managedResources match on the name) and leaves the
+// bind to; refused, it stayed Pending for ever. It is bound, and holds nothing.
+TEST_F(ExtenderHttpTest, APodAskingZeroUnitsIsBoundWithoutAReservation) {
+  AddNode("n1", {{80, 10}});
+  StartExtender();
+  json pod = MemoryPod("zero", {});
+  pod["spec"]["containers"] = json::array(
+      {{{"name", "c0"},
+        {"image", "registry.k8s.io/pause:3.9"},
+        {"resources", {{"limits", {{kResource, "0"}}}, {"requests", {{kResource, "0"}}}}}}});
+  api_->Put("/api/v1/namespaces/default/pods/zero", pod);
+  ASSERT_EQ(Filter(pod, {"n1"})["NodeNames"], json::array({"n1"}));
+  EXPECT_EQ(Bind(pod, "n1")["Error"], "");
+  EXPECT_EQ(NodeOf("zero"), "n1");
+  EXPECT_FALSE(service_->view().ReservationOf("uid-default-zero", "n1"));
+  EXPECT_EQ(service_->view().stats().reserved_units, 0);
+}
+
 // Issue 23, item 3: a reservation ends when the API server says its pod is gone, well before the
 // fixed timeout.
 // issue 26 item 7: the Binding write's faults. An answer lost after the write landed is a success
