@@ -6,19 +6,27 @@
 # latency created -> bound (from a watch), p50/p99, for whole-GPU pods (nvidia.com/gpu: 1) and
 # memory-sized pods (gpulet.io/gpu-memory-1gi: 20), with the scheduler's defaults (no extender) and
 # with gpulet's extender configured as deploy/extender ships it (mutual TLS, --policy=bestfit).
+# Then the allocation ratio the real scheduler reaches with the extender's FGD policy on the openb
+# trace's pods, beside `gpulet replay` on the same pods and nodes (replay_section below).
 # Needs root and Go (as the cluster tier); skipped otherwise.
-#   FLEET_SIZES="1000 5000"  FLEET_PODS=1000  FLEET_RUNS=1
+#   FLEET_SIZES="1000 5000" (empty: none)  FLEET_PODS=1000
+#   FLEET_REPLAY_NODES=300 (0: no comparison)  FLEET_REPLAY_POLICY=fgd  FLEET_REPLAY_SEED=42
+#   TRACE_DIR=../shared/traces/alibaba-openb
 set -euo pipefail
 : "${BUILD:?}" "${ROOT:?}"
 if [ "$(id -u)" != 0 ] || ! PATH=/usr/local/go/bin:$PATH command -v go >/dev/null; then
   echo "bench fleet: skipped (needs root and Go >= 1.26)"; exit 0
 fi
 export PATH=/usr/local/go/bin:$PATH GPULET_FLEET_INSTANCE=2
-sizes="${FLEET_SIZES:-1000 5000}"
+sizes="${FLEET_SIZES-1000 5000}"
+replay_nodes="${FLEET_REPLAY_NODES:-300}"
+replay_policy="${FLEET_REPLAY_POLICY:-fgd}"
+replay_seed="${FLEET_REPLAY_SEED:-42}"
+trace_dir="${TRACE_DIR:-$ROOT/../shared/traces/alibaba-openb}"
 pods="${FLEET_PODS:-1000}"
 source "$ROOT/tests/cluster_fleet/lib.sh"
 out="$(mktemp)"
-trap 'fleet_cluster_down >/dev/null 2>&1 || true; rm -f "$out" "$out.md"' EXIT
+trap 'fleet_cluster_down >/dev/null 2>&1 || true; rm -f "$out" "$out.md" "$out.replay.md"' EXIT
 t0=$SECONDS
 fleet_cluster_up "$BUILD"
 echo "bench fleet: control plane and extender up in $((SECONDS - t0)) s" >&2
@@ -49,7 +57,37 @@ for n in $sizes; do
   rows+=("made $n $made")
 done
 
-{
+# replay_section: the openb trace's one-GPU arrivals (the seed's, arriving until 130 % of the first
+# $replay_nodes GPU nodes' capacity, as `gpulet extender replay --compare-placements` takes them)
+# placed by the real kube-scheduler with the extender's policy, one pod at a time, beside the
+# replay's placements of the same pods on the same nodes (section fleet-replay).
+replay_section() {
+  local setup="$state/replay-setup.json" cmp r t1=$SECONDS
+  if [ ! -f "$trace_dir/openb_node_list_gpu_node.csv" ]; then
+    echo "bench fleet: no openb trace at $trace_dir; the replay comparison is skipped" >&2; return 0
+  fi
+  cmp="$("$BUILD/gpulet" extender replay --compare-placements --policy "$replay_policy" --seed "$replay_seed" \
+    --nodes "$replay_nodes" --trace-dir "$trace_dir" --export "$setup")" || fleet_die "gpulet extender replay: $cmp"
+  echo "bench fleet: $cmp" >&2
+  # The extender as the comparison needs it: the policy, the trace as its workload; the exported
+  # objects are published once, so neither they nor the reservations may age out during the run.
+  start_extender "$BUILD" --policy="$replay_policy" --workload "$trace_dir/openb_pod_list_default.csv" \
+    --stale-after 24h --reservation-timeout 24h
+  scheduler_config 1 "$state/scheduler-replay.yaml" gpulet.io/gpu-memory-milli
+  use_scheduler "$state/scheduler-replay.yaml"
+  start_bg fleet-replay "$state/fleet" nodes -setup "$setup" -prefix replay- -ready-file "$state/replay.ready"
+  wait_file 600 "$state/replay.ready" fleet-replay
+  r="$("$state/fleet" replay -setup "$setup" -node-selector gpulet.io/fleet=replay -namespace bench-replay \
+    -timeout 120s)" || fleet_die "fleet replay"
+  echo "bench fleet: replay $r" >&2
+  stop_bg fleet-replay
+  python3 "$ROOT/bench/fleet/replay_table.py" "$r" "$cmp" "$replay_policy" "$replay_seed" "$replay_nodes" \
+    "$((SECONDS - t1))" > "$out.replay.md"
+  cat "$out.replay.md"
+  python3 "$ROOT/bench/update_section.py" fleet-replay "$out.replay.md"
+}
+
+[ -n "$sizes" ] && {
   echo "## The real kube-scheduler at fleet scale, with and without gpulet's extender (issue 34)"
   echo
   echo "kube-scheduler v1.37.2 (upstream, built from its module) on a control-plane-only cluster"
@@ -89,6 +127,5 @@ done
     set -- $r
     [ "$1" = made ] && echo "- $2 nodes (Node, status, Lease, ConfigMap each) created and Ready, untainted: $3 s"
   done
-} > "$out.md"
-cat "$out.md"
-python3 "$ROOT/bench/update_section.py" fleet "$out.md"
+} > "$out.md" && cat "$out.md" && python3 "$ROOT/bench/update_section.py" fleet "$out.md"
+[ "$replay_nodes" = 0 ] || replay_section

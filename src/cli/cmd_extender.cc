@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "common/clock.h"
 #include "common/duration.h"
+#include "common/files.h"
 #include "common/signals.h"
 #include "extender/equivalence.h"
 #include "extender/replay.h"
@@ -78,6 +79,7 @@ struct ReplayFlags {
   bool policy_given = false;
   uint64_t seed = 42;
   size_t nodes = 0, pods = 0;
+  std::string export_path;  // --export
 };
 
 // Live path = replay: the trace's one-GPU arrivals through the extender's verbs (in process: the
@@ -105,6 +107,10 @@ int RunCompare(const ReplayFlags& f, const placement::Cluster& cluster,
       static_cast<long long>(r->placed), static_cast<long long>(r->failed), r->live_seconds,
       r->replay_seconds);
   for (const std::string& d : r->differences) std::printf("  differs: %s\n", d.c_str());
+  if (!f.export_path.empty()) {
+    Status s = WriteFileAtomic(f.export_path, extender::EquivalenceExport(*setup, *r).dump());
+    if (!s.ok()) return ReportError(s);
+  }
   return r->identical == r->pods ? 0 : 1;
 }
 
@@ -229,6 +235,10 @@ void RegisterExtender(CLI::App& app, GlobalOptions& /*global*/, int& exit_code) 
   replay->add_option("--pods", rf->pods,
                      "With --compare-placements: the first N arrivals only (0: all)")
       ->capture_default_str();
+  replay->add_option("--export", rf->export_path,
+                     "With --compare-placements: write the nodes, their memory objects, the "
+                     "arrivals and the replay's placements as JSON to this file (for a live side "
+                     "outside the process: the real kube-scheduler, bench/fleet)");
   replay->callback([rf, replay, &exit_code] {
     if (rf->compare && replay->count("--load") == 0) rf->load = 1.3;
     rf->policy_given = replay->count("--policy") > 0;

@@ -231,6 +231,45 @@ Result<EquivalenceReport> RunEquivalence(const EquivalenceSetup& setup,
   return r;
 }
 
+json EquivalenceExport(const EquivalenceSetup& setup, const EquivalenceReport& report) {
+  json nodes = json::array();
+  int64_t capacity = 0;
+  for (const placement::Node& n : setup.cluster.nodes) {
+    nodes.push_back({{"name", n.name},
+                     {"model", setup.cluster.models[static_cast<size_t>(n.model)]},
+                     {"gpus", n.GpuCount()}});
+    capacity += static_cast<int64_t>(n.GpuCount()) * kUnitsPerGpu;
+  }
+  json arrivals = json::array();
+  int64_t placed = 0, placed_units = 0;
+  for (size_t i = 0; i < setup.arrivals.size(); ++i) {
+    const placement::Pod& p = setup.arrivals[i];
+    json models = json::array();
+    for (size_t m = 0; p.model_constrained && m < setup.cluster.models.size(); ++m) {
+      if (p.model_mask >> m & 1U) models.push_back(setup.cluster.models[m]);
+    }
+    const Placed replay = i < report.replay.size() ? report.replay[i] : Placed{};
+    if (!replay.node.empty()) {
+      ++placed;
+      placed_units += p.gpu_milli;
+    }
+    arrivals.push_back({{"name", p.name},
+                        {"units", p.gpu_milli},
+                        {"models", models},
+                        {"replay", {{"node", replay.node}, {"gpu", replay.gpu}}}});
+  }
+  return {{"resource", kEquivalenceResource},
+          {"unitsPerGpu", kUnitsPerGpu},
+          {"nodes", nodes},
+          {"objects", setup.objects},
+          {"arrivals", arrivals},
+          {"replay",
+           {{"placed", placed},
+            {"failed", static_cast<int64_t>(setup.arrivals.size()) - placed},
+            {"placedUnits", placed_units},
+            {"capacityUnits", capacity}}}};
+}
+
 Result<EquivalenceReport> RunEquivalenceInProcess(const EquivalenceSetup& setup,
                                                   const EquivalenceOptions& options,
                                                   const std::string& live_policy) {

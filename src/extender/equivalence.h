@@ -88,6 +88,14 @@ Result<EquivalenceReport> RunEquivalence(const EquivalenceSetup& setup,
                                          const EquivalenceOptions& options,
                                          const LiveExtender& live);
 
+// The setup and the replay's side of a report as one JSON document, for a live side outside this
+// process (testing/cluster/k8s/fleet `replay`: the real kube-scheduler): "resource" and
+// "unitsPerGpu"; "nodes" [{name, model, gpus}] in the setup's order; "objects", the memory
+// ConfigMaps; "arrivals" [{name, units, models (empty: any), replay: {node, gpu}}] in arrival
+// order (node "" and gpu -1: not placed); "replay" {placed, failed, placedUnits,
+// capacityUnits}: the replay's allocation over the arrivals.
+nlohmann::json EquivalenceExport(const EquivalenceSetup& setup, const EquivalenceReport& report);
+
 // The live side in process: a ClusterView with the policy (its scorer built from the setup's
 // typical pods) and the Extender's verbs called with the request bodies; the API server's pods
 // and Bindings kept in memory. (tests/extender/extender_policy_replay_test.cc runs the same

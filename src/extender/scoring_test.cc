@@ -192,21 +192,38 @@ TEST(PlacementInTheView, SeveralContainersKeepTheExtendersOwnScore) {
 // one-GPU arrivals of seed 42 at 260 % (about 240 GPUs asked: some pods find no room), every
 // deterministic policy, through the Extender's verbs in
 // process (tests/extender/extender_policy_replay_test.cc: through HTTP).
-TEST(LiveEqualsReplay, ReducedOpenbTraceEveryDeterministicPolicy) {
-  const std::string dir = std::string(GPULET_SOURCE_DIR) + "/../shared/traces/alibaba-openb";
-  GPULET_REQUIRE_SHARED(placement::GpuNodeListPath(dir));
-  auto cluster = placement::LoadNodes(placement::GpuNodeListPath(dir));
-  ASSERT_TRUE(cluster.ok()) << cluster.status().message();
-  auto pods = placement::LoadPods(placement::TraceVariantPath(dir, "default"), *cluster);
-  ASSERT_TRUE(pods.ok()) << pods.status().message();
+// The openb default trace, read once for the tests below (skipped without ../shared).
+class LiveEqualsReplay : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string dir = std::string(GPULET_SOURCE_DIR) + "/../shared/traces/alibaba-openb";
+    GPULET_REQUIRE_SHARED(placement::GpuNodeListPath(dir));
+    auto cluster = placement::LoadNodes(placement::GpuNodeListPath(dir));
+    ASSERT_TRUE(cluster.ok()) << cluster.status().message();
+    auto pods = placement::LoadPods(placement::TraceVariantPath(dir, "default"), *cluster);
+    ASSERT_TRUE(pods.ok()) << pods.status().message();
+    cluster_ = std::move(cluster).value();
+    pods_ = std::move(pods).value();
+  }
+  // The first 40 GPU nodes and 300 one-GPU arrivals of seed 42 at 260 %, so that some pods find
+  // no room.
+  Result<EquivalenceSetup> Reduced(const EquivalenceOptions& options) {
+    EquivalenceOptions o = options;
+    o.max_nodes = 40;
+    o.max_pods = 300;
+    o.load = 2.6;
+    return PrepareEquivalence(cluster_, pods_, o);
+  }
+  placement::Cluster cluster_;
+  std::vector<placement::Pod> pods_;
+};
+
+TEST_F(LiveEqualsReplay, ReducedOpenbTraceEveryDeterministicPolicy) {
   for (const char* policy :
        {"fgd", "fgd-bestfit", "bestfit", "dotprod", "gpupacking", "gpuclustering"}) {
     EquivalenceOptions o;
     o.policy = policy;
-    o.max_nodes = 40;
-    o.max_pods = 300;
-    o.load = 2.6;
-    auto setup = PrepareEquivalence(*cluster, *pods, o);
+    auto setup = Reduced(o);
     ASSERT_TRUE(setup.ok()) << setup.status().message();
     ASSERT_EQ(setup->arrivals.size(), 300u);
     auto r = RunEquivalenceInProcess(*setup, o);
@@ -225,19 +242,10 @@ TEST(LiveEqualsReplay, ReducedOpenbTraceEveryDeterministicPolicy) {
 }
 
 // The comparison has teeth: another policy on the live side is found out.
-TEST(LiveEqualsReplay, AnotherPolicyLiveIsFoundOut) {
-  const std::string dir = std::string(GPULET_SOURCE_DIR) + "/../shared/traces/alibaba-openb";
-  GPULET_REQUIRE_SHARED(placement::GpuNodeListPath(dir));
-  auto cluster = placement::LoadNodes(placement::GpuNodeListPath(dir));
-  ASSERT_TRUE(cluster.ok()) << cluster.status().message();
-  auto pods = placement::LoadPods(placement::TraceVariantPath(dir, "default"), *cluster);
-  ASSERT_TRUE(pods.ok()) << pods.status().message();
+TEST_F(LiveEqualsReplay, AnotherPolicyLiveIsFoundOut) {
   EquivalenceOptions o;
   o.policy = "fgd";
-  o.max_nodes = 40;
-  o.max_pods = 300;
-  o.load = 2.6;
-  auto setup = PrepareEquivalence(*cluster, *pods, o);
+  auto setup = Reduced(o);
   ASSERT_TRUE(setup.ok()) << setup.status().message();
   auto r = RunEquivalenceInProcess(*setup, o, "bestfit");
   ASSERT_TRUE(r.ok()) << r.status().message();
@@ -245,7 +253,46 @@ TEST(LiveEqualsReplay, AnotherPolicyLiveIsFoundOut) {
   EXPECT_FALSE(r->differences.empty());
 }
 
-TEST(LiveEqualsReplay, RandomIsRefused) {
+// The export a live side outside the process replays (bench/fleet, the real kube-scheduler): the
+// nodes and arrivals of the setup, and the replay's placements and allocation over them.
+TEST_F(LiveEqualsReplay, ExportCarriesTheSetupAndTheReplaysPlacements) {
+  EquivalenceOptions o;
+  auto setup = Reduced(o);
+  ASSERT_TRUE(setup.ok()) << setup.status().message();
+  auto r = RunEquivalenceInProcess(*setup, o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const nlohmann::json e = EquivalenceExport(*setup, *r);
+  EXPECT_EQ(e["resource"], kEquivalenceResource);
+  ASSERT_EQ(e["nodes"].size(), 40u);
+  ASSERT_EQ(e["objects"].size(), 40u);
+  int64_t capacity = 0;
+  for (size_t i = 0; i < 40; ++i) {
+    EXPECT_EQ(e["nodes"][i]["name"], setup->cluster.nodes[i].name);
+    EXPECT_EQ(e["nodes"][i]["gpus"], setup->cluster.nodes[i].GpuCount());
+    capacity += setup->cluster.nodes[i].GpuCount() * 1000;
+  }
+  ASSERT_EQ(e["arrivals"].size(), 300u);
+  int64_t placed = 0, units = 0;
+  for (size_t i = 0; i < 300; ++i) {
+    const nlohmann::json& a = e["arrivals"][i];
+    EXPECT_EQ(a["units"], setup->arrivals[i].gpu_milli);
+    EXPECT_EQ(a["replay"]["node"], r->replay[i].node);
+    EXPECT_EQ(a["replay"]["gpu"], r->replay[i].gpu);
+    EXPECT_EQ(a["models"].empty(), !setup->arrivals[i].model_constrained);
+    if (!r->replay[i].node.empty()) {
+      ++placed;
+      units += setup->arrivals[i].gpu_milli;
+    }
+  }
+  EXPECT_GT(placed, 0);
+  EXPECT_LT(placed, 300) << "the reduced cluster is to be overloaded";
+  EXPECT_EQ(e["replay"]["placed"], placed);
+  EXPECT_EQ(e["replay"]["failed"], 300 - placed);
+  EXPECT_EQ(e["replay"]["placedUnits"], units);
+  EXPECT_EQ(e["replay"]["capacityUnits"], capacity);
+}
+
+TEST(LiveEqualsReplayRandom, IsRefused) {
   EquivalenceSetup setup;
   EquivalenceOptions o;
   o.policy = "random";
