@@ -252,10 +252,13 @@ class HealthService final : public Api::Service {
   using HealthStatus = std::remove_cvref_t<decltype(std::declval<const DeviceHealth&>().health())>;
 
  public:
-  HealthService(DraPlugin::HealthState& state, std::string pool, std::chrono::milliseconds resend)
-      : state_(state), pool_(std::move(pool)), resend_(resend) {}
+  HealthService(const char* service, DraPlugin::HealthState& state, std::string pool,
+                std::chrono::milliseconds resend)
+      : service_(service), state_(state), pool_(std::move(pool)), resend_(resend) {}
   grpc::Status NodeWatchResources(grpc::ServerContext* ctx, const Request*,
                                   grpc::ServerWriter<Response>* writer) override {
+    // Which version the kubelet chose shows here (it opens one stream per registration).
+    spdlog::info("event=dra_health_stream_opened service={}", service_);
     uint64_t sent = UINT64_MAX;
     while (true) {
       Response resp;
@@ -289,6 +292,7 @@ class HealthService final : public Api::Service {
   }
 
  private:
+  const char* service_;
   DraPlugin::HealthState& state_;
   std::string pool_;
   std::chrono::milliseconds resend_;
@@ -307,8 +311,10 @@ struct DraPlugin::Services {
       : registration(p),
         v1(p),
         v1beta1(p),
-        health_v1(p.health_state(), p.options_.node_name, p.options_.health_resend),
-        health_v1alpha1(p.health_state(), p.options_.node_name, p.options_.health_resend) {}
+        health_v1(kServiceHealthV1, p.health_state(), p.options_.node_name,
+                  p.options_.health_resend),
+        health_v1alpha1(kServiceHealthV1alpha1, p.health_state(), p.options_.node_name,
+                        p.options_.health_resend) {}
   RegistrationService registration;
   DraV1Service v1;
   DraV1beta1Service v1beta1;

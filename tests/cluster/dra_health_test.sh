@@ -76,6 +76,11 @@ sys.exit(0 if hs == [sys.argv[2]] else 1)' "$(status_json)" "$1"
 }
 until_true 90 "one-gpu's allocatedResourcesStatus: $device Healthy" health_is Healthy
 echo "allocatedResourcesStatus: $(status_json)"
+agent="$(kc get pods -n gpulet-system -l app.kubernetes.io/component=dra -o jsonpath='{.items[0].metadata.name}')"
+# The kubelet 1.37 picks the v1 health service (v1alpha1 only for drivers without it).
+grep -q 'event=dra_health_stream_opened service=v1.DRAResourceHealth' <<< "$(kc logs -n gpulet-system "$agent" -c gpulet)" \
+  || fail "the kubelet did not open the v1 health stream: $(kc logs -n gpulet-system "$agent" -c gpulet | grep dra_health_stream || true)"
+echo "the kubelet streams health over v1.DRAResourceHealth"
 
 tainted() {
   devices_json | python3 -c '
@@ -86,7 +91,6 @@ sys.exit(0 if any(t.get("key") == "gpu.gpulet.io/unhealthy" for t in d.get("tain
 tainted && fail "$device tainted before any XID"
 
 say "XID 79 on $device: the pod's status says Unhealthy and the device is tainted"
-agent="$(kc get pods -n gpulet-system -l app.kubernetes.io/component=dra -o jsonpath='{.items[0].metadata.name}')"
 kc exec -n gpulet-system "$agent" -c gpulet -- gpulet sim xid --gpu "$gpu" --code 79 >/dev/null \
   || fail "gpulet sim xid in the DRA agent's pod failed"
 until_true 60 "one-gpu's allocatedResourcesStatus: $device Unhealthy" health_is Unhealthy
