@@ -5,15 +5,12 @@
 # fills from gpulet's DRAResourceHealth stream: ResourceHealthStatus is on by default) and the
 # device's taint in the slice; recovery clears both. Runs after dra_test.sh (same overlay).
 source "$(dirname "$0")/lib.sh"
-overlay="$repo/testing/cluster/overlays/sim-dgx-h100-dra"
 examples="$repo/deploy/examples/dra"
 ns=gpulet-test-dra-health
 
 fresh_namespace "$ns"
 say "deploy: the DRA overlay on the node"
-kc label node "$node" nvidia.com/gpu.present=true gpulet.io/dra=true --overwrite >/dev/null
-kc apply -k "$overlay" >/dev/null 2>&1 || kc apply -k "$overlay"
-kc -n gpulet-system rollout status daemonset/gpulet-dra --timeout=180s >/dev/null || fail "gpulet-dra not ready"
+deploy_dra
 slices() { kc get resourceslices --field-selector "spec.nodeName=$node" -o json; }
 # devices_json: {device name: device} of the node's gpu.gpulet.io slices.
 devices_json() {
@@ -103,6 +100,5 @@ untainted() { ! tainted; }
 until_true 60 "$device untainted after recovery" untainted
 
 kc delete namespace "$ns" --wait=true --timeout=120s >/dev/null
-kc delete -k "$overlay" --wait=true --timeout=120s >/dev/null 2>&1 || true
-kc label node "$node" gpulet.io/dra- >/dev/null
+undeploy_dra
 echo PASS

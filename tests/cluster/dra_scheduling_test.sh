@@ -7,19 +7,15 @@
 # - partitionable devices (shared counters): a MIG device of GPU 0 is never allocated while the
 #   whole GPU 0 is, nor the whole GPU while a MIG device of it is; a freed GPU is used again.
 source "$(dirname "$0")/lib.sh"
-overlay="$repo/testing/cluster/overlays/sim-dgx-h100-dra"
 ns=gpulet-test-dra-sched
 finish() {
   kc delete namespace "$ns" --ignore-not-found --wait=true --timeout=120s >/dev/null 2>&1 || true
-  kc delete -k "$overlay" --wait=true --timeout=120s >/dev/null 2>&1 || true
-  kc label node "$node" gpulet.io/dra- >/dev/null 2>&1 || true
+  undeploy_dra
 }
 trap finish EXIT
 
 fresh_namespace "$ns"
-kc label node "$node" nvidia.com/gpu.present=true gpulet.io/dra=true --overwrite >/dev/null
-kc apply -k "$overlay" >/dev/null 2>&1 || kc apply -k "$overlay"
-kc -n gpulet-system rollout status daemonset/gpulet-dra --timeout=180s >/dev/null || fail "gpulet-dra not ready"
+deploy_dra
 uuid0() {
   kc get resourceslices --field-selector "spec.nodeName=$node" -o json | python3 -c '
 import json, sys

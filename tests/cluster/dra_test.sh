@@ -5,15 +5,12 @@
 # examples allocated by the real scheduler, prepared by the real kubelet and run by containerd
 # through gpulet's CDI specs; unprepare on delete. Runs after the device-plugin tests.
 source "$(dirname "$0")/lib.sh"
-overlay="$repo/testing/cluster/overlays/sim-dgx-h100-dra"
 examples="$repo/deploy/examples/dra"
 ns=gpulet-test-dra
 
 fresh_namespace "$ns"
 say "deploy: kubectl apply -k of the DRA overlay; the node moves from the device plugin to DRA"
-kc label node "$node" nvidia.com/gpu.present=true gpulet.io/dra=true --overwrite >/dev/null
-kc apply -k "$overlay" >/dev/null 2>&1 || kc apply -k "$overlay"
-kc -n gpulet-system rollout status daemonset/gpulet-dra --timeout=180s >/dev/null || fail "gpulet-dra not ready"
+deploy_dra
 slices() { kc get resourceslices --field-selector "spec.nodeName=$node" -o json; }
 count_devices() {  # count_devices TYPE: devices of that gpu.gpulet.io type in the node's slices
   slices | python3 -c '
@@ -95,6 +92,5 @@ spec_gone() { ! ls /var/run/cdi/*"$claim_uid"* >/dev/null 2>&1; }
 until_true 60 "the claim's CDI spec removed after its pod" spec_gone
 
 kc delete namespace "$ns" --wait=true --timeout=120s >/dev/null
-kc delete -k "$overlay" --wait=true --timeout=120s >/dev/null 2>&1 || true
-kc label node "$node" gpulet.io/dra- >/dev/null
+undeploy_dra
 echo PASS

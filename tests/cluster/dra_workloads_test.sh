@@ -10,15 +10,13 @@
 # - the DRA DaemonSet's exporter labels the share's GPU with the pod and the claim, read from the
 #   real kubelet's pod-resources API (dcgm-exporter's dra_* label names).
 source "$(dirname "$0")/lib.sh"
-overlay="$repo/testing/cluster/overlays/sim-dgx-h100-dra"
 examples="$repo/deploy/examples/dra"
 ns=gpulet-test-dra-work
 root="$GPULET_CLUSTER_RUN/driver-root"
 spec=/var/run/cdi/gpulet-test-nvidia.json
 finish() {
   kc delete namespace "$ns" --ignore-not-found --wait=true --timeout=120s >/dev/null 2>&1 || true
-  kc delete -k "$overlay" --wait=true --timeout=120s >/dev/null 2>&1 || true
-  kc label node "$node" gpulet.io/dra- >/dev/null 2>&1 || true
+  undeploy_dra
   rm -f "$spec"
 }
 trap finish EXIT
@@ -26,9 +24,7 @@ trap finish EXIT
 say "the node's nvidia.com/gpu CDI spec, and gpulet's DRA overlay"
 "$repo/testing/cluster/sim_cdi_spec.py" --build "$build" --fixture-name dgx-h100 --driver-root "$root" --out "$spec"
 fresh_namespace "$ns"
-kc label node "$node" nvidia.com/gpu.present=true gpulet.io/dra=true --overwrite >/dev/null
-kc apply -k "$overlay" >/dev/null 2>&1 || kc apply -k "$overlay"
-kc -n gpulet-system rollout status daemonset/gpulet-dra --timeout=180s >/dev/null || fail "gpulet-dra not ready"
+deploy_dra
 gpus_published() {
   [ "$(kc get resourceslices --field-selector "spec.nodeName=$node" -o json | grep -c '"string": "gpu"')" -ge 8 ]
 }

@@ -61,3 +61,16 @@ pods = [p for p in json.load(sys.stdin)["items"]
 print(pods[0]["metadata"]["name"] if pods else "")'
 }
 agent_ready() { [ -n "$(agent_pod)" ]; }
+
+# deploy_dra: gpulet's DRA overlay (testing/cluster/overlays/sim-dgx-h100-dra) applied as a user
+# does, the node labelled for it, and its DaemonSet rolled out. undeploy_dra: both undone.
+dra_overlay="$repo/testing/cluster/overlays/sim-dgx-h100-dra"
+deploy_dra() {
+  kc label node "$node" nvidia.com/gpu.present=true gpulet.io/dra=true --overwrite >/dev/null
+  kc apply -k "$dra_overlay" >/dev/null 2>&1 || kc apply -k "$dra_overlay"
+  kc -n gpulet-system rollout status daemonset/gpulet-dra --timeout=180s >/dev/null || fail "gpulet-dra not ready"
+}
+undeploy_dra() {
+  kc delete -k "$dra_overlay" --wait=true --timeout=120s >/dev/null 2>&1 || true
+  kc label node "$node" gpulet.io/dra- >/dev/null 2>&1 || true
+}
