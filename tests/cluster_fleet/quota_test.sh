@@ -86,8 +86,18 @@ say "requests the API server refuses before any quota or extender sees them"
 refused half 'Invalid value: "500m": must be an integer' 'gpulet.io/gpu-memory-1gi: 500m'
 refused unequal 'must be equal to gpulet.io/gpu-memory-1gi limit of 20' 'gpulet.io/gpu-memory-1gi: 20' \
   'gpulet.io/gpu-memory-1gi: 10'
-refused two-gpus "ValidatingAdmissionPolicy 'gpulet-gpu-cap-$ns' with binding 'gpulet-gpu-cap-$ns' denied request: at most 1 nvidia.com/gpu per container in $ns (gpulet quota maxPerContainer)" \
-  'nvidia.com/gpu: 2'
+# A policy is enforced once the API server's informer has it, a moment after its create: a pod
+# let through before is deleted and the request made again.
+cap_out=""
+cap_refuses() {
+  if cap_out="$(tenant_pod two-gpus 'nvidia.com/gpu: 2')"; then
+    kc delete pod -n "$ns" two-gpus --grace-period=0 --force >/dev/null 2>&1; return 1
+  fi
+}
+until_true 60 "a container of 2 GPUs refused" cap_refuses
+[[ "$cap_out" == *"ValidatingAdmissionPolicy 'gpulet-gpu-cap-$ns' with binding 'gpulet-gpu-cap-$ns' denied request: at most 1 nvidia.com/gpu per container in $ns (gpulet quota maxPerContainer)"* ]] \
+  || fail "two-gpus refused, but not by the cap policy: $cap_out"
+echo "refused: $cap_out"
 
 say "0 GiB: admitted, and bound by the extender (kube-scheduler leaves the bind of a pod naming the"
 say "resource to it), holding no units"
@@ -128,6 +138,15 @@ patch_as() {  # patch_as TOKEN NODE LABEL
   as_token "$1" patch configmap -n gpulet-system "gpulet-memory-$2" --type merge \
     -p "{\"metadata\":{\"labels\":{\"gpulet.io/node\":\"$3\"}},\"data\":{\"policy-test\":\"1\"}}" 2>&1
 }
+# The API server enforces a new policy once its informer has it, a moment after the create: until
+# then a foreign write passes. Probe with a write that changes nothing if let through.
+in_force() {
+  local o
+  o="$(as_token "$work/agent.token" patch configmap -n gpulet-system gpulet-memory-fleet-00001 --type merge \
+    -p '{"metadata":{"labels":{"gpulet.io/node":"fleet-00001"}}}' 2>&1)" && return 1
+  [[ "$o" == *"$denial"* ]]
+}
+until_true 60 "the memory-pool policy denies a foreign write" in_force
 out="$(patch_as "$work/agent.token" fleet-00000 fleet-00000)" || fail "the agent of fleet-00000 may not write its own object: $out"
 for args in "agent fleet-00001 fleet-00001" "agent fleet-00000 fleet-00001" "unbound fleet-00000 fleet-00000"; do
   set -- $args

@@ -759,16 +759,7 @@ func runPods(args []string) error {
 		r.PodsPerSecond = float64(len(lat)) / r.Seconds
 		r.MaxMs = float64(lat[len(lat)-1].Microseconds()) / 1000
 	}
-	out, _ := json.Marshal(r)
-	fmt.Println(string(out))
-	if !*keep {
-		bg, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := deleteNamespace(bg, cs, *ns); err != nil {
-			return err
-		}
-	}
-	return nil
+	return finish(r, cs, *ns, *keep)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -990,16 +981,19 @@ func runReplay(args []string) error {
 	}
 	sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
 	r.P50Ms, r.P99Ms = percentile(lat, 0.50), percentile(lat, 0.99)
-	out, _ := json.Marshal(r)
+	return finish(r, cs, *ns, *keep)
+}
+
+// finish prints the result as one JSON line and, unless keep, deletes the namespace.
+func finish(result any, cs *kubernetes.Clientset, ns string, keep bool) error {
+	out, _ := json.Marshal(result)
 	fmt.Println(string(out))
-	if !*keep {
-		bg, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := deleteNamespace(bg, cs, *ns); err != nil {
-			return err
-		}
+	if keep {
+		return nil
 	}
-	return nil
+	bg, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	return deleteNamespace(bg, cs, ns)
 }
 
 // podSession: the API client, a context SIGTERM/SIGINT ends, and namespace ns made fresh.
