@@ -104,7 +104,9 @@ say "resource to it), holding no units"
 r0="$(ext_metric gpulet_extender_reserved_units)"
 tenant_pod zero 'gpulet.io/gpu-memory-1gi: 0' >/dev/null || fail "a 0 GiB pod was refused"
 until_true 60 "zero bound" pod_bound "$ns" zero
-[ "$(ext_metric gpulet_extender_reserved_units)" = "$r0" ] || fail "the 0 GiB pod reserved units"
+# (At most r0: earlier tests' reservations may still be ending; exactly none in
+# ExtenderHttpTest.APodAskingZeroUnitsIsBoundWithoutAReservation.)
+[ "$(ext_metric gpulet_extender_reserved_units)" -le "$r0" ] || fail "the 0 GiB pod reserved units"
 kc delete namespace "$ns" --wait=false >/dev/null
 
 say "memory-pool-admission-policy.yaml: a node agent writes its own node's pool object only"
