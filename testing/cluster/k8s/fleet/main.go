@@ -713,17 +713,7 @@ func runPods(args []string) error {
 
 	t0 := time.Now()
 	err = parallel(ctx, *count, *workers, func(ctx context.Context, i int) error {
-		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%06d", i), Namespace: *ns},
-			Spec: corev1.PodSpec{
-				SchedulerName:                 *scheduler,
-				NodeSelector:                  nodeSelector,
-				TerminationGracePeriodSeconds: new(int64),
-				Containers: []corev1.Container{{Name: "main", Image: "localhost/gpulet/test:test",
-					Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
-						res: *resource.NewQuantity(int64(*amount), resource.DecimalSI)}}}},
-			},
-		}
+		p := fleetPod(fmt.Sprintf("p%06d", i), *ns, *scheduler, nodeSelector, res, int64(*amount))
 		mu.Lock()
 		created[i] = time.Now()
 		mu.Unlock()
@@ -906,17 +896,7 @@ func runReplay(args []string) error {
 	lat := make([]time.Duration, 0, len(arrivals))
 	t0 := time.Now()
 	for i, a := range arrivals {
-		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: a.Name, Namespace: *ns},
-			Spec: corev1.PodSpec{
-				SchedulerName:                 *scheduler,
-				NodeSelector:                  nodeSelector,
-				TerminationGracePeriodSeconds: new(int64),
-				Containers: []corev1.Container{{Name: "main", Image: "localhost/gpulet/test:test",
-					Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
-						corev1.ResourceName(setup.Resource): *resource.NewQuantity(a.Units, resource.DecimalSI)}}}},
-			},
-		}
+		p := fleetPod(a.Name, *ns, *scheduler, nodeSelector, corev1.ResourceName(setup.Resource), a.Units)
 		if len(a.Models) > 0 {
 			p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 				RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
@@ -982,6 +962,22 @@ func runReplay(args []string) error {
 	sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
 	r.P50Ms, r.P99Ms = percentile(lat, 0.50), percentile(lat, 0.99)
 	return finish(r, cs, *ns, *keep)
+}
+
+// fleetPod: one container asking `amount` of `res` (a limit; the API server sets the request),
+// for `scheduler`, on the nodes `selector` picks; gone at once when deleted (no kubelet).
+func fleetPod(name, ns, scheduler string, selector map[string]string, res corev1.ResourceName, amount int64) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{
+			SchedulerName:                 scheduler,
+			NodeSelector:                  selector,
+			TerminationGracePeriodSeconds: new(int64),
+			Containers: []corev1.Container{{Name: "main", Image: "localhost/gpulet/test:test",
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+					res: *resource.NewQuantity(amount, resource.DecimalSI)}}}},
+		},
+	}
 }
 
 // finish prints the result as one JSON line and, unless keep, deletes the namespace.
