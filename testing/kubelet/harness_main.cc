@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
   int allocate = 0;
   double timeout_s = 30;
   double restart_every_s = 0;
+  double restart_downtime_s = 0;
   double duration_s = 0;
   double dial_timeout_s = 5;
   double removal_grace_s = 300;
@@ -92,6 +93,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--restart-every", restart_every_s,
                  "with --watch: simulate a kubelet restart every S seconds (0: never)");
+  app.add_option("--restart-downtime", restart_downtime_s,
+                 "with --restart-every: seconds the simulated kubelet stays down (its streams "
+                 "ended, its sockets not yet replaced; the real one's is about 2.5)")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--watch", watch,
                "after the checks keep serving and printing events until SIGINT/SIGTERM (or "
                "--duration)");
@@ -223,7 +228,7 @@ int main(int argc, char** argv) {
       now = std::chrono::steady_clock::now();
       if (duration_s > 0 && now >= start + ms(duration_s)) break;
       if (restart_every_s > 0 && now >= next_restart) {
-        if (auto st = harness.Restart(); !st.ok()) return fail(st.message());
+        if (auto st = harness.Restart(ms(restart_downtime_s)); !st.ok()) return fail(st.message());
         next_restart = now + ms(restart_every_s);
       }
     }

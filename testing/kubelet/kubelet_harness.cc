@@ -346,30 +346,49 @@ void KubeletHarness::Stop() {
   }
 }
 
-Status KubeletHarness::Restart() {
+Status KubeletHarness::Restart(std::chrono::milliseconds downtime) {
   std::lock_guard<std::mutex> serve(serve_mu_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!serving_) return Status(ErrorCode::kUsage, "kubelet harness is not serving");
     PushEvent(HarnessEvent::Kind::kRestarted, "", "dir=" + dir_);
   }
-  StopServing();
+  // The old process ends: its streams first (a plugin sees ListAndWatch end before anything
+  // else; the real kubelet's SIGTERM does not close its listener first), then its listener.
   StopStreams(/*forget_registrations=*/true);
+  // Nor does it remove kubelet.sock: while it is down the file stays and nothing answers a
+  // Register (here: UNAVAILABLE), until the new kubelet deletes the sockets and serves again.
+  if (downtime.count() > 0) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      down_ = true;
+    }
+    std::this_thread::sleep_for(downtime);
+  }
+  StopServing();
   {
     std::lock_guard<std::mutex> lock(mu_);
     partial_lists_left_ = partial_lists_after_restart_;
   }
-  // The kubelet deletes every socket in the directory on start, and nothing else.
+  // The new kubelet deletes every socket in the directory on start, and nothing else.
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir_, ec)) {
     std::error_code sec;
     if (entry.symlink_status(sec).type() == fs::file_type::socket) fs::remove(entry.path(), sec);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    down_ = false;
   }
   return StartServing();
 }
 
 grpc::Status KubeletHarness::HandleRegister(const v1beta1::RegisterRequest& request) {
   const std::string& name = request.resource_name();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (down_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "kubelet restarting");
+  }
   auto reject = [&](grpc::StatusCode code, const std::string& why) {
     std::lock_guard<std::mutex> lock(mu_);
     auto& r = resources_[name];

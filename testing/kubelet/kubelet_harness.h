@@ -14,8 +14,11 @@
 //   are removed. Re-registering a resource replaces its endpoint; what happens to the old stream
 //   depends on HarnessOptions::client_key (by default, as kubelets that key clients by resource
 //   name: the old stream's later end disconnects the new client).
-// - Restart() simulates a kubelet restart: stop serving, drop every stream, delete every socket
-//   file in <dir> (and nothing else), recreate kubelet.sock and serve again.
+// - Restart() simulates a kubelet restart as the real kubelet's happens (checked against kubelet
+//   1.37 by tests/cluster/kubelet_differential_test.sh): the process ends, so every stream ends
+//   first (the plugin sees its ListAndWatch end, not kubelet.sock go); for `downtime` (the real
+//   one is down about 2.5 s) kubelet.sock stays and no Register is answered; then the new kubelet
+//   deletes every socket file in <dir> (and nothing else), recreates kubelet.sock and serves again.
 // - A pod-resources v1 PodResourcesLister is served on a second socket; List returns what the test
 //   set with SetPodResources.
 //
@@ -167,7 +170,7 @@ class KubeletHarness {
   void Stop();
   // Simulated kubelet restart (see above). Registrations must be made again; RegistrationCount
   // keeps counting.
-  Status Restart();
+  Status Restart(std::chrono::milliseconds downtime = std::chrono::milliseconds(0));
 
   const std::string& dir() const { return dir_; }
   std::string kubelet_socket() const;
@@ -260,6 +263,7 @@ class KubeletHarness {
   mutable std::condition_variable cv_;
   bool serving_ = false;
   bool stopping_ = false;
+  bool down_ = false;  // inside Restart's downtime: Register answers UNAVAILABLE
   std::map<std::string, std::unique_ptr<Resource>> resources_;
   std::deque<HarnessEvent> events_;
   uint64_t next_seq_ = 1;
