@@ -13,6 +13,7 @@
 
 #include "apiserver/fake_apiserver.h"
 #include "apiserver/rbac_check.h"
+#include "support/wait_until.h"
 
 namespace gpulet::k8s {
 namespace {
@@ -201,6 +202,8 @@ TEST_F(SyncTest, LabelChangeSwitchesTheFile) {
   ASSERT_TRUE(WaitForFile(Config("mps")));
   SetLabel("time-slicing");
   ASSERT_TRUE(WaitForFile(Config("time-slicing")));
+  // The count moves just after the file is renamed into place: wait for it, then check it.
+  testing::WaitUntil([&] { return sync_->writes() >= 3u; }, std::chrono::seconds(10));
   EXPECT_EQ(sync_->writes(), 3u);
 }
 
@@ -214,10 +217,12 @@ TEST_F(SyncTest, ConfigMapChangeSwitchesTheFile) {
   SetConfig("mps", updated);
   ASSERT_TRUE(WaitForFile(updated));
   // A change to another config does not rewrite this node's file.
+  testing::WaitUntil([&] { return sync_->writes() >= 2u; }, std::chrono::seconds(10));
   const uint64_t writes = sync_->writes();
   SetConfig("default", "version: v1\nflags:\n  migStrategy: single\n");
   SetConfig("mps", updated + "# touched\n");
   ASSERT_TRUE(WaitForFile(updated + "# touched\n"));
+  testing::WaitUntil([&] { return sync_->writes() >= writes + 1; }, std::chrono::seconds(10));
   EXPECT_EQ(sync_->writes(), writes + 1);
 }
 
