@@ -88,16 +88,29 @@ sys.exit(0 if any(t.get("key") == "gpu.gpulet.io/unhealthy" for t in d.get("tain
 tainted && fail "$device tainted before any XID"
 
 say "XID 79 on $device: the pod's status says Unhealthy and the device is tainted"
-kc exec -n gpulet-system "$agent" -c gpulet -- gpulet sim xid --gpu "$gpu" --code 79 >/dev/null \
-  || fail "gpulet sim xid in the DRA agent's pod failed"
+# A second, free GPU gets the same XID: kube-scheduler must not allocate it while it is tainted.
+free=$(( (gpu + 1) % 8 ))
+free_uuid="$(devices_json | python3 -c 'import json, sys; print(json.load(sys.stdin)["gpu-" + sys.argv[1]]["attributes"]["uuid"]["string"])' "$free")"
+for g in "$gpu" "$free"; do
+  kc exec -n gpulet-system "$agent" -c gpulet -- gpulet sim xid --gpu "$g" --code 79 >/dev/null \
+    || fail "gpulet sim xid in the DRA agent's pod failed"
+done
 until_true 60 "one-gpu's allocatedResourcesStatus: $device Unhealthy" health_is Unhealthy
 echo "allocatedResourcesStatus: $(status_json)"
 until_true 60 "$device tainted gpu.gpulet.io/unhealthy in the slice" tainted
+free_tainted() { device="gpu-$free" tainted; }
+until_true 60 "gpu-$free tainted gpu.gpulet.io/unhealthy in the slice" free_tainted
+pinned_claim_pod "$ns" on-tainted gpu.gpulet.io "device.attributes[\"gpu.gpulet.io\"].uuid == \"$free_uuid\""
+tainted_refused() { pod_phase_is "$ns" on-tainted Pending && scheduler_said "$ns" on-tainted "cannot allocate all claims"; }
+until_true 60 "a claim for the tainted gpu-$free Pending with the scheduler's reason" tainted_refused
+echo "on-tainted: Pending while gpu-$free is tainted"
 
 say "recovery: Healthy again and the taint gone"
 until_true 150 "one-gpu's allocatedResourcesStatus: $device Healthy after recovery" health_is Healthy
 untainted() { ! tainted; }
 until_true 60 "$device untainted after recovery" untainted
+until_true 150 "on-tainted allocated gpu-$free once its taint cleared" pod_phase_is "$ns" on-tainted Running
+echo "on-tainted: Running on gpu-$free after recovery"
 
 kc delete namespace "$ns" --wait=true --timeout=120s >/dev/null
 undeploy_dra

@@ -27,39 +27,6 @@ for s in json.load(sys.stdin)["items"]:
 until_true 60 "GPU 0 published" test -n "$(uuid0)"
 gpu0="$(uuid0)"
 
-# claim_pod NAME CLASS CEL [MEMORY]: a claim from CLASS whose device also satisfies CEL, and a pod
-# of the test image using it.
-claim_pod() {
-  local capacity=""
-  [ -z "${4:-}" ] || capacity="
-          capacity: {requests: {memory: $4}}"
-  kc apply -f - >/dev/null <<YAML
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {name: $1, namespace: $ns}
-spec:
-  devices:
-    requests:
-      - name: r
-        exactly:
-          deviceClassName: $2
-          selectors: [{cel: {expression: '$3'}}]$capacity
----
-apiVersion: v1
-kind: Pod
-metadata: {name: $1, namespace: $ns}
-spec:
-  terminationGracePeriodSeconds: 1
-  restartPolicy: Never
-  resourceClaims: [{name: r, resourceClaimName: $1}]
-  containers:
-    - name: main
-      image: localhost/gpulet/test:test
-      imagePullPolicy: Never
-      command: ["/bin/sh", "-c", "exec sleep 100000"]
-      resources: {claims: [{name: r}]}
-YAML
-}
 on_gpu0="device.attributes[\"gpu.gpulet.io\"].uuid == \"$gpu0\""
 mig_of_gpu0="device.attributes[\"gpu.gpulet.io\"].parentUUID == \"$gpu0\""
 pending_for() {  # pending_for POD: Pending, and the scheduler said why
@@ -73,22 +40,22 @@ drop() {  # drop NAME...: the pods and their claims, gone
 }
 
 say "20 GiB memory shares of GPU 0: three fit its 79 GiB, the fourth is Pending"
-for i in 1 2 3; do claim_pod "share-$i" gpu-memory.gpulet.io "$on_gpu0" 20Gi; done
+for i in 1 2 3; do pinned_claim_pod "$ns" "share-$i" gpu-memory.gpulet.io "$on_gpu0" 20Gi; done
 for i in 1 2 3; do until_true 120 "share-$i Running" pod_phase_is "$ns" "share-$i" Running; done
-claim_pod share-4 gpu-memory.gpulet.io "$on_gpu0" 20Gi
+pinned_claim_pod "$ns" share-4 gpu-memory.gpulet.io "$on_gpu0" 20Gi
 until_true 60 "share-4 Pending with the scheduler's reason" pending_for share-4
 echo "share-4: $(kc get events -n "$ns" --field-selector involvedObject.name=share-4,reason=FailedScheduling -o jsonpath='{.items[-1:].message}')"
 drop share-1 share-2 share-3 share-4
 
 say "whole GPU 0 allocated: no MIG device of it can be"
-claim_pod whole gpu.gpulet.io "$on_gpu0"
+pinned_claim_pod "$ns" whole gpu.gpulet.io "$on_gpu0"
 until_true 120 "whole Running" pod_phase_is "$ns" whole Running
-claim_pod mig mig.gpulet.io "$mig_of_gpu0"
+pinned_claim_pod "$ns" mig mig.gpulet.io "$mig_of_gpu0"
 until_true 60 "mig Pending with the scheduler's reason" pending_for mig
 say "whole GPU 0 freed: the MIG device is allocated; now the whole GPU cannot be"
 drop whole
 until_true 120 "mig Running once GPU 0 is free" pod_phase_is "$ns" mig Running
-claim_pod whole-again gpu.gpulet.io "$on_gpu0"
+pinned_claim_pod "$ns" whole-again gpu.gpulet.io "$on_gpu0"
 until_true 60 "whole-again Pending while a MIG device of GPU 0 is allocated" pending_for whole-again
 drop mig
 until_true 120 "whole-again Running once the MIG device is freed" pod_phase_is "$ns" whole-again Running

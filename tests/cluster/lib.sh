@@ -74,3 +74,38 @@ undeploy_dra() {
   kc delete -k "$dra_overlay" --wait=true --timeout=120s >/dev/null 2>&1 || true
   kc label node "$node" gpulet.io/dra- >/dev/null 2>&1 || true
 }
+
+# pinned_claim_pod NAMESPACE NAME CLASS CEL [MEMORY]: a ResourceClaim NAME from DeviceClass CLASS whose
+# device also satisfies the CEL expression (and asks MEMORY of its capacity), and a pod NAME of the
+# test image using it.
+pinned_claim_pod() {
+  local capacity=""
+  [ -z "${5:-}" ] || capacity="
+          capacity: {requests: {memory: $5}}"
+  kc apply -f - >/dev/null <<YAML
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: $2, namespace: $1}
+spec:
+  devices:
+    requests:
+      - name: r
+        exactly:
+          deviceClassName: $3
+          selectors: [{cel: {expression: '$4'}}]$capacity
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: $2, namespace: $1}
+spec:
+  terminationGracePeriodSeconds: 1
+  restartPolicy: Never
+  resourceClaims: [{name: r, resourceClaimName: $2}]
+  containers:
+    - name: main
+      image: localhost/gpulet/test:test
+      imagePullPolicy: Never
+      command: ["/bin/sh", "-c", "exec sleep 100000"]
+      resources: {claims: [{name: r}]}
+YAML
+}
