@@ -35,7 +35,9 @@ kubectl apply -k "$overlay" >/dev/null 2>&1
 kubectl -n gpulet-system rollout status daemonset/gpulet-dra --timeout=180s >/dev/null
 kubectl create namespace bench-dra >/dev/null
 until kubectl get serviceaccount -n bench-dra default >/dev/null 2>&1; do sleep 0.2; done
-sleep 5  # the slices published
+until [ "$(kubectl get resourceslices --field-selector "spec.nodeName=$node" -o name | wc -l)" -gt 0 ]; do
+  sleep 0.2  # the node's slices published
+done
 
 metrics() {  # metrics kubelet|scheduler: the component's Prometheus text
   case "$1" in

@@ -20,3 +20,17 @@ until_true() {
     sleep 0.5
   done
 }
+
+# leftovers DIR...: what a teardown left of DIRs: each process whose command line names one of
+# them, and each of them that still exists ("" when nothing is left).
+leftovers() {
+  local pattern p d left=""
+  pattern="($(IFS='|'; echo "$*"))/"
+  for p in /proc/[0-9]*; do
+    grep -qE "$pattern" <<< "$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null)" && left="$left process ${p#/proc/};"
+  done
+  for d in "$@"; do
+    if [ -e "$d" ]; then left="$left $d;"; fi
+  done
+  echo "$left"
+}

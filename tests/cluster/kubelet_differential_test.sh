@@ -49,8 +49,7 @@ mkdir -p "$tmp/dp"
 agent=$!
 "$build/bin/gpulet-kubelet-harness" --dir "$tmp/dp" --expect 8 --allocate 1 --timeout 30 \
   --watch --restart-every 4 --restart-downtime 2.5 --duration 8 > "$tmp/harness.log" 2>&1 || { cat "$tmp/harness.log"; fail "the harness run failed"; }
-sleep 1  # the last lines of gpulet's log after the harness ended its stream
-kill -TERM "$agent"; wait "$agent" || true
+kill -TERM "$agent"; wait "$agent" || true  # its log complete once it has exited
 events < "$tmp/node.log" > "$out/kubelet-harness.events"
 
 say "the real kubelet: the deployed agent, a pod given one GPU, the kubelet restarted"
@@ -70,7 +69,6 @@ before_r="$(count registered)"; before_l="$(count list_and_watch_open)"
 "$repo/testing/cluster/cluster.sh" restart kubelet >/dev/null
 registered_again() { [ "$(count registered)" -gt "$before_r" ] && [ "$(count list_and_watch_open)" -gt "$before_l" ]; }
 until_true 120 "gpulet registered again after the kubelet's restart" registered_again
-sleep 1
 kc logs -n gpulet-system "$pod" -c gpulet | events > "$out/kubelet-real.events"
 kc delete namespace "$ns" --wait=true --timeout=120s >/dev/null
 

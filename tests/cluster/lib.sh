@@ -14,10 +14,11 @@ allocatable_is() { [ "$(node_field ".status.allocatable.nvidia\.com/gpu")" = "$1
 capacity_is() { [ "$(node_field ".status.capacity.nvidia\.com/gpu")" = "$1" ]; }
 pod_phase_is() { [ "$(kc get pod -n "$1" "$2" -o jsonpath='{.status.phase}')" = "$3" ]; }
 
-# gpu_pod NAMESPACE NAME COUNT [RESOURCE]: a pod of the test image asking for COUNT GPUs that prints
-# its environment and /dev, then waits.
+# gpu_pod NAMESPACE NAME COUNT [RESOURCE [SCRIPT]]: a pod of the test image asking for COUNT GPUs
+# that runs SCRIPT (sh; default: print its environment and /dev), then waits.
 gpu_pod() {
   local ns="$1" name="$2" count="$3" res="${4:-nvidia.com/gpu}"
+  local script="${5:-env | sort; echo DEV:; ls /dev}"
   kc apply -f - >/dev/null <<YAML
 apiVersion: v1
 kind: Pod
@@ -29,7 +30,7 @@ spec:
     - name: main
       image: localhost/gpulet/test:test
       imagePullPolicy: Never
-      command: ["/bin/sh", "-c", "env | sort; echo DEV:; ls /dev; exec sleep 100000"]
+      command: ["/bin/sh", "-c", "$script; exec sleep 100000"]
       resources:
         limits: {$res: $count}
 YAML
@@ -108,4 +109,30 @@ spec:
       command: ["/bin/sh", "-c", "exec sleep 100000"]
       resources: {claims: [{name: r}]}
 YAML
+}
+
+# share_held OUTPUT SHARE CONTEXT: memlimit_probe's OUTPUT (init, fill 1 GiB, fill 1 MiB, info) shows
+# a CUDA program held to SHARE bytes: cuInit worked, cuMemGetInfo says SHARE, both fills ended with
+# CUDA_ERROR_OUT_OF_MEMORY, and after the simulated driver's CONTEXT bytes the 1 GiB chunks took
+# what fits and the 1 MiB chunks the rest but for less than 1 MiB. Prints what was admitted.
+share_held() {
+  local out="$1" share="$2" ctx="$3" gib=1073741824 mib=1048576 big small
+  field() { sed -n "s/.*\b$2=\([0-9-]*\).*/\1/p" <<< "$(grep "^$1 " <<< "$out" | sed -n "${3:-1}p")"; }
+  [ "$(field init rc)" = 0 ] || fail "cuInit and the primary context failed in the container"
+  [ "$(field info cu_total)" = "$share" ] || fail "cuMemGetInfo total $(field info cu_total), want the share $share"
+  [ "$(field fill last_rc 1)" = 2 ] && [ "$(field fill last_rc 2)" = 2 ] \
+    || fail "an allocation past the share was not refused with CUDA_ERROR_OUT_OF_MEMORY"
+  big="$(field fill admitted 1)"; small="$(field fill admitted 2)"
+  [ "$big" = $(((share - ctx) / gib * gib)) ] || fail "1 GiB chunks admitted $big, want $(((share - ctx) / gib * gib))"
+  [ "$small" = $(((share - ctx - big) / mib * mib)) ] || fail "1 MiB chunks admitted $small after, want $(((share - ctx - big) / mib * mib))"
+  echo "share $share B: context $ctx + $big + $small B admitted, $((share - ctx - big - small)) B left"
+}
+
+# back_to_h100 NAMESPACE: a test that deployed another overlay of the node agent ends: its
+# namespace deleted, the plain H100 overlay applied again, 8 GPUs allocatable.
+back_to_h100() {
+  say "back to the plain H100 node"
+  kc delete namespace "$1" --wait=true --timeout=120s >/dev/null
+  kc apply -k "$repo/testing/cluster/overlays/sim-dgx-h100" >/dev/null 2>&1
+  until_true 180 "allocatable nvidia.com/gpu: 8" allocatable_is 8
 }

@@ -43,21 +43,7 @@ fresh_namespace "$ns"
 
 say "a pod asking nvidia.com/mig-3g.20gb: 1 gets its instance"
 mig_pod() {  # mig_pod NAME RESOURCE: prints its environment, /dev and /dev/nvidia-caps
-  kc apply -f - >/dev/null <<YAML
-apiVersion: v1
-kind: Pod
-metadata: {name: $1, namespace: $ns}
-spec:
-  terminationGracePeriodSeconds: 1
-  restartPolicy: Never
-  containers:
-    - name: main
-      image: localhost/gpulet/test:test
-      imagePullPolicy: Never
-      command: ["/bin/sh", "-c", "env | sort; echo DEV: \$(ls /dev); echo CAPS: \$(ls /dev/nvidia-caps); exec sleep 100000"]
-      resources:
-        limits: {$2: 1}
-YAML
+  gpu_pod "$ns" "$1" 1 "$2" 'env | sort; echo DEV: $(ls /dev); echo CAPS: $(ls /dev/nvidia-caps)'
 }
 mig_pod m-0 nvidia.com/mig-3g.20gb
 until_true 120 "m-0 Running" pod_phase_is "$ns" m-0 Running
@@ -94,9 +80,6 @@ case "$wgpu" in nvidia[2-7]) ;; *) fail "w-0 got /dev/$wgpu, want one of the six
 [ -z "$(sed -n 's/^CAPS: *//p' <<< "$w")" ] || fail "w-0: a whole GPU's pod was given MIG capability nodes"
 echo "m-2: $v2; w-0: /dev/$wgpu"
 
-say "back to the H100 node"
-kc delete namespace "$ns" --wait=true --timeout=120s >/dev/null
 trap - EXIT
-kc apply -k "$repo/testing/cluster/overlays/sim-dgx-h100" >/dev/null 2>&1
-until_true 180 "allocatable nvidia.com/gpu: 8" allocatable_is 8
+back_to_h100 "$ns"
 echo PASS

@@ -32,21 +32,7 @@ echo "daemon: 8 GPUs, 25% threads, $(grep 'CMD set_default_device_pinned_mem_lim
 fresh_namespace "$ns"
 
 say "a pod with one MPS client share: the environment, the pipe directory and /dev/shm"
-kc apply -f - >/dev/null <<'YAML'
-apiVersion: v1
-kind: Pod
-metadata: {name: mps-0, namespace: gpulet-test-mps}
-spec:
-  terminationGracePeriodSeconds: 1
-  restartPolicy: Never
-  containers:
-    - name: main
-      image: localhost/gpulet/test:test
-      imagePullPolicy: Never
-      command: ["/bin/sh", "-c", "env | sort; echo PIPE: $(ls $CUDA_MPS_PIPE_DIRECTORY); exec sleep 100000"]
-      resources:
-        limits: {nvidia.com/gpu: 1}
-YAML
+gpu_pod "$ns" mps-0 1 nvidia.com/gpu 'env | sort; echo PIPE: $(ls $CUDA_MPS_PIPE_DIRECTORY)'
 until_true 120 "mps-0 Running" pod_phase_is "$ns" mps-0 Running
 until_true 30 "mps-0 printed its environment" logs_have "$ns" mps-0 '^PIPE:'
 out="$(kc logs -n "$ns" mps-0)"
@@ -62,9 +48,6 @@ kc exec -n "$ns" mps-0 -- sh -c "echo '/nonexistent $marker' > \$CUDA_MPS_PIPE_D
 reached() { grep -q "CMD $marker" "$log"; }
 until_true 30 "the pod's request in the daemon's log" reached
 
-say "back to the plain H100 node"
-kc delete namespace "$ns" --wait=true --timeout=120s >/dev/null
 trap - EXIT
-kc apply -k "$repo/testing/cluster/overlays/sim-dgx-h100" >/dev/null 2>&1
-until_true 180 "allocatable nvidia.com/gpu: 8" allocatable_is 8
+back_to_h100 "$ns"
 echo PASS

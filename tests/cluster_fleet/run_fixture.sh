@@ -30,14 +30,8 @@ down() {
   [ "$(id -u)" = 0 ] || missing "needs root"
   set +e
   fleet_cluster_down || exit 1
-  local left="" p
-  for p in /proc/[0-9]*; do
-    tr '\0' ' ' < "$p/cmdline" 2>/dev/null | grep -qE "(/var/lib/gpulet-k8s-$GPULET_CLUSTER_INSTANCE|/run/gpulet-k8s-$GPULET_CLUSTER_INSTANCE|$state)/" \
-      && left="$left process ${p#/proc/};"
-  done
-  for d in "/var/lib/gpulet-k8s-$GPULET_CLUSTER_INSTANCE" "/run/gpulet-k8s-$GPULET_CLUSTER_INSTANCE" "$state"; do
-    [ -e "$d" ] && left="$left $d;"
-  done
+  local left
+  left="$(leftovers "/var/lib/gpulet-k8s-$GPULET_CLUSTER_INSTANCE" "/run/gpulet-k8s-$GPULET_CLUSTER_INSTANCE" "$state")"
   [ -z "$left" ] || { echo "teardown left:$left" >&2; exit 1; }
   echo "fleet teardown: nothing left"
 }

@@ -4,6 +4,7 @@
 # `run_fixture.sh down` takes it down and checks that nothing is left. Without root or Go the tier
 # is skipped (77), except under CI=true, where a missing prerequisite fails.
 source "$(dirname "$0")/lib.sh"
+source "$repo/tests/cluster/common.sh"
 
 up() {
   [ "$(id -u)" = 0 ] || missing "needs root"
@@ -14,14 +15,8 @@ up() {
 down() {
   [ "$(id -u)" = 0 ] || missing "needs root"
   "$repo/testing/cluster/cluster.sh" down || exit 1
-  local left="" p
-  for p in /proc/[0-9]*; do
-    tr '\0' ' ' < "$p/cmdline" 2>/dev/null | grep -qE "(/var/lib|/run)/gpulet-k8s-3/" \
-      && left="$left process ${p#/proc/};"
-  done
-  for d in /var/lib/gpulet-k8s-3 /run/gpulet-k8s-3; do
-    [ -e "$d" ] && left="$left $d;"
-  done
+  local left
+  left="$(leftovers /var/lib/gpulet-k8s-3 /run/gpulet-k8s-3)"
   [ -z "$left" ] || { echo "teardown left:$left" >&2; exit 1; }
   echo "differential teardown: nothing left"
 }
