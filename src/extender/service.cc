@@ -134,13 +134,18 @@ Status Service::Start() {
     return metrics::HttpOptions::PostReply{a.status, std::move(a.content_type), std::move(a.body)};
   };
   o.post_routes["/filter"] = [this, reply](const std::string& b) {
+    const auto arrived = std::chrono::steady_clock::now();
     Answer a = extender_.Filter(b);
     // kube-scheduler retries a pod the extender turned away only on a cluster event it watches
     // (a pod, a node), and the end of a reservation (its pod deleted since the last look) is none:
     // without this, the pod waits for an unrelated event or the scheduler's 5-minute flush. So the
     // reservations on the nodes that failed are looked up now (bounded), and if one ended the
-    // filter is answered again.
-    if (a.status == 200 && EndGoneReservationsOn(FailedNodesOf(a.body))) a = extender_.Filter(b);
+    // filter is answered again. Only a lookup begun after this request arrived is fresh enough: a
+    // retry comes right after the deletion that caused it, often within moments of an earlier
+    // lookup (on kube-scheduler 1.37, a preemptor's retry after its victim's deletion).
+    if (a.status == 200 && EndGoneReservationsOn(FailedNodesOf(a.body), arrived)) {
+      a = extender_.Filter(b);
+    }
     return reply(std::move(a));
   };
   o.post_routes["/prioritize"] = [this, reply](const std::string& b) {
@@ -222,12 +227,14 @@ std::string Service::GoneReason(const ClusterView::HeldPod& held) const {
 }
 
 bool Service::EndIfGone(const ClusterView::HeldPod& held) {
-  {
-    std::lock_guard lock(checked_mu_);
-    checked_[held.uid] = std::chrono::steady_clock::now();
-  }
+  const auto started = std::chrono::steady_clock::now();
   const std::string gone = GoneReason(held);
-  if (gone.empty()) return false;
+  if (gone.empty()) {
+    std::lock_guard lock(checked_mu_);
+    auto [it, added] = checked_.emplace(held.uid, started);
+    if (!added && it->second < started) it->second = started;
+    return false;
+  }
   view_.EndReservation(held.uid);
   {
     std::lock_guard lock(checked_mu_);
@@ -249,9 +256,9 @@ void Service::CheckReservations() {
   }
 }
 
-bool Service::EndGoneReservationsOn(const std::set<std::string>& nodes) {
+bool Service::EndGoneReservationsOn(const std::set<std::string>& nodes,
+                                    std::chrono::steady_clock::time_point arrived) {
   if (nodes.empty()) return false;
-  const auto now = std::chrono::steady_clock::now();
   int looked = 0;
   bool ended = false;
   for (const ClusterView::HeldPod& held : view_.Reservations()) {
@@ -260,7 +267,7 @@ bool Service::EndGoneReservationsOn(const std::set<std::string>& nodes) {
     {
       std::lock_guard lock(checked_mu_);
       auto it = checked_.find(held.uid);
-      if (it != checked_.end() && now - it->second < options_.filter_recheck_after) continue;
+      if (it != checked_.end() && it->second >= arrived) continue;  // looked up since it came
     }
     ++looked;
     ended = EndIfGone(held) || ended;

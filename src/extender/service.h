@@ -46,10 +46,11 @@ struct ServiceOptions {
   // Binding may be on its way).
   std::chrono::milliseconds reservation_check{5000};
   // At /filter, the reservations on the nodes that failed are looked up at once (at most this many
-  // per request, each at most once per recheck_after), so a pod kube-scheduler retries finds the
-  // units of a pod deleted since the last periodic look free (the scheduler sees no event for it).
+  // per request), so a pod kube-scheduler retries finds the units of a pod deleted since the last
+  // look free (the scheduler sees no event for the reservation's end). A lookup counts only if it
+  // started after the request arrived: the deletion that made the scheduler retry happened before
+  // the request, so an earlier lookup (the periodic one, another filter's) may predate it.
   int filter_recheck_max = 16;
-  std::chrono::milliseconds filter_recheck_after{250};
   ViewOptions view;  // view.ns: where the per-node objects live
   bool watch_nodes = true;
   std::chrono::milliseconds sync_timeout{60000};
@@ -101,9 +102,12 @@ class Service {
   // or when the API server did not answer).
   std::string GoneReason(const ClusterView::HeldPod& held) const;
   bool EndIfGone(const ClusterView::HeldPod& held);  // true: the reservation ended
-  bool EndGoneReservationsOn(const std::set<std::string>& nodes);
+  // The reservations on `nodes` not looked up since `arrived` (a filter request's arrival).
+  bool EndGoneReservationsOn(const std::set<std::string>& nodes,
+                             std::chrono::steady_clock::time_point arrived);
   std::mutex checked_mu_;
-  std::map<std::string, std::chrono::steady_clock::time_point> checked_;  // uid -> last lookup
+  // uid -> when the last lookup that found the pod still holding its units started
+  std::map<std::string, std::chrono::steady_clock::time_point> checked_;
 
   std::thread objects_thread_, nodes_thread_, reservations_thread_;
   std::unique_ptr<metrics::Publisher> unused_publisher_;  // the server's own /metrics is replaced

@@ -92,9 +92,10 @@ echo "$msg" | grep -q 'needs 60 units of gpulet.io/gpu-memory-1gi on one GPU; th
   || fail "h's event lacks the extender's reason for ext-00000"
 echo "$msg" | grep -q 'preemption: found a potential placement for pod on node ext-00001, preempting 1 victims' \
   || fail "h's event does not name the scheduler's own preemption on ext-00001"
-# Usually seconds; but when the victim's deletion is seen before h is parked as unschedulable (a
-# loaded machine), kube-scheduler retries h only at its periodic flush of unschedulable pods (at
-# most 5 minutes): seen once in a full run beside the sanitizer tests.
+# Seconds: the victim's deletion retries h, and the extender looks the victim's reservation up
+# afresh at that filter (docs/real-cluster.md). Before that fix h waited for kube-scheduler's
+# flush of unschedulable pods (~4 minutes) in loaded full runs; the generous wait stays so that a
+# regression shows as the time this test takes rather than as a flaky failure.
 until_true 330 "h bound after its victim was evicted" pod_bound "$ns" h
 [ "$(pod_node "$ns" h)" = ext-00001 ] || fail "h bound to $(pod_node "$ns" h), not ext-00001"
 [ "$(kc get pods -n "$ns" --field-selector spec.nodeName=ext-00001 -o name | wc -l)" = 2 ] \
