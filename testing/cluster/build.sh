@@ -2,7 +2,9 @@
 # Builds upstream's kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl, an
 # etcd server, containerd, its runc shim and ctr from the Go modules pinned in k8s/ and
 # containerd/ (go.mod and go.sum committed), into a cache outside the clone keyed by the pinned
-# versions and the Go toolchain, so a fresh clone on the same machine reuses it.
+# versions and the Go toolchain, so a fresh clone on the same machine reuses it. CoreDNS (the
+# cluster's DNS, coredns/) has a key of its own, so that its pin moves nothing else: it is built
+# into bin/coredns-KEY/ and linked into the bin directory as `coredns`.
 #
 #   testing/cluster/build.sh          build if the cache lacks this key; print the bin directory last
 #   GPULET_CLUSTER_CACHE=DIR          the cache (default /var/cache/gpulet-cluster)
@@ -35,9 +37,12 @@ mods_k8s="$(cd "$here/k8s" && go list -m all)" || { echo "build.sh: go list -m a
 mods_ctd="$(cd "$here/containerd" && go list -m all)" || { echo "build.sh: go list -m all failed in containerd/" >&2; exit 1; }
 key="$(printf '%s\n' "$gov recipe $recipe" "$(cat "$here/k8s/etcd/main.go")" "$mods_k8s" "$mods_ctd" | sha256sum | cut -c1-16)"
 bin="$cache/bin/$key"
+mods_dns="$(cd "$here/coredns" && go list -m all)" || { echo "build.sh: go list -m all failed in coredns/" >&2; exit 1; }
+dns_bin="$cache/bin/coredns-$(printf '%s\n' "$gov recipe $recipe" "$(cat "$here/coredns/main.go")" "$mods_dns" | sha256sum | cut -c1-16)"
 
 want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl containerd containerd-shim-runc-v2 ctr)
-complete() { local b; for b in "${want[@]}"; do [ -x "$bin/$b" ] || return 1; done; }
+components_built() { local b; for b in "${want[@]}"; do [ -x "$bin/$b" ] || return 1; done; }
+complete() { components_built && [ -x "$dns_bin/coredns" ] && [ "$(readlink "$bin/coredns")" = "$dns_bin/coredns" ]; }
 if complete; then
   echo "$bin"
   exit 0
@@ -61,34 +66,47 @@ step() {  # step NAME COMMAND...: runs and reports how long it took
   echo "build.sh: $name built in $((SECONDS - t0)) s" >&2
 }
 
-tmp="$bin.tmp.$$"
-rm -rf "$tmp"; mkdir -p "$tmp"
-trap 'rm -rf "$tmp"' EXIT
 t_all=$SECONDS
+build_components() {
+  tmp="$bin.tmp.$$"
+  rm -rf "$tmp"; mkdir -p "$tmp"
+  trap 'rm -rf "$tmp"' EXIT
 
-kv="$(awk '$1=="k8s.io/kubernetes"{print $2}' "$here/k8s/go.mod")"
-minor="$(echo "$kv" | cut -d. -f2)"
-ld="-s -w"
-for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  ld="$ld -X $p.gitVersion=$kv -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
-  ld="$ld -X $p.buildDate=1970-01-01T00:00:00Z"
-done
-(cd "$here/k8s" && step "etcd" go build -ldflags "-s -w" -o "$tmp/etcd" ./etcd)
-for c in kube-apiserver kube-scheduler kube-controller-manager kubelet kubectl; do
-  (cd "$here/k8s" && step "$c $kv" go build -ldflags "$ld" -o "$tmp/$c" "k8s.io/kubernetes/cmd/$c")
-done
+  kv="$(awk '$1=="k8s.io/kubernetes"{print $2}' "$here/k8s/go.mod")"
+  minor="$(echo "$kv" | cut -d. -f2)"
+  ld="-s -w"
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld="$ld -X $p.gitVersion=$kv -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+    ld="$ld -X $p.buildDate=1970-01-01T00:00:00Z"
+  done
+  (cd "$here/k8s" && step "etcd" go build -ldflags "-s -w" -o "$tmp/etcd" ./etcd)
+  for c in kube-apiserver kube-scheduler kube-controller-manager kubelet kubectl; do
+    (cd "$here/k8s" && step "$c $kv" go build -ldflags "$ld" -o "$tmp/$c" "k8s.io/kubernetes/cmd/$c")
+  done
 
-cv="$(awk '$1=="require"{print $3}' "$here/containerd/go.mod")"
-cld="-s -w -X github.com/containerd/containerd/v2/version.Version=$cv"
-cld="$cld -X github.com/containerd/containerd/v2/version.Package=github.com/containerd/containerd/v2"
-(cd "$here/containerd" && step "containerd $cv" go build -tags "urfave_cli_no_docs no_btrfs" \
-  -ldflags "$cld" -o "$tmp/containerd" github.com/containerd/containerd/v2/cmd/containerd)
-(cd "$here/containerd" && step "ctr $cv" go build -tags "urfave_cli_no_docs no_btrfs" \
-  -ldflags "$cld" -o "$tmp/ctr" github.com/containerd/containerd/v2/cmd/ctr)
-(cd "$here/containerd" && step "containerd-shim-runc-v2 $cv" go build -tags "urfave_cli_no_docs no_grpc" \
-  -ldflags "$cld" -o "$tmp/containerd-shim-runc-v2" github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2)
+  cv="$(awk '$1=="require"{print $3}' "$here/containerd/go.mod")"
+  cld="-s -w -X github.com/containerd/containerd/v2/version.Version=$cv"
+  cld="$cld -X github.com/containerd/containerd/v2/version.Package=github.com/containerd/containerd/v2"
+  (cd "$here/containerd" && step "containerd $cv" go build -tags "urfave_cli_no_docs no_btrfs" \
+    -ldflags "$cld" -o "$tmp/containerd" github.com/containerd/containerd/v2/cmd/containerd)
+  (cd "$here/containerd" && step "ctr $cv" go build -tags "urfave_cli_no_docs no_btrfs" \
+    -ldflags "$cld" -o "$tmp/ctr" github.com/containerd/containerd/v2/cmd/ctr)
+  (cd "$here/containerd" && step "containerd-shim-runc-v2 $cv" go build -tags "urfave_cli_no_docs no_grpc" \
+    -ldflags "$cld" -o "$tmp/containerd-shim-runc-v2" github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2)
 
-rm -rf "$bin"; mv "$tmp" "$bin"
-trap - EXIT
-echo "build.sh: all upstream components built in $((SECONDS - t_all)) s into $bin" >&2
+  rm -rf "$bin"; mv "$tmp" "$bin"
+  trap - EXIT
+}
+components_built || build_components
+
+if [ ! -x "$dns_bin/coredns" ]; then
+  dv="$(awk '$1=="require"{print $3}' "$here/coredns/go.mod")"
+  rm -rf "$dns_bin.tmp.$$"; mkdir -p "$dns_bin.tmp.$$"
+  trap 'rm -rf "$dns_bin.tmp.$$"' EXIT
+  (cd "$here/coredns" && step "coredns $dv" go build -ldflags "-s -w" -o "$dns_bin.tmp.$$/coredns" .)
+  rm -rf "$dns_bin"; mv "$dns_bin.tmp.$$" "$dns_bin"
+  trap - EXIT
+fi
+ln -sfn "$dns_bin/coredns" "$bin/coredns"
+echo "build.sh: upstream components ready in $((SECONDS - t_all)) s in $bin" >&2
 echo "$bin"

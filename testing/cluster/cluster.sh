@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A real single-node Kubernetes on this machine, from upstream's own components (built by build.sh):
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd (+ runc), the CNI bridge
-# and a kubelet, each a host process. See docs/real-cluster.md.
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, CoreDNS (the cluster's DNS),
+# containerd (+ runc), the CNI bridge and a kubelet, each a host process. See docs/real-cluster.md.
 #
 #   cluster.sh up [--no-node]   bring it up layer by layer (control plane, runtime, node Ready),
 #                               naming the layer that failed; --no-node stops after the control plane
@@ -13,8 +13,9 @@
 #   cluster.sh restart kubelet  stop the kubelet (or kube-scheduler) and start it again (pods keep running)
 #
 # Addresses: etcd, the controller-manager, the scheduler and the kubelet's health port listen on
-# 127.0.0.1; the API server and the kubelet on the bridge's gateway (10.88.0.1 on cni0, a bridge this
-# script makes), which pods reach too. Nothing listens on, or is sent to, another address.
+# 127.0.0.1; the API server, the kubelet and CoreDNS (port 53) on the bridge's gateway (10.88.0.1 on
+# cni0, a bridge this script makes), which pods reach too. Nothing listens on, or is sent to,
+# another address: CoreDNS answers cluster.local and refuses every other name (no forwarding).
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -92,7 +93,7 @@ down() {
       done
     fi
   fi
-  for p in kubelet kube-scheduler kube-controller-manager kube-apiserver; do kill_pidfile "$p"; done
+  for p in kubelet kube-scheduler kube-controller-manager coredns kube-apiserver; do kill_pidfile "$p"; done
   # Whatever still runs in the pods' cgroups (made by this cluster's kubelet) is a container process.
   [ "$instance" = 0 ] && for m in $(kubepods_cgroups); do
     [ -f "$m/cgroup.procs" ] && for p in $(cat "$m/cgroup.procs" 2>/dev/null); do kill -KILL "$p" 2>/dev/null || true; done
@@ -213,6 +214,7 @@ pki() {
   leaf kubelet-serving "/CN=$node" serverAuth "IP:$gw,IP:127.0.0.1,DNS:$node"
   leaf controller-manager /CN=system:kube-controller-manager clientAuth
   leaf scheduler /CN=system:kube-scheduler clientAuth
+  leaf coredns /CN=system:coredns clientAuth
   leaf apiserver-kubelet-client /CN=kube-apiserver-kubelet-client clientAuth
   openssl genrsa -out sa.key 2048 2>/dev/null
   openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
@@ -244,7 +246,7 @@ EOF
 
 control_plane() {
   local bin="$1"
-  log "layer 1/3: control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler)"
+  log "layer 1/3: control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler$([ "$instance" != 0 ] || echo ", CoreDNS"))"
   start etcd "$bin/etcd" --name default --data-dir "$base/etcd" \
     --listen-client-urls http://127.0.0.1:$etcd_port --advertise-client-urls http://127.0.0.1:$etcd_port \
     --listen-peer-urls http://127.0.0.1:$etcd_peer --initial-advertise-peer-urls http://127.0.0.1:$etcd_peer \
@@ -295,7 +297,47 @@ EOF
   wait_for 60 scheduler curl -skf https://127.0.0.1:$sched_port/healthz || layer_failed "control plane: kube-scheduler" kube-scheduler
   wait_for 60 default-sa "$bin/kubectl" --kubeconfig "$base/admin.kubeconfig" get serviceaccount default \
     || layer_failed "control plane: service accounts (kube-controller-manager)" kube-controller-manager
+  [ "$instance" != 0 ] || cluster_dns "$bin"
   log "layer 1/3: control plane ready"
+}
+
+# The cluster's DNS: upstream's CoreDNS (build.sh builds it with only the plugins used here) on the
+# bridge's gateway, serving cluster.local from the API server (Services, headless Services' pod
+# records) as the identity system:coredns with CoreDNS's own read-only grants. There is no forward
+# plugin: a name outside cluster.local is REFUSED, so no query leaves the machine. The kubelet gives
+# pods this server (clusterDNS). Checked by a query for the API server's Service and one for an
+# outside name.
+cluster_dns() {
+  local bin="$1"
+  "$bin/kubectl" --kubeconfig "$base/admin.kubeconfig" apply -f - >/dev/null <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "gpulet-test:coredns"}
+rules:
+  - {apiGroups: [""], resources: [endpoints, services, pods, namespaces], verbs: [list, watch]}
+  - {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "gpulet-test:coredns"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "gpulet-test:coredns"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:coredns"}]
+EOF
+  cat > "$base/Corefile" <<EOF
+cluster.local:53 {
+  bind $gw
+  errors
+  log
+  kubernetes cluster.local {
+    kubeconfig $base/coredns.kubeconfig gpulet-test
+  }
+}
+EOF
+  start coredns "$bin/coredns" -conf "$base/Corefile"
+  wait_for 30 dns python3 "$here/dns_query.py" "$gw" kubernetes.default.svc.cluster.local 10.0.0.1 \
+    || layer_failed "control plane: cluster DNS (CoreDNS on $gw:53 answering kubernetes.default.svc.cluster.local)" coredns
+  python3 "$here/dns_query.py" "$gw" gpulet.invalid.example.com REFUSED >/dev/null \
+    || layer_failed "control plane: cluster DNS answered a name outside cluster.local (it must refuse it)" coredns
 }
 
 runtime() {
@@ -445,6 +487,8 @@ evictionHard: {memory.available: "100Mi", nodefs.available: "1%", nodefs.inodesF
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 resolvConf: /etc/resolv.conf
+clusterDNS: [$gw]
+clusterDomain: cluster.local
 staticPodPath: $base/static-pods
 protectKernelDefaults: false
 serializeImagePulls: false
@@ -517,7 +561,7 @@ up() {
     ip link set "$bridge" up
   fi
   pki
-  for k in admin kubelet controller-manager scheduler; do kubeconfig "$k"; done
+  for k in admin kubelet controller-manager scheduler coredns; do kubeconfig "$k"; done
   control_plane "$bin"
   if [ "$with_node" = 1 ]; then
     runtime "$bin" "$build"
