@@ -2,14 +2,23 @@
 # The real kube-scheduler at fleet scale (issue 34 item 5): 1,000 and 5,000 nodes of 8 GPUs that
 # exist only in the API server (testing/cluster/k8s/fleet keeps them Ready: Leases renewed, status
 # and gpulet-memory ConfigMaps current), on a control-plane-only cluster (instance 2, so it never
-# meets the tests' instance 1). For each fleet size: scheduler throughput (pods/s) and per-pod
-# latency created -> bound (from a watch), p50/p99, for whole-GPU pods (nvidia.com/gpu: 1) and
-# memory-sized pods (gpulet.io/gpu-memory-1gi: 20), with the scheduler's defaults (no extender) and
-# with gpulet's extender configured as deploy/extender ships it (mutual TLS, --policy=bestfit).
+# meets the tests' instance 1). For each fleet size and each scheduler client QPS: scheduler
+# throughput (pods/s) and per-pod latency created -> bound (from a watch), p50/p99, for whole-GPU
+# pods (nvidia.com/gpu: 1) and memory-sized pods (gpulet.io/gpu-memory-1gi: 20), with the
+# scheduler's defaults (no extender) and with gpulet's extender configured as deploy/extender ships
+# it (mutual TLS, --policy=bestfit). Then DRA claims at the sizes of FLEET_DRA_SIZES: one node's
+# ResourceSlices as `gpulet dra` (this build, simulated DGX H100, as the cluster tier runs it)
+# publishes them, cloned for every fleet node (`fleet slices`), and pods each with their own claim
+# of deploy/examples/dra/one-gpu.yaml's template (claim + pod created -> bound, claim allocated).
 # Then the allocation ratio the real scheduler reaches with the extender's FGD policy on the openb
 # trace's pods, beside `gpulet replay` on the same pods and nodes (replay_section below).
 # Needs root and Go (as the cluster tier); skipped otherwise.
 #   FLEET_SIZES="1000 5000" (empty: none)  FLEET_PODS=1000
+#   FLEET_QPS="50 500": kube-scheduler's clientConnection.qps (burst twice that) for each run;
+#     upstream's default is 50, which bounds the binds the scheduler makes itself
+#   FLEET_DRA_SIZES="1000": the fleet sizes (of FLEET_SIZES) that also get the DRA runs (empty: none)
+#   FLEET_DRA_PODS=300 (the scheduler's DRA cycle is far dearer)  FLEET_DRA_CLAIM=deploy/examples/dra/one-gpu.yaml (its ResourceClaimTemplate)
+#   FLEET_DOCS=1 (0: print the sections, leave docs/benchmarks.md as it is)
 #   FLEET_REPLAY_NODES=300 (0: no comparison)  FLEET_REPLAY_POLICY=fgd  FLEET_REPLAY_SEED=42
 #   TRACE_DIR=../shared/traces/alibaba-openb
 set -euo pipefail
@@ -19,19 +28,155 @@ if [ "$(id -u)" != 0 ] || ! PATH=/usr/local/go/bin:$PATH command -v go >/dev/nul
 fi
 export PATH=/usr/local/go/bin:$PATH GPULET_FLEET_INSTANCE=2
 sizes="${FLEET_SIZES-1000 5000}"
+qps_list="${FLEET_QPS:-50 500}"
+dra_sizes="${FLEET_DRA_SIZES-1000}"
+dra_claim="${FLEET_DRA_CLAIM:-$ROOT/deploy/examples/dra/one-gpu.yaml}"
+docs="${FLEET_DOCS:-1}"
 replay_nodes="${FLEET_REPLAY_NODES:-300}"
 replay_policy="${FLEET_REPLAY_POLICY:-fgd}"
 replay_seed="${FLEET_REPLAY_SEED:-42}"
 trace_dir="${TRACE_DIR:-$ROOT/../shared/traces/alibaba-openb}"
 pods="${FLEET_PODS:-1000}"
+dra_pods="${FLEET_DRA_PODS:-300}"
 source "$ROOT/tests/cluster_fleet/lib.sh"
 out="$(mktemp)"
 trap 'fleet_cluster_down >/dev/null 2>&1 || true; rm -f "$out" "$out.md" "$out.replay.md"' EXIT
 t0=$SECONDS
+# The first QPS from the start (cluster.sh writes it into the scheduler's configuration).
+export GPULET_CLUSTER_SCHEDULER_QPS="${qps_list%% *}"
 fleet_cluster_up "$BUILD"
 echo "bench fleet: control plane and extender up in $((SECONDS - t0)) s" >&2
 
+# scheduler_qps QPS: the instance's kube-scheduler configuration with clientConnection qps QPS and
+# burst 2*QPS, taking effect at the next use_scheduler (its restart keeps these lines and rewrites
+# only the appended part). cluster.sh writes the lines at `up` from GPULET_CLUSTER_SCHEDULER_QPS;
+# the check fails the bench if their layout ever changes rather than measuring another limit.
+scheduler_qps() {
+  local f="$GPULET_CLUSTER_BASE/scheduler.yaml"
+  sed -i -E "s/^  qps: .*/  qps: $1/; s/^  burst: .*/  burst: $((2 * $1))/" "$f"
+  [ "$(grep -cxE "  qps: $1|  burst: $((2 * $1))" "$f")" = 2 ] || fleet_die "$f: clientConnection qps/burst not found"
+}
+load1() { cut -d' ' -f1 /proc/loadavg; }
+
+# dra_template: one node's ResourceSlices as gpulet's DRA driver publishes them, into
+# $state/dra-slices.json. `gpulet dra` of this build with the cluster tier's simulated DGX H100
+# (testing/cluster/overlays/sim-dgx-h100-dra: --simulate dgx-h100, the default memory unit and
+# placement policy) runs as a host process against the instance's API server for a Node object
+# without a kubelet (the publisher needs only the Node's uid, for the owner reference; the
+# plugin's sockets go to a directory no kubelet watches) until it has published; its slices are
+# read back, then it and the node are stopped and deleted (the slices go with the node).
+dra_template() {
+  local d="$state/dra" node=dra-template-00000 published
+  mkdir -p "$d"/{sim,reg,plugins,cdi,driver,state,dp,mps}
+  cat /proc/sys/kernel/random/boot_id > "$d/boot_id"
+  start_bg dra-template-node "$state/fleet" nodes -count 1 -prefix dra-template- -memory-gpus 0 \
+    -ready-file "$state/dra-template.ready"
+  wait_file 120 "$state/dra-template.ready" dra-template-node
+  start_bg dra "$BUILD/gpulet" dra --simulate dgx-h100 --sim-state "$d/sim" --node-name "$node" \
+    --kubeconfig "$KUBECONFIG" --plugins-registry "$d/reg" --plugin-dir "$d/plugins" --cdi-root "$d/cdi" \
+    --driver-root "$d/driver" --state-dir "$d/state" --boot-id-file "$d/boot_id" --device-plugin-path "$d/dp" \
+    --mps-root "$d/mps"
+  local end=$((SECONDS + 120))
+  until published="$(sed -n "s/.*dra: published \([0-9]*\) ResourceSlices of pool $node .*/\1/p" "$state/logs/dra.log" | tail -1)" \
+        && [ -n "$published" ]; do
+    [ $SECONDS -lt $end ] || fleet_die "gpulet dra published no ResourceSlices for $node in 120 s"
+    kill -0 "$(cat "$state/pids/dra")" 2>/dev/null || fleet_die "gpulet dra exited"
+    sleep 0.5
+  done
+  kc get resourceslices --field-selector "spec.nodeName=$node" -o json > "$d/slices.json"
+  [ "$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["items"]))' "$d/slices.json")" = "${published%% *}" ] \
+    || fleet_die "read back other than the $published slices gpulet dra published"
+  stop_bg dra dra-template-node
+  cp "$d/slices.json" "$state/dra-slices.json"
+}
+
+# run_pods N QPS CFG KIND: one row (FLEET_PODS pods of KIND on the N-node fleet) into rows.
 rows=()
+run_pods() {
+  local n="$1" qps="$2" cfg="$3" kind="$4" amount=1 sched=default-scheduler count="$pods" extra=() r
+  case "$kind" in
+    memory) amount=20; sched=gpulet-memory;;
+    claim) count="$dra_pods"; extra=(-claim-template "$dra_claim");;
+  esac
+  r="$("$state/fleet" pods -count "$count" -kind "$kind" -amount "$amount" -scheduler "$sched" "${extra[@]}" \
+    -node-selector "gpulet.io/fleet=f$n" -namespace bench-fleet -workers 16 -timeout 600s)"
+  echo "bench fleet: nodes=$n qps=$qps $cfg $r load=$(load1)" >&2
+  rows+=("$n $qps $cfg $kind $(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(r["pods_per_second"], r["p50_ms"], r["p99_ms"], r["bound"], r["pods"], r["create_seconds"], r.get("allocated", "-"))' "$r") $(load1)")
+}
+
+# write_section: the fleet section from the rows so far (rewritten after each fleet size, so a run
+# cut short keeps what it measured).
+write_section() {
+  {
+    echo "## The real kube-scheduler at fleet scale, with and without gpulet's extender, and DRA claims (issue 34)"
+    echo
+    echo "kube-scheduler v1.37.2 (upstream, built from its module) on a control-plane-only cluster"
+    echo "(\`GPULET_CLUSTER_INSTANCE=2 testing/cluster/cluster.sh up --no-node\`); nodes of 8 GPUs"
+    echo "(\`nvidia.com/gpu: 8\`, \`gpulet.io/gpu-memory-1gi: 640\`) that exist only in the API server"
+    echo "(\`testing/cluster/k8s/fleet\`: Leases renewed, status and \`gpulet-memory-<node>\` ConfigMaps"
+    echo "current; no kubelet, so bound pods never run). $pods pods per row ($dra_pods with claims), created"
+    echo "by 16 client workers; latency is client-side, from the create call (of the claim, for DRA) to"
+    echo "the watch seeing \`spec.nodeName\`; throughput is pods bound / (last bind - first create)."
+    echo "\"default\": the scheduler's own configuration, no extender. \"extender\": deploy/extender's"
+    echo "KubeSchedulerConfiguration (the \`gpulet-memory\` profile without score plugins,"
+    echo "\`percentageOfNodesToScore: 100\`, the extender with mutual TLS, filter + prioritize + bind,"
+    echo "node-cache mode) and \`gpulet extender --policy=bestfit\` on 127.0.0.1; whole-GPU pods never"
+    echo "reach it (\`managedResources\`). Memory pods ask 20 GiB. \"QPS\": the scheduler's"
+    echo "\`clientConnection.qps\` (burst twice that; upstream's default 50). The machine is shared: the"
+    echo "API server, etcd, the scheduler, the extender and the fleet client all run on its 2 cores,"
+    echo "beside other work (the load column: 1-minute load average at the end of the row)."
+    echo
+    echo "**Read the QPS-50 rows with the scheduler's client limit in mind.** Each bind the scheduler"
+    echo "makes itself is one call: 1,000 pods take 100/burst + 900/50 = 18.0 s, 55.4 pods/s. With the"
+    echo "extender, memory pods are bound by the extender (its own client, no such limit), and the"
+    echo "filter, prioritize and bind round trips over mutual TLS are what bound them. A DRA pod costs"
+    echo "the scheduler two calls (the claim's allocation, then the bind). With the limit raised the"
+    echo "rows show the scheduler's (and the extender's) own cost on this machine; upstream's"
+    echo "scheduler_perf figures (5,000 nodes) are measured with it raised too."
+    echo
+    echo "| nodes | QPS | scheduler | pods | pods/s | p50 created -> bound | p99 | bound | load |"
+    echo "|---|---|---|---|---|---|---|---|---|"
+    local r what
+    for r in "${rows[@]}"; do
+      set -- $r
+      [ "$1" = made ] || [ "$1" = slices ] && continue
+      case "$4" in
+        gpu) what="whole GPU (\`nvidia.com/gpu: 1\`)";;
+        memory) what="20 GiB (\`gpulet.io/gpu-memory-1gi: 20\`)";;
+        claim) what="DRA claim, \`$(basename "$dra_claim" .yaml)\` template";;
+      esac
+      local bound="$8/$9"; [ "${11}" = - ] || bound="$bound, ${11} allocated"
+      printf '| %s | %s | %s | %s | %.1f | %.0f ms | %.0f ms | %s | %s |\n' "$1" "$2" "$3" "$what" "$5" "$6" "$7" "$bound" "${12}"
+    done
+    echo
+    for r in "${rows[@]}"; do
+      set -- $r
+      [ "$1" = made ] && echo "- $2 nodes (Node, status, Lease, ConfigMap each) created and Ready, untainted: $3 s; load $4"
+      [ "$1" = slices ] && echo "- $2 nodes' ResourceSlices published: $3 slices in $4 s; load $5"
+    done
+    if [ -f "$state/dra-slices.json" ]; then
+      echo
+      echo "DRA rows: the ResourceSlices are gpulet's own. \`gpulet dra\` of this build, with the cluster"
+      echo "tier's simulated DGX H100 (\`--simulate dgx-h100\`, the default memory unit and placement"
+      echo "policy, as testing/cluster/overlays/sim-dgx-h100-dra runs it), ran as a host process against"
+      echo "this API server for one Node object until it had published; its slices were read back"
+      echo "and \`fleet slices\` cloned them for every fleet node: the object's name, \`spec.nodeName\`,"
+      echo "the pool's name and the owner reference are the node's, the rest is gpulet's content"
+      echo "(the clone is refused if the template node's name is left anywhere else). Per node:"
+      echo "$dra_slice_desc. Each pod uses its own ResourceClaim (the spec of"
+      echo "$(realpath --relative-to="$ROOT" "$dra_claim")'s ResourceClaimTemplate; DeviceClass"
+      echo "\`gpu.gpulet.io\` from deploy/overlays/dra), claim then pod created by the same worker; the"
+      echo "default profile (the extender manages no claims). \"allocated\": claims found with an"
+      echo "allocation whose every result is from the pool of their pod's node."
+    fi
+    [ -z "$pending_note" ] || { echo; echo "$pending_note"; }
+  } > "$out.md"
+  cat "$out.md"
+  [ "$docs" = 0 ] || python3 "$ROOT/bench/update_section.py" fleet "$out.md"
+}
+
+pending_note=""
+dra_slice_desc=""
 for n in $sizes; do
   # A 5,000-node fleet renews its Leases every 30 s (the kubelet: 10 s), within the node lifecycle
   # controller's 50 s grace, so that 500 Lease writes a second do not take the 2-core machine.
@@ -39,22 +184,47 @@ for n in $sizes; do
   t1=$SECONDS
   start_bg "fleet-$n" "$state/fleet" nodes -count "$n" -prefix "f$n-" -lease-renew "$renew" -workers 32 \
     -ready-file "$state/f$n.ready"
-  wait_file 1200 "$state/f$n.ready" "fleet-$n"
+  wait_file 2400 "$state/f$n.ready" "fleet-$n"
   made=$((SECONDS - t1))
-  echo "bench fleet: $n nodes Ready in $made s" >&2
-  for ext in 0 1; do
-    use_scheduler "$ext"
-    for kind in gpu memory; do
-      amount=1; sched=default-scheduler
-      [ "$kind" = memory ] && { amount=20; sched=gpulet-memory; }
-      r="$("$state/fleet" pods -count "$pods" -kind "$kind" -amount "$amount" -scheduler "$sched" \
-        -node-selector "gpulet.io/fleet=f$n" -namespace bench-fleet -workers 16 -timeout 600s)"
-      echo "bench fleet: nodes=$n extender=$ext $r" >&2
-      rows+=("$n $ext $kind $(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(r["pods_per_second"], r["p50_ms"], r["p99_ms"], r["bound"], r["pods"], r["create_seconds"])' "$r")")
+  echo "bench fleet: $n nodes Ready in $made s (load $(load1))" >&2
+  rows+=("made $n $made $(load1)")
+  for qps in $qps_list; do
+    scheduler_qps "$qps"
+    for ext in 0 1; do
+      use_scheduler "$ext"
+      cfg=default; [ "$ext" = 1 ] && cfg=extender
+      for kind in gpu memory; do run_pods "$n" "$qps" "$cfg" "$kind"; done
     done
   done
+  if [[ " $dra_sizes " == *" $n "* ]]; then
+    [ -f "$state/dra-slices.json" ] || dra_template
+    kc apply -f "$ROOT/deploy/overlays/dra/deviceclasses.yaml" >/dev/null
+    s="$("$state/fleet" slices -template "$state/dra-slices.json" -fleet "f$n" -workers 16)" || fleet_die "fleet slices"
+    echo "bench fleet: slices $s load=$(load1)" >&2
+    rows+=("slices $n $(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(r["slices"], round(r["seconds"]))' "$s") $(load1)")
+    dra_slice_desc="$(python3 -c 'import json,sys
+r = json.loads(sys.argv[1]); t = json.load(open(sys.argv[2]))["items"]
+kinds = {}
+for s in t:
+    for d in s["spec"].get("devices", []):
+        k = d["attributes"]["type"]["string"]; kinds[k] = kinds.get(k, 0) + 1
+print("%d slices (%d of counter sets), %d devices (%s), %.0f KiB of JSON" % (len(t),
+      sum(1 for s in t if s["spec"].get("sharedCounters")), r["devices_per_node"],
+      ", ".join("%d %s" % (v, k) for k, v in sorted(kinds.items())), r["bytes_per_node"] / 1024))' "$s" "$state/dra-slices.json")"
+    for qps in $qps_list; do
+      scheduler_qps "$qps"
+      use_scheduler 0
+      run_pods "$n" "$qps" default claim
+    done
+    # Deleted here at the fleet client's rate (the garbage collector would, once the nodes are
+    # gone, at kube-controller-manager's 20 requests/s while it lifts the next fleet's taints).
+    "$state/fleet" slices -template "$state/dra-slices.json" -fleet "f$n" -delete >/dev/null || fleet_die "fleet slices -delete"
+  fi
   stop_bg "fleet-$n"
-  rows+=("made $n $made")
+  rest="${sizes#*$n}"
+  pending_note=""
+  [ -z "${rest// }" ] || pending_note="Not measured in this run yet: fleet sizes$rest."
+  write_section
 done
 
 # replay_section: the openb trace's one-GPU arrivals (the seed's, arriving until 130 % of the first
@@ -74,6 +244,7 @@ replay_section() {
   start_extender "$BUILD" --policy="$replay_policy" --workload "$trace_dir/openb_pod_list_default.csv" \
     --stale-after 24h --reservation-timeout 24h
   scheduler_config 1 "$state/scheduler-replay.yaml" gpulet.io/gpu-memory-milli
+  scheduler_qps "${qps_list%% *}"
   use_scheduler "$state/scheduler-replay.yaml"
   start_bg fleet-replay "$state/fleet" nodes -setup "$setup" -prefix replay- -ready-file "$state/replay.ready"
   wait_file 600 "$state/replay.ready" fleet-replay
@@ -84,48 +255,7 @@ replay_section() {
   python3 "$ROOT/bench/fleet/replay_table.py" "$r" "$cmp" "$replay_policy" "$replay_seed" "$replay_nodes" \
     "$((SECONDS - t1))" > "$out.replay.md"
   cat "$out.replay.md"
-  python3 "$ROOT/bench/update_section.py" fleet-replay "$out.replay.md"
+  [ "$docs" = 0 ] || python3 "$ROOT/bench/update_section.py" fleet-replay "$out.replay.md"
 }
 
-[ -n "$sizes" ] && {
-  echo "## The real kube-scheduler at fleet scale, with and without gpulet's extender (issue 34)"
-  echo
-  echo "kube-scheduler v1.37.2 (upstream, built from its module) on a control-plane-only cluster"
-  echo "(\`GPULET_CLUSTER_INSTANCE=2 testing/cluster/cluster.sh up --no-node\`); nodes of 8 GPUs"
-  echo "(\`nvidia.com/gpu: 8\`, \`gpulet.io/gpu-memory-1gi: 640\`) that exist only in the API server"
-  echo "(\`testing/cluster/k8s/fleet\`: Leases renewed, status and \`gpulet-memory-<node>\` ConfigMaps"
-  echo "current; no kubelet, so bound pods never run). $pods pods per row, created by 16 client"
-  echo "workers; latency is client-side, from the create call to the watch seeing \`spec.nodeName\`;"
-  echo "throughput is pods bound / (last bind - first create). \"default\": the scheduler's own"
-  echo "configuration, no extender. \"extender\": deploy/extender's KubeSchedulerConfiguration (the"
-  echo "\`gpulet-memory\` profile without score plugins, \`percentageOfNodesToScore: 100\`, the extender"
-  echo "with mutual TLS, filter + prioritize + bind, node-cache mode) and \`gpulet extender"
-  echo "--policy=bestfit\` on 127.0.0.1; whole-GPU pods never reach it (\`managedResources\`). Memory"
-  echo "pods ask 20 GiB. The machine is shared: the API server, etcd, the scheduler, the extender"
-  echo "and the fleet client all run on its 2 cores."
-  echo
-  echo "**Read the pods/s with the scheduler's client limit in mind.** kube-scheduler's"
-  echo "\`clientConnection.qps\` defaults to 50 (burst 100), and each bind it makes itself is one"
-  echo "call: 1,000 pods take 100/burst + 900/50 = 18.0 s, the 55.4 pods/s of the first three rows"
-  echo "to the decimal. With the extender, memory pods are bound by the extender (its own client,"
-  echo "no such limit), and the filter, prioritize and bind round trips over mutual TLS are what"
-  echo "bound them. The latencies are queueing-dominated: pods are created faster than the limit."
-  echo "The scheduler's upstream figure (its scheduler_perf suite, 5,000 nodes) is measured with the"
-  echo "limit raised."
-  echo
-  echo "| nodes | scheduler | pods | pods/s | p50 created -> bound | p99 | bound |"
-  echo "|---|---|---|---|---|---|---|"
-  for r in "${rows[@]}"; do
-    set -- $r
-    [ "$1" = made ] && continue
-    cfg=default; [ "$2" = 1 ] && cfg=extender
-    what="whole GPU (\`nvidia.com/gpu: 1\`)"; [ "$3" = memory ] && what="20 GiB (\`gpulet.io/gpu-memory-1gi: 20\`)"
-    printf '| %s | %s | %s | %.1f | %.0f ms | %.0f ms | %s/%s |\n' "$1" "$cfg" "$what" "$4" "$5" "$6" "$7" "$8"
-  done
-  echo
-  for r in "${rows[@]}"; do
-    set -- $r
-    [ "$1" = made ] && echo "- $2 nodes (Node, status, Lease, ConfigMap each) created and Ready, untainted: $3 s"
-  done
-} > "$out.md" && cat "$out.md" && python3 "$ROOT/bench/update_section.py" fleet "$out.md"
 [ "$replay_nodes" = 0 ] || replay_section

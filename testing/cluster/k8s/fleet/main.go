@@ -18,8 +18,17 @@
 //	                               pod created, then bound or found unschedulable (and deleted)
 //	                               before the next; prints one JSON line: the allocation ratio and
 //	                               the pods placed beside the replay's, and where they differ
+//	fleet slices -template FILE    one node's ResourceSlices as a real `gpulet dra` published them
+//	                               (kubectl get resourceslices -o json), cloned for every node of a
+//	                               fleet: name, spec.nodeName, pool name and owner reference are the
+//	                               node's, the rest is gpulet's content byte for byte
+//	fleet pods -kind claim ...     pods that each use their own ResourceClaim (the spec of a
+//	                               ResourceClaimTemplate, e.g. deploy/examples/dra/one-gpu.yaml),
+//	                               claim and pod created one after the other; latency from the
+//	                               claim's create to the pod bound, and the claims found allocated
+//	                               from the pod's node
 //
-// Both take -kubeconfig (default $KUBECONFIG) and print what they do to stderr.
+// All take -kubeconfig (default $KUBECONFIG) and print what they do to stderr.
 package main
 
 import (
@@ -41,6 +50,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -51,7 +61,7 @@ import (
 )
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: fleet nodes|pods|replay [flags]   (fleet nodes -h, fleet pods -h, fleet replay -h)")
+	fmt.Fprintln(os.Stderr, "usage: fleet nodes|pods|replay|slices [flags]   (fleet nodes -h, fleet pods -h, ...)")
 	os.Exit(2)
 }
 
@@ -67,6 +77,8 @@ func main() {
 		err = runPods(os.Args[2:])
 	case "replay":
 		err = runReplay(os.Args[2:])
+	case "slices":
+		err = runSlices(os.Args[2:])
 	case "-h", "--help", "help":
 		usage()
 	default:
@@ -602,6 +614,9 @@ type podResult struct {
 	MaxMs         float64 `json:"max_ms"`
 	CreateSeconds float64 `json:"create_seconds"`
 	Rewatches     int64   `json:"rewatches"`
+	// -kind claim: claims found allocated, every result from the pool of their pod's node (a
+	// DRA driver's node-local pool, named after the node as gpulet's are).
+	Allocated *int `json:"allocated,omitempty"`
 }
 
 func percentile(sorted []time.Duration, p float64) float64 {
@@ -617,7 +632,10 @@ func runPods(args []string) error {
 	fs := flag.NewFlagSet("fleet pods", flag.ExitOnError)
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig (default $KUBECONFIG)")
 	count := fs.Int("count", 100, "pods")
-	kind := fs.String("kind", "gpu", "gpu: limits nvidia.com/gpu; memory: limits gpulet.io/gpu-memory-1gi")
+	kind := fs.String("kind", "gpu", "gpu: limits nvidia.com/gpu; memory: limits gpulet.io/gpu-memory-1gi; "+
+		"claim: one ResourceClaim per pod, of -claim-template's spec")
+	claimTemplate := fs.String("claim-template", "", "-kind claim: a file holding a ResourceClaimTemplate (YAML or JSON, "+
+		"other documents ignored; e.g. deploy/examples/dra/one-gpu.yaml); each pod's claim has its spec.spec")
 	amount := fs.Int("amount", 1, "GPUs (kind gpu) or 1 GiB units (kind memory) per pod")
 	ns := fs.String("namespace", "fleet-pods", "namespace (deleted and made again first)")
 	scheduler := fs.String("scheduler", "default-scheduler", "spec.schedulerName")
@@ -636,8 +654,15 @@ func runPods(args []string) error {
 		res = "nvidia.com/gpu"
 	case "memory":
 		res = "gpulet.io/gpu-memory-1gi"
+	case "claim":
 	default:
-		return fmt.Errorf("pods: -kind gpu|memory, got %q", *kind)
+		return fmt.Errorf("pods: -kind gpu|memory|claim, got %q", *kind)
+	}
+	var claimSpec *resourcev1.ResourceClaimSpec
+	if *kind == "claim" {
+		if claimSpec, err = loadClaimTemplate(*claimTemplate); err != nil {
+			return fmt.Errorf("pods: -claim-template: %w", err)
+		}
 	}
 	cs, ctx, stop, err := podSession(*kubeconfig, *ns)
 	if err != nil {
@@ -717,6 +742,13 @@ func runPods(args []string) error {
 		mu.Lock()
 		created[i] = time.Now()
 		mu.Unlock()
+		if claimSpec != nil {
+			c := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: claimName(i), Namespace: *ns}, Spec: *claimSpec.DeepCopy()}
+			if _, err := cs.ResourceV1().ResourceClaims(*ns).Create(ctx, c, metav1.CreateOptions{}); err != nil {
+				return err
+			}
+			useClaim(p, c.Name)
+		}
 		_, err := cs.CoreV1().Pods(*ns).Create(ctx, p, metav1.CreateOptions{})
 		return err
 	})
@@ -748,6 +780,13 @@ func runPods(args []string) error {
 		r.Seconds = last.Sub(t0).Seconds()
 		r.PodsPerSecond = float64(len(lat)) / r.Seconds
 		r.MaxMs = float64(lat[len(lat)-1].Microseconds()) / 1000
+	}
+	if claimSpec != nil {
+		n, err := claimsAllocated(ctx, cs, *ns)
+		if err != nil {
+			return err
+		}
+		r.Allocated = &n
 	}
 	return finish(r, cs, *ns, *keep)
 }
@@ -987,7 +1026,7 @@ func finish(result any, cs *kubernetes.Clientset, ns string, keep bool) error {
 	if keep {
 		return nil
 	}
-	bg, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	bg, cancel := context.WithTimeout(context.Background(), namespaceGone)
 	defer cancel()
 	return deleteNamespace(bg, cs, ns)
 }
@@ -1039,6 +1078,11 @@ func freshNamespace(ctx context.Context, cs *kubernetes.Clientset, ns string) er
 	}
 }
 
+// namespaceGone bounds the wait for a deleted namespace. Allocated ResourceClaims keep theirs
+// until kube-controller-manager (its client: 20 requests/s) has taken each claim's deleted pod out
+// of status.reservedFor and then its finalizer off: about 100 s for 1,000 claims.
+const namespaceGone = 10 * time.Minute
+
 // deleteNamespace deletes ns and waits until it is gone. Pods bound to fleet nodes have no kubelet
 // to confirm their end, so they are deleted with grace period 0 first (what the API server then
 // removes at once).
@@ -1055,10 +1099,10 @@ func deleteNamespace(ctx context.Context, cs *kubernetes.Clientset, ns string) e
 	if err != nil {
 		return fmt.Errorf("delete namespace %s: %w", ns, err)
 	}
-	for end := time.Now().Add(2 * time.Minute); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+	for end := time.Now().Add(namespaceGone); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
 		if _, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 			return nil
 		}
 	}
-	return fmt.Errorf("namespace %s still exists after 2m", ns)
+	return fmt.Errorf("namespace %s still exists after %s", ns, namespaceGone)
 }
