@@ -276,8 +276,10 @@ void Parse(const YAML::Node& root, const Reader& r, BrokerConfig& c) {
   }
   if (const YAML::Node lease = root["lease"]) {
     r.CheckKeys(lease, "lease", {"namespace", "name", "duration"});
-    c.lease_namespace =
-        lease["namespace"] ? r.String(lease["namespace"], "lease.namespace") : "kube-system";
+    // By default the namespace deploy/broker installs the broker in, where its Role grants the
+    // Lease (the API server refuses a Lease anywhere else with that RBAC).
+    c.lease_namespace = lease["namespace"] ? r.String(lease["namespace"], "lease.namespace")
+                                           : std::string(kDefaultLeaseNamespace);
     if (!lease["name"]) r.Fail(lease, "lease.name", "required");
     c.lease_name = r.String(lease["name"], "lease.name");
     // Three intervals by default: the leader renews every interval, so it renews at least twice

@@ -27,8 +27,9 @@
 //     evictionTimeout: 10m     # evictions blocked (PDB) this long abort the return
 //     interval: 30s            # between evaluations
 //   journal: /var/lib/gpulet/broker-journal.json
-//   lease: {namespace: kube-system, name: gpulet-broker, duration: 90s}   # optional; duration
-//                              # must exceed 2 x rules.interval (default 3 x rules.interval)
+//   lease: {namespace: gpulet-system, name: gpulet-broker, duration: 90s}   # optional; duration
+//                              # must exceed 2 x rules.interval (default 3 x rules.interval);
+//                              # namespace: kDefaultLeaseNamespace unless set
 //   metrics: {address: ":9402"}
 //
 // Slurm on Kubernetes (docs/slurm-on-kubernetes.md): slurmd runs in StatefulSet pods, each pod
@@ -62,6 +63,10 @@ struct ScaledPool {
   int gpus = 0;
   std::string gpu_type;  // lower case
 };
+
+// The Lease's namespace when the config names none: the one deploy/broker installs the broker
+// in, where its Role grants get/create/patch on Leases.
+inline constexpr const char* kDefaultLeaseNamespace = "gpulet-system";
 
 struct BrokerConfig {
   // slurm

@@ -50,7 +50,7 @@ TEST(BrokerConfig, ParsesEveryField) {
   EXPECT_EQ(c->interval, 30'000);
   EXPECT_EQ(c->journal_path, "/tmp/j.json");
   EXPECT_EQ(c->lease_name, "gpulet-broker");
-  EXPECT_EQ(c->lease_namespace, "kube-system");
+  EXPECT_EQ(c->lease_namespace, "gpulet-system");
   EXPECT_EQ(c->metrics_address, "127.0.0.1:0");
   EXPECT_TRUE(c->Manages("gpub"));
   EXPECT_FALSE(c->Manages("gpuc"));

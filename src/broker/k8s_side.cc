@@ -33,6 +33,17 @@ bool OwnedByDaemonSet(const json& pod) {
   return false;
 }
 
+// The API's copy of a static pod (kubelet --pod-manifest-path / staticPodPath: kube-proxy or a
+// node-local proxy on many distributions). Evicting it deletes only the copy: the static pod
+// keeps running and the kubelet creates the copy again, so a return that waited for it to leave
+// would evict it every evaluation until evictionTimeout aborted the return. kubectl drain skips
+// them too. The kubelet marks them with this annotation.
+bool MirrorPod(const json& pod) {
+  const json meta = pod.value("metadata", json::object());
+  const json annotations = meta.is_object() ? meta.value("annotations", json::object()) : json();
+  return annotations.is_object() && annotations.contains("kubernetes.io/config.mirror");
+}
+
 bool Terminated(const json& pod) {
   const std::string phase = pod.contains("status") ? pod["status"].value("phase", "") : "";
   return phase == "Succeeded" || phase == "Failed";
@@ -156,7 +167,7 @@ KubeView KubeSide::Observe() const {
                                       k8s::EscapeQueryValue("spec.nodeName=" + name));
       if (!pods.ok()) return fail(pods.status());
       for (const json& p : (*pods).value("items", json::array())) {
-        if (OwnedByDaemonSet(p) || Terminated(p)) continue;
+        if (OwnedByDaemonSet(p) || MirrorPod(p) || Terminated(p)) continue;
         ++k.non_daemonset_pods;
         const std::string ns = p["metadata"].value("namespace", "");
         for (const std::string& inf : config_.namespaces) {

@@ -5,6 +5,10 @@
 // resource), and for each managed node its Node object and the pods bound to it. A node that
 // does not exist (404) is absent from the view; any other failure makes the view not ok.
 //
+// The pods on a node that a return must evict are those not owned by a DaemonSet, not mirror pods
+// (a static pod's copy in the API, annotated kubernetes.io/config.mirror: evicting it removes
+// only the copy, which the kubelet makes again) and not finished: kubectl drain's choice.
+//
 // Actions are idempotent merge patches computed from a fresh read of the Node: Admit (uncordon,
 // drop the Slurm taint, set the pool label), StartReturn (cordon, add the taint, drop the label).
 // Evict posts an Eviction for each pod: the API server refuses one that a PodDisruptionBudget

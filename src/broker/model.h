@@ -96,9 +96,9 @@ struct KubeNode {
   bool unschedulable = false;
   bool slurm_taint = false;    // carries the Slurm-pool taint
   bool pool_label = false;     // carries the inference pool label (key=value)
-  int non_daemonset_pods = 0;  // running or pending pods bound to it, DaemonSet pods excluded
+  int non_daemonset_pods = 0;  // running or pending pods bound to it, but DaemonSet and mirror pods
   int inference_pods = 0;      // of those, the ones in the inference namespaces
-  std::vector<std::string> evictable;  // "namespace/name" of the non-DaemonSet pods
+  std::vector<std::string> evictable;  // "namespace/name" of those pods (a return evicts them)
 };
 
 // A slurmd StatefulSet (Slurm on Kubernetes): its pods are <name>-<ordinal>, ordinals

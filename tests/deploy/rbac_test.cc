@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "../cli/run_command.h"
+#include "broker/config.h"
 #include "kustomize.h"
 
 namespace gpulet::testing {
@@ -162,6 +163,30 @@ TEST(Rbac, BrokerHasItsOwnServiceAccountAndUsesEachGrant) {
               "gpulet-broker");
   }
   EXPECT_TRUE(deployment);
+}
+
+// The broker's default Lease namespace is the one deploy/broker's Role grants Leases in: with the
+// shipped RBAC, kube-apiserver refuses a Lease anywhere else (403) and no replica ever acts. (The
+// fake API server's RBAC check reads every grant as cluster-wide, so only this test and the real
+// cluster's cluster_broker see the namespace.)
+TEST(Rbac, BrokerLeaseDefaultsToTheNamespaceOfTheShippedLeaseRole) {
+  std::set<std::string> granted;
+  for (const YAML::Node& d : Render("deploy/broker")) {
+    if (d["kind"].as<std::string>() != "Role") continue;
+    for (const YAML::Node& rule : d["rules"]) {
+      for (const YAML::Node& res : rule["resources"]) {
+        if (res.as<std::string>() == "leases") {
+          granted.insert(d["metadata"]["namespace"].as<std::string>());
+        }
+      }
+    }
+  }
+  EXPECT_EQ(granted, std::set<std::string>{broker::kDefaultLeaseNamespace});
+  Result<broker::BrokerConfig> c = broker::ParseBrokerConfig(
+      "slurm: {nodes: [gpua]}\nkubernetes: {namespaces: [inference]}\nlease: {name: b}\n",
+      "broker.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->lease_namespace, broker::kDefaultLeaseNamespace);
 }
 
 TEST(Rbac, ExtenderHasItsOwnServiceAccountAndUsesEachGrant) {
