@@ -49,7 +49,7 @@ until_true 180 "allocatable nvidia.com/gpu: 8" allocatable_is 8
 say "the gpulet-slurm image (deploy/Dockerfile.slurm) built here and imported into containerd"
 mkdir -p "$work/state"
 t0=$(now)
-"$repo/testing/cluster/slurm_image.sh" "$build" "$work/gpulet-slurm.tar" || fail "slurm_image.sh failed"
+"$repo/testing/cluster/gpulet_image.sh" --slurm "$build" "$work/gpulet-slurm.tar" || fail "gpulet_image.sh --slurm failed"
 "$GPULET_CLUSTER_BIN/ctr" --address "$GPULET_CLUSTER_CONTAINERD" -n k8s.io images import --platform linux/amd64 \
   "$work/gpulet-slurm.tar" >/dev/null || fail "ctr images import of gpulet-slurm failed"
 rm -f "$work/gpulet-slurm.tar"
