@@ -58,7 +58,7 @@ cleanup() {
   kc taint node "$node" gpulet.io/pool- >/dev/null 2>&1
   kc label node "$node" gpulet.io/pool- >/dev/null 2>&1
   rm -rf "$work"
-  left="$(leftovers "$work" 2>/dev/null)"  # (a process that ends while it is read is not one)
+  left="$(leftovers "$work")"
   if [ -n "$left" ]; then
     echo "FAIL: teardown left:$left" >&2
     exit 1

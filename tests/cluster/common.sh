@@ -27,7 +27,7 @@ leftovers() {
   local pattern p d left=""
   pattern="($(IFS='|'; echo "$*"))/"
   for p in /proc/[0-9]*; do
-    grep -qE "$pattern" <<< "$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null)" && left="$left process ${p#/proc/};"
+    grep -qE "$pattern" <<< "$(tr '\0' ' ' 2>/dev/null < "$p/cmdline")" && left="$left process ${p#/proc/};"
   done
   for d in "$@"; do
     if [ -e "$d" ]; then left="$left $d;"; fi
