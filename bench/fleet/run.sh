@@ -19,6 +19,8 @@
 #   FLEET_DRA_SIZES="1000": the fleet sizes (of FLEET_SIZES) that also get the DRA runs (empty: none)
 #   FLEET_DRA_PODS=300 (the scheduler's DRA cycle is far dearer)  FLEET_DRA_CLAIM=deploy/examples/dra/one-gpu.yaml (its ResourceClaimTemplate)
 #   FLEET_DOCS=1 (0: print the sections, leave docs/benchmarks.md as it is)
+#   FLEET_RENDER=LOG: measure nothing; write the fleet section from the rows in LOG (this script's
+#     stderr of earlier runs)
 #   FLEET_REPLAY_NODES=300 (0: no comparison)  FLEET_REPLAY_POLICY=fgd  FLEET_REPLAY_SEED=42
 #   TRACE_DIR=../shared/traces/alibaba-openb
 set -euo pipefail
@@ -132,7 +134,13 @@ write_section() {
     echo "KubeSchedulerConfiguration (the \`gpulet-memory\` profile without score plugins,"
     echo "\`percentageOfNodesToScore: 100\`, the extender with mutual TLS, filter + prioritize + bind,"
     echo "node-cache mode) and \`gpulet extender --policy=bestfit\` on 127.0.0.1; whole-GPU pods never"
-    echo "reach it (\`managedResources\`). Memory pods ask 20 GiB. \"QPS\": the scheduler's"
+    echo "reach it (\`managedResources\`), but the shipped file's top-level \`percentageOfNodesToScore: 100\`"
+    echo "(meant for a second scheduler of its own) applies to the \`default-scheduler\` profile beside"
+    echo "it here too: every feasible node scored, where the default samples (10 % of 5,000 nodes, 42 %"
+    echo "of 1,000): the likely reason whole-GPU pods are slower in the \"extender\" rows at 5,000 nodes"
+    echo "(the extender process, watching the fleet's ConfigMaps, takes CPU too); a profile's own"
+    echo "\`percentageOfNodesToScore\` would keep it to \`gpulet-memory\`. Memory pods ask 20 GiB."
+    echo "\"QPS\": the scheduler's"
     echo "\`clientConnection.qps\` (burst twice that; upstream's default 50). The machine is shared: the"
     echo "API server, etcd, the scheduler, the extender and the fleet client all run on its 2 cores,"
     echo "beside other work (the load column: 1-minute load average at the end of the row). \"created"
@@ -198,7 +206,7 @@ write_section() {
       echo "allocation whose every result is from the pool of their pod's node."
     fi
     [ -z "$pending_note" ] || { echo; echo "$pending_note"; }
-    [ -z "${FLEET_RENDER:-}" ] || { echo; echo "(Rendered again from the measuring run's own log, \`FLEET_RENDER\`.)"; }
+    [ -z "${FLEET_RENDER:-}" ] || { echo; echo "(Rendered again from the measuring runs' own logs, \`FLEET_RENDER\`, in the order they ran.)"; }
   } > "$out.md"
   cat "$out.md"
   [ "$docs" = 0 ] || python3 "$ROOT/bench/update_section.py" fleet "$out.md"
@@ -207,7 +215,8 @@ write_section() {
 pending_note=""
 dra_slice_desc=""
 # FLEET_RENDER=LOG: no measurement; the section rendered again from the "bench fleet: row" and
-# "bench fleet: dra-slices" lines of an earlier run's stderr.
+# "bench fleet: dra-slices" lines of earlier runs' stderr (several runs' logs concatenated: all
+# their rows, in that order).
 if [ -n "${FLEET_RENDER:-}" ]; then
   trap 'rm -f "$out" "$out.md"' EXIT
   mapfile -t rows < <(sed -n 's/^bench fleet: row //p' "$FLEET_RENDER")
