@@ -519,13 +519,19 @@ start_scheduler() {
 }
 
 # restart kubelet|kube-scheduler: stop it (SIGTERM) and start it again with its configuration
-# (the scheduler's rewritten first when GPULET_CLUSTER_SCHEDULER_EXTRA is set).
+# (the scheduler's rewritten first when GPULET_CLUSTER_SCHEDULER_EXTRA or
+# GPULET_CLUSTER_SCHEDULER_QPS is set).
 restart() {
   local bin; bin="$(bin_dir)"
   case "${1:-}" in
     kubelet) kill_pidfile kubelet; start_kubelet "$bin";;
     kube-scheduler)
       kill_pidfile kube-scheduler
+      if [ -n "${GPULET_CLUSTER_SCHEDULER_QPS:-}" ]; then
+        local q="$GPULET_CLUSTER_SCHEDULER_QPS"
+        case "$q" in ''|*[!0-9]*) die "GPULET_CLUSTER_SCHEDULER_QPS must be a whole number, got '$q'";; esac
+        sed -i -E "s/^  qps: .*/  qps: $q/; s/^  burst: .*/  burst: $((2 * q))/" "$base/scheduler.yaml"
+      fi
       if [ -n "${GPULET_CLUSTER_SCHEDULER_EXTRA:-}" ]; then
         sed -i '/^# extra$/,$d' "$base/scheduler.yaml"
         { echo "# extra"; cat "$GPULET_CLUSTER_SCHEDULER_EXTRA"; } >> "$base/scheduler.yaml"
