@@ -140,7 +140,7 @@ write_section() {
     echo "of 5,000 nodes, 42 % of 1,000); it is on the \`gpulet-memory\` profile now (at 5,000 nodes and"
     echo "QPS 500 the \"extender\" whole-GPU row went from 20.5 to 88.2 pods/s, the same as the default's"
     echo "within this machine's create rate). The \`gpulet-memory\` profile itself still filters and scores"
-    echo "every node, as the replay does: at 5,000 nodes most of its per-attempt time. Memory pods ask 20 GiB."
+    echo "every node, as the replay does: at 5,000 nodes likely most of its per-attempt time (the extender's own filter + prioritize: 1.4 ms in bench/extender). Memory pods ask 20 GiB."
     echo "\"QPS\": the scheduler's"
     echo "\`clientConnection.qps\` (burst twice that; upstream's default 50). The machine is shared: the"
     echo "API server, etcd, the scheduler, the extender and the fleet client all run on its 2 cores,"
