@@ -13,7 +13,7 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config git \
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libcpp-httplib-dev \
   lld-15 libssl-dev libgtest-dev libgmock-dev libbenchmark-dev \
   clang libclang-rt-14-dev prometheus slurmctld slurmd slurm-client munge \
-  kubernetes-client procps python3 python3-yaml iproute2 curl openssl libboost-dev \
+  kubernetes-client procps python3 python3-yaml python3-dnspython iproute2 curl openssl libboost-dev \
   runc containernetworking-plugins busybox-static debootstrap
 
 # Go for the real-cluster tier: /usr/local/go (go.dev's layout) before Debian's.

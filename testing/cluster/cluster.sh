@@ -334,9 +334,9 @@ cluster.local:53 {
 }
 EOF
   start coredns "$bin/coredns" -conf "$base/Corefile"
-  wait_for 30 dns python3 "$here/dns_query.py" "$gw" kubernetes.default.svc.cluster.local 10.0.0.1 \
+  wait_for 30 dns "$here/dns_query.py" "$gw" kubernetes.default.svc.cluster.local 10.0.0.1 \
     || layer_failed "control plane: cluster DNS (CoreDNS on $gw:53 answering kubernetes.default.svc.cluster.local)" coredns
-  python3 "$here/dns_query.py" "$gw" gpulet.invalid.example.com REFUSED >/dev/null \
+  "$here/dns_query.py" "$gw" gpulet.invalid.example.com REFUSED >/dev/null \
     || layer_failed "control plane: cluster DNS answered a name outside cluster.local (it must refuse it)" coredns
 }
 

@@ -79,9 +79,9 @@ t_apply=$(now)
 kc apply -k "$overlay" >/dev/null 2>&1 || fail "kubectl apply -k of the slurm overlay failed: $(kc apply -k "$overlay" 2>&1 | tail -3)"
 until_true 180 "slurmctld-0 Running" pod_phase_is "$ns" slurmctld-0 Running
 until_true 60 "slurmctld-0.slurmctld.slurm.svc.cluster.local in the cluster's DNS" \
-  python3 "$repo/testing/cluster/dns_query.py" 10.88.0.1 slurmctld-0.slurmctld.slurm.svc.cluster.local \
+  "$repo/testing/cluster/dns_query.py" 10.88.0.1 slurmctld-0.slurmctld.slurm.svc.cluster.local \
   "$(kc get pod -n "$ns" slurmctld-0 -o jsonpath='{.status.podIP}')"
-echo "DNS: slurmctld-0.slurmctld.slurm.svc.cluster.local -> $(python3 "$repo/testing/cluster/dns_query.py" 10.88.0.1 slurmctld-0.slurmctld.slurm.svc.cluster.local)"
+echo "DNS: slurmctld-0.slurmctld.slurm.svc.cluster.local -> $("$repo/testing/cluster/dns_query.py" 10.88.0.1 slurmctld-0.slurmctld.slurm.svc.cluster.local)"
 
 registered() { grep -qE 'State=IDLE(\+DYNAMIC_NORM)? ' <<< "$(ctld scontrol show node slurmd-h100-0 2>/dev/null)"; }
 until_true 240 "slurmd-h100-0 registered with slurmctld (State=IDLE)" registered
